@@ -1,0 +1,7 @@
+"""``python -m kop_dedup`` is the ``kop-dedup`` command."""
+
+from __future__ import annotations
+
+from kop_dedup.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,179 @@
+"""Kafka error codes and the exception tree: the only place codes live.
+
+Every error the sidecar answers with is one of these classes. Each class
+carries its Kafka error code (``errno``) and whether a Kafka client retries it
+(``retriable``); :data:`BY_CODE` is derived from the classes, so a code can
+never be written twice. Routes never build codes by hand: they catch
+:class:`KafkaError` and render ``errno``/``name``/``message``.
+
+The tree::
+
+    KafkaError (UNKNOWN_SERVER_ERROR, -1)
+    +-- CorruptMessage (2, retriable)
+    +-- UnknownTopicOrPartition (3, retriable)
+    +-- NotLeaderOrFollower (6, retriable)
+    +-- RequestTimedOut (7, retriable)
+    +-- MessageTooLarge (10)
+    +-- InvalidTopic (17)
+    +-- NotEnoughReplicas (19, retriable)
+    +-- InvalidRequest (42)
+    +-- PolicyViolation (44)
+    +-- OutOfOrderSequenceNumber (45)
+    +-- DuplicateSequenceNumber (46)
+    +-- InvalidProducerEpoch (47)
+    +-- InvalidTxnState (48)
+    +-- InvalidProducerIdMapping (49)
+    +-- InvalidTransactionTimeout (50)
+    +-- ConcurrentTransactions (51, retriable)
+    +-- KafkaStorageError (56, retriable)
+    +-- UnknownProducerId (59)
+    +-- InvalidRecord (87)
+    +-- ProducerFenced (90)
+
+``DuplicateSequenceNumber`` is an error code but not a failure: Kafka's Java
+producer and librdkafka both treat it as "already delivered".
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "BY_CODE",
+    "ConcurrentTransactions",
+    "CorruptMessage",
+    "DuplicateSequenceNumber",
+    "InvalidProducerEpoch",
+    "InvalidProducerIdMapping",
+    "InvalidRecord",
+    "InvalidRequest",
+    "InvalidTopic",
+    "InvalidTransactionTimeout",
+    "InvalidTxnState",
+    "KafkaError",
+    "KafkaStorageError",
+    "MessageTooLarge",
+    "NotEnoughReplicas",
+    "NotLeaderOrFollower",
+    "OutOfOrderSequenceNumber",
+    "PolicyViolation",
+    "ProducerFenced",
+    "RequestTimedOut",
+    "UnknownProducerId",
+    "UnknownTopicOrPartition",
+    "error_for_code",
+]
+
+
+class KafkaError(Exception):
+    """Base class; also UNKNOWN_SERVER_ERROR (-1) when raised as itself."""
+
+    errno: ClassVar[int] = -1
+    name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.name)
+        self.message = message or self.name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class CorruptMessage(KafkaError):
+    errno, name, retriable = 2, "CORRUPT_MESSAGE", True
+
+
+class UnknownTopicOrPartition(KafkaError):
+    errno, name, retriable = 3, "UNKNOWN_TOPIC_OR_PARTITION", True
+
+
+class NotLeaderOrFollower(KafkaError):
+    errno, name, retriable = 6, "NOT_LEADER_OR_FOLLOWER", True
+
+
+class RequestTimedOut(KafkaError):
+    errno, name, retriable = 7, "REQUEST_TIMED_OUT", True
+
+
+class MessageTooLarge(KafkaError):
+    errno, name = 10, "MESSAGE_TOO_LARGE"
+
+
+class InvalidTopic(KafkaError):
+    errno, name = 17, "INVALID_TOPIC_EXCEPTION"
+
+
+class NotEnoughReplicas(KafkaError):
+    errno, name, retriable = 19, "NOT_ENOUGH_REPLICAS", True
+
+
+class InvalidRequest(KafkaError):
+    errno, name = 42, "INVALID_REQUEST"
+
+
+class PolicyViolation(KafkaError):
+    errno, name = 44, "POLICY_VIOLATION"
+
+
+class OutOfOrderSequenceNumber(KafkaError):
+    errno, name = 45, "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class DuplicateSequenceNumber(KafkaError):
+    errno, name = 46, "DUPLICATE_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpoch(KafkaError):
+    errno, name = 47, "INVALID_PRODUCER_EPOCH"
+
+
+class InvalidTxnState(KafkaError):
+    errno, name = 48, "INVALID_TXN_STATE"
+
+
+class InvalidProducerIdMapping(KafkaError):
+    errno, name = 49, "INVALID_PRODUCER_ID_MAPPING"
+
+
+class InvalidTransactionTimeout(KafkaError):
+    errno, name = 50, "INVALID_TRANSACTION_TIMEOUT"
+
+
+class ConcurrentTransactions(KafkaError):
+    errno, name, retriable = 51, "CONCURRENT_TRANSACTIONS", True
+
+
+class KafkaStorageError(KafkaError):
+    errno, name, retriable = 56, "KAFKA_STORAGE_ERROR", True
+
+
+class UnknownProducerId(KafkaError):
+    errno, name = 59, "UNKNOWN_PRODUCER_ID"
+
+
+class InvalidRecord(KafkaError):
+    errno, name = 87, "INVALID_RECORD"
+
+
+class ProducerFenced(KafkaError):
+    errno, name = 90, "PRODUCER_FENCED"
+
+
+def _all_subclasses(cls: type[KafkaError]) -> list[type[KafkaError]]:
+    out: list[type[KafkaError]] = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+BY_CODE: dict[int, type[KafkaError]] = {
+    c.errno: c for c in [KafkaError, *_all_subclasses(KafkaError)]
+}
+"""Kafka error code -> exception class, derived from the classes above."""
+
+
+def error_for_code(code: int) -> type[KafkaError]:
+    """The class for a Kafka error code (UNKNOWN_SERVER_ERROR for unknown codes)."""
+    return BY_CODE.get(code, KafkaError)

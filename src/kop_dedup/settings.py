@@ -1,0 +1,84 @@
+"""Settings: one ``KOP_DEDUP_`` env prefix, built by the CLI or ``create_app``.
+
+Nothing reads the environment at import time; ``Settings()`` does when it is
+called. Every field can be set as ``KOP_DEDUP_<FIELD>`` (upper case) or in a
+``.env`` file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KOP_DEDUP_", env_file=".env", extra="ignore")
+
+    # -- where Pulsar is
+    pulsar_service_url: str = "pulsar://127.0.0.1:6650"
+    pulsar_admin_url: str = "http://127.0.0.1:8080"
+    pulsar_auth_token: SecretStr | None = Field(default=None, repr=False)
+    pulsar_auth_token_file: Path | None = None
+    pulsar_tls_trust_certs_file: Path | None = None
+    pulsar_tls_allow_insecure: bool = False
+    pulsar_tls_validate_hostname: bool = False
+
+    # -- where data goes
+    tenant: str = "public"
+    namespace: str = "kafka"
+    system_namespace: str = "kop-dedup-system"
+    producer_name_prefix: str = "kop"
+    ensure_deduplication: bool = True
+    """Enable dedup on the namespace at start-up; when False, refuse to start if it is off."""
+    auto_create_topics: bool = True
+    default_partitions: int = Field(default=1, ge=1, le=10_000)
+
+    # -- produce behaviour
+    reorder_window_ms: int = Field(default=5_000, ge=0)
+    """How long a batch that arrives ahead of a sequence gap waits for the gap to fill."""
+    default_timeout_ms: int = Field(default=30_000, ge=1)
+    max_timeout_ms: int = Field(default=300_000, ge=1)
+    send_timeout_ms: int = Field(default=30_000, ge=1_000)
+    max_batch_records: int = Field(default=10_000, ge=1, le=100_000)
+    max_batch_bytes: int = Field(default=1 << 20, ge=1, le=4 << 20)
+    max_request_bytes: int = Field(default=16 << 20, ge=1024)
+    max_batches_per_request: int = Field(default=1_000, ge=1)
+    producer_idle_seconds: float = Field(default=300.0, gt=0)
+    max_open_producers: int = Field(default=2_000, ge=1)
+
+    # -- HTTP
+    host: str = "127.0.0.1"
+    port: int = Field(default=8090, ge=0, le=65535)
+    auth_tokens: list[SecretStr] = Field(default_factory=list, repr=False)
+    auth_tokens_file: Path | None = None
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _timeouts_consistent(self) -> Settings:
+        if self.default_timeout_ms > self.max_timeout_ms:
+            raise ValueError("default_timeout_ms must not exceed max_timeout_ms")
+        return self
+
+    def pulsar_token(self) -> str | None:
+        """The Pulsar auth token from the setting or its file, if any."""
+        if self.pulsar_auth_token is not None:
+            return self.pulsar_auth_token.get_secret_value()
+        if self.pulsar_auth_token_file is not None:
+            return self.pulsar_auth_token_file.read_text().strip()
+        return None
+
+    def http_tokens(self) -> frozenset[str]:
+        """Bearer tokens accepted on the API (empty: authentication off)."""
+        tokens = {t.get_secret_value() for t in self.auth_tokens}
+        if self.auth_tokens_file is not None:
+            for raw in self.auth_tokens_file.read_text().splitlines():
+                line = raw.strip()
+                if line and not line.startswith("#"):
+                    tokens.add(line)
+        return frozenset(tokens)

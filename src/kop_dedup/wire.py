@@ -1,0 +1,157 @@
+"""How a Kafka record is laid out as a Pulsar message, and back.
+
+One Kafka record is one Pulsar message; one Kafka batch is one Pulsar batch
+entry (see publisher.py). The mapping is lossless:
+
+======================  ====================================================
+Kafka                   Pulsar message
+======================  ====================================================
+value                   payload (``b""`` plus ``kafka.value.null=true`` for null)
+key                     partition key: the UTF-8 text, or base64 of the bytes
+                        with ``kafka.key.encoding=base64``; an empty key has
+                        ``kafka.key.encoding=empty``; a null key has none
+headers                 ``kafka.headers``: JSON ``[[key, base64|null], ...]``
+timestamp               ``kafka.timestamp`` (ms) and the event time when > 0
+producer id / epoch     ``kafka.producer.id`` / ``kafka.producer.epoch``
+sequence                ``kafka.sequence`` (this record's, 0..2^31-1)
+partition               ``kafka.partition``
+======================  ====================================================
+
+This module is pure (no Pulsar import) so that the Spark audit can use the
+same constants and decoder without importing the service.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+
+from kop_dedup.batch import Header, KafkaRecord
+
+__all__ = [
+    "PROP_EPOCH",
+    "PROP_HEADERS",
+    "PROP_KEY_ENCODING",
+    "PROP_PARTITION",
+    "PROP_PRODUCER_ID",
+    "PROP_SEQUENCE",
+    "PROP_TIMESTAMP",
+    "PROP_VALUE_NULL",
+    "DecodedRecord",
+    "decode_headers",
+    "decode_key",
+    "encode_key",
+    "encode_properties",
+]
+
+PROP_PRODUCER_ID = "kafka.producer.id"
+PROP_EPOCH = "kafka.producer.epoch"
+PROP_SEQUENCE = "kafka.sequence"
+PROP_PARTITION = "kafka.partition"
+PROP_TIMESTAMP = "kafka.timestamp"
+PROP_HEADERS = "kafka.headers"
+PROP_KEY_ENCODING = "kafka.key.encoding"
+PROP_VALUE_NULL = "kafka.value.null"
+
+
+def encode_key(key: bytes | None) -> tuple[str | None, str | None]:
+    """(partition key, kafka.key.encoding) for a Kafka key."""
+    if key is None:
+        return None, None
+    if key == b"":
+        return None, "empty"
+    try:
+        return key.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return base64.b64encode(key).decode("ascii"), "base64"
+
+
+def decode_key(partition_key: str | None, encoding: str | None) -> bytes | None:
+    """Inverse of :func:`encode_key`."""
+    if encoding == "empty":
+        return b""
+    if not partition_key:
+        return None
+    if encoding == "base64":
+        return base64.b64decode(partition_key)
+    return partition_key.encode("utf-8")
+
+
+def _encode_headers(headers: tuple[Header, ...]) -> str:
+    return json.dumps(
+        [[h.key, None if h.value is None else base64.b64encode(h.value).decode("ascii")]
+         for h in headers],
+        separators=(",", ":"),
+    )
+
+
+def decode_headers(raw: str | None) -> tuple[Header, ...]:
+    """Inverse of the ``kafka.headers`` encoding; () when absent."""
+    if not raw:
+        return ()
+    try:
+        items = json.loads(raw)
+        return tuple(
+            Header(str(k), None if v is None else base64.b64decode(v, validate=True))
+            for k, v in items
+        )
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise ValueError(f"malformed {PROP_HEADERS} property: {exc}") from exc
+
+
+def encode_properties(
+    record: KafkaRecord, *, producer_id: int, epoch: int, sequence: int | None, partition: int,
+    key_encoding: str | None,
+) -> dict[str, str]:
+    """The Pulsar properties for one record (see the module table)."""
+    props = {
+        PROP_PRODUCER_ID: str(producer_id),
+        PROP_EPOCH: str(epoch),
+        PROP_PARTITION: str(partition),
+    }
+    if sequence is not None:
+        props[PROP_SEQUENCE] = str(sequence)
+    if record.timestamp is not None:
+        props[PROP_TIMESTAMP] = str(record.timestamp)
+    if record.headers:
+        props[PROP_HEADERS] = _encode_headers(record.headers)
+    if key_encoding is not None:
+        props[PROP_KEY_ENCODING] = key_encoding
+    if record.value is None:
+        props[PROP_VALUE_NULL] = "true"
+    return props
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    """A Kafka record read back from Pulsar, with its idempotence metadata."""
+
+    partition: int
+    producer_id: int
+    epoch: int
+    sequence: int | None
+    record: KafkaRecord
+
+    @classmethod
+    def from_message(
+        cls, payload: bytes, partition_key: str | None, properties: dict[str, str],
+        event_timestamp: int | None = None,
+    ) -> DecodedRecord:
+        ts_raw = properties.get(PROP_TIMESTAMP)
+        timestamp = int(ts_raw) if ts_raw is not None else (event_timestamp or None)
+        value = None if properties.get(PROP_VALUE_NULL) == "true" else payload
+        seq = properties.get(PROP_SEQUENCE)
+        return cls(
+            partition=int(properties.get(PROP_PARTITION, "-1")),
+            producer_id=int(properties.get(PROP_PRODUCER_ID, "-1")),
+            epoch=int(properties.get(PROP_EPOCH, "-1")),
+            sequence=int(seq) if seq is not None else None,
+            record=KafkaRecord(
+                key=decode_key(partition_key, properties.get(PROP_KEY_ENCODING)),
+                value=value,
+                headers=decode_headers(properties.get(PROP_HEADERS)),
+                timestamp=timestamp,
+            ),
+        )
