@@ -1,0 +1,288 @@
+"""The pulsar-client producers: create, cache, close, send. The only module that
+publishes to Pulsar, and the one place Pulsar errors become Kafka errors.
+
+One Kafka batch is published as exactly one Pulsar batch entry: the producer
+batches on the client, with limits no Kafka batch reaches and a publish delay
+that never fires, and :meth:`PulsarProducer.send_batch` enqueues every record
+of the batch and flushes in the same event-loop step. The broker therefore
+judges the batch as one unit: its lowest sequence id against the stored
+high-water mark, its highest recorded as the new one. A batch that comes back
+with ledger id and entry id -1 was a duplicate.
+
+Callbacks from the C++ client run on its I/O thread: they never raise and
+never block; they count answers and wake the event loop once per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import _pulsar
+import pulsar
+import pulsar.asyncio as pulsar_async
+
+from kop_dedup import errors
+from kop_dedup.batch import KafkaBatch
+from kop_dedup.wire import encode_key, encode_properties
+
+__all__ = [
+    "BatchReceipt",
+    "Publisher",
+    "PulsarProducer",
+    "translate",
+]
+
+log = logging.getLogger(__name__)
+
+_BATCH_BYTES_LIMIT = 5 << 20  # the client container never splits a batch we accept
+_NEVER_MS = 24 * 3600 * 1000  # the batch timer must never flush half a Kafka batch
+
+_RETRIABLE_CONNECTION = {
+    "Timeout", "ConnectError", "ReadError", "AlreadyClosed", "ProducerNotInitialized",
+    "ServiceUnitNotReady", "NotConnected", "TooManyLookupRequestException",
+    "BrokerMetadataError", "BrokerPersistenceError", "LookupError", "RetryLater",
+    "ResultRetryable", "Disconnected", "ProducerQueueIsFull", "Interrupted",
+}
+
+
+def translate(exc_or_result: Any, what: str) -> errors.KafkaError:
+    """A Kafka error for a pulsar-client failure (a Result or an exception).
+
+    Timeouts -> REQUEST_TIMED_OUT (7); producer-busy and connection/lookup
+    trouble -> NOT_LEADER_OR_FOLLOWER (6), both retriable; a topic that does
+    not exist -> UNKNOWN_TOPIC_OR_PARTITION (3); a message the broker refuses
+    as too big -> MESSAGE_TOO_LARGE (10); anything else -> KAFKA_STORAGE_ERROR
+    (56, retriable), so a client retries rather than loses data.
+    """
+    if isinstance(exc_or_result, asyncio.TimeoutError | TimeoutError):
+        return errors.RequestTimedOut(f"{what}: timed out waiting for Pulsar")
+    result = exc_or_result
+    if isinstance(exc_or_result, pulsar_async.PulsarException):
+        result = exc_or_result.error()
+    name = getattr(result, "name", None) or type(result).__name__
+    detail = f"{what}: Pulsar answered {name}"
+    if isinstance(exc_or_result, Exception) and str(exc_or_result):
+        detail = f"{what}: {exc_or_result}"
+    if name in {"Timeout", "TimeoutException"}:
+        return errors.RequestTimedOut(detail)
+    if name in {"ProducerBusy", "ProducerFenced", "ProducerBlockedQuotaExceededError",
+                "ProducerBlockedQuotaExceededException"}:
+        return errors.NotLeaderOrFollower(detail)
+    if name in {"TopicNotFound", "TopicTerminated"}:
+        return errors.UnknownTopicOrPartition(detail)
+    if name in {"MessageTooBig"}:
+        return errors.MessageTooLarge(detail)
+    if name in _RETRIABLE_CONNECTION:
+        return errors.NotLeaderOrFollower(detail)
+    return errors.KafkaStorageError(detail)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReceipt:
+    """The broker's answer for one batch: its first record's position, or a duplicate."""
+
+    ledger_id: int
+    entry_id: int
+    partition: int
+    batch_index: int
+
+    @property
+    def duplicate(self) -> bool:
+        return self.ledger_id == -1 and self.entry_id == -1
+
+    @property
+    def message_id(self) -> str | None:
+        if self.duplicate:
+            return None
+        return f"{self.ledger_id}:{self.entry_id}:{self.partition}:{self.batch_index}"
+
+
+class _BatchWaiter:
+    """Collects the per-record callbacks of one batch; wakes the loop once."""
+
+    __slots__ = ("_count", "_error", "_first", "_future", "_lock", "_loop", "_split")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, count: int) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[BatchReceipt] = loop.create_future()
+        self._count = count
+        self._lock = threading.Lock()
+        self._first: BatchReceipt | None = None
+        self._error: Any = None
+        self._split = False
+
+    def callback(self, index: int) -> Callable[[Any, Any], None]:
+        def on_receipt(result: Any, msg_id: Any) -> None:
+            try:
+                self._on_receipt(index, result, msg_id)
+            except Exception:  # never let an exception reach the C++ thread
+                log.exception("send callback failed")
+
+        return on_receipt
+
+    def _on_receipt(self, index: int, result: Any, msg_id: Any) -> None:
+        with self._lock:
+            if result != _pulsar.Result.Ok:
+                self._error = self._error or result
+            else:
+                receipt = BatchReceipt(
+                    msg_id.ledger_id(), msg_id.entry_id(), msg_id.partition(),
+                    msg_id.batch_index(),
+                )
+                if index == 0:
+                    self._first = receipt
+                elif self._first is not None and (
+                    receipt.ledger_id, receipt.entry_id
+                ) != (self._first.ledger_id, self._first.entry_id):
+                    self._split = True
+            self._count -= 1
+            done = self._count == 0
+        if done:
+            self._loop.call_soon_threadsafe(self._complete)
+
+    def _complete(self) -> None:
+        if self._future.done():
+            return
+        if self._error is not None:
+            self._future.set_exception(_SendFailed(self._error))
+            return
+        if self._split:
+            log.error("a Kafka batch was split across Pulsar entries; it is not atomic")
+        assert self._first is not None
+        self._future.set_result(self._first)
+
+    @property
+    def future(self) -> asyncio.Future[BatchReceipt]:
+        return self._future
+
+
+class _SendFailed(Exception):
+    def __init__(self, result: Any) -> None:
+        super().__init__(getattr(result, "name", str(result)))
+        self.result = result
+
+
+class PulsarProducer:
+    """One Pulsar producer (one name on one partition topic)."""
+
+    def __init__(self, producer: pulsar_async.Producer, topic: str, name: str) -> None:
+        self._producer = producer
+        self._raw: Any = producer._producer
+        self.topic = topic
+        self.name = name
+        self.outstanding = 0
+        """Batches handed to the client with no answer yet."""
+
+    def last_sequence_id(self) -> int:
+        """The broker's highest sequence id for this name when the producer connected."""
+        return int(self._producer.last_sequence_id())
+
+    def send_batch(
+        self, batch: KafkaBatch, first_sequence_id: int
+    ) -> asyncio.Future[BatchReceipt]:
+        """Enqueue every record and flush, in one loop step; the future answers the batch.
+
+        Record ``i`` gets Pulsar sequence id ``first_sequence_id + i``. The
+        future fails with the client's Result when any record failed.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = _BatchWaiter(loop, len(batch.records))
+        pid, epoch, partition = batch.producer_id, batch.producer_epoch, batch.partition
+        idempotent = batch.idempotent
+        raw = self._raw
+        for i, record in enumerate(batch.records):
+            builder = _pulsar.MessageBuilder()
+            builder.content(record.value or b"")
+            key, key_encoding = encode_key(record.key)
+            if key is not None:
+                builder.partition_key(key)
+            seq = ((batch.base_sequence + i) % (1 << 31)) if idempotent else None
+            for k, v in encode_properties(
+                record, producer_id=pid, epoch=epoch, sequence=seq, partition=partition,
+                key_encoding=key_encoding,
+            ).items():
+                builder.property(k, v)
+            if record.timestamp is not None and record.timestamp > 0:
+                builder.event_timestamp(record.timestamp)
+            if idempotent:
+                builder.sequence_id(first_sequence_id + i)
+            raw.send_async(builder.build(), waiter.callback(i))
+        raw.flush_async(_ignore_flush)
+        self.outstanding += 1
+        fut = waiter.future
+        fut.add_done_callback(self._on_done)
+        return fut
+
+    def _on_done(self, _fut: asyncio.Future[BatchReceipt]) -> None:
+        self.outstanding -= 1
+
+    async def close(self) -> None:
+        try:
+            await self._producer.close()
+        except Exception as exc:
+            log.debug("closing producer %s on %s: %s", self.name, self.topic, exc)
+
+
+def _ignore_flush(_result: Any) -> None:
+    """flush_async needs a callback; each record's own callback carries its answer."""
+
+
+def is_send_failure(exc: BaseException) -> bool:
+    return isinstance(exc, _SendFailed)
+
+
+def failure_result(exc: BaseException) -> Any:
+    return exc.result if isinstance(exc, _SendFailed) else exc
+
+
+class Publisher:
+    """Owns the Pulsar client; creates producers configured for one-entry-per-batch."""
+
+    def __init__(
+        self, service_url: str, *, send_timeout_ms: int, auth_token: str | None = None,
+        tls_trust_certs_file: str | None = None, tls_allow_insecure: bool = False,
+        tls_validate_hostname: bool = False, operation_timeout_s: int = 30,
+    ) -> None:
+        kwargs: dict[str, Any] = {
+            "operation_timeout_seconds": operation_timeout_s,
+            "io_threads": 1,
+            "message_listener_threads": 1,
+            "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+        }
+        if auth_token:
+            kwargs["authentication"] = pulsar.AuthenticationToken(auth_token)
+        if tls_trust_certs_file:
+            kwargs["tls_trust_certs_file_path"] = tls_trust_certs_file
+        if service_url.startswith("pulsar+ssl://"):
+            kwargs["tls_allow_insecure_connection"] = tls_allow_insecure
+            kwargs["tls_validate_hostname"] = tls_validate_hostname
+        self.client = pulsar_async.Client(service_url, **kwargs)
+        self._send_timeout_ms = send_timeout_ms
+
+    async def create(self, topic: str, name: str | None) -> PulsarProducer:
+        """A producer named ``name`` (None: broker-assigned) on a partition topic."""
+        producer = await self.client.create_producer(
+            topic,
+            producer_name=name,
+            send_timeout_millis=self._send_timeout_ms,
+            max_pending_messages=200_000,
+            max_pending_messages_across_partitions=200_000,
+            block_if_queue_full=False,
+            batching_enabled=True,
+            batching_max_messages=200_000,
+            batching_max_allowed_size_in_bytes=_BATCH_BYTES_LIMIT,
+            batching_max_publish_delay_ms=_NEVER_MS,
+            batching_type=pulsar.BatchingType.Default,
+        )
+        return PulsarProducer(producer, topic, name or producer.producer_name())
+
+    async def close(self) -> None:
+        try:
+            await self.client.close()
+        except Exception as exc:
+            log.debug("closing the Pulsar client: %s", exc)
