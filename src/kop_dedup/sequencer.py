@@ -90,8 +90,12 @@ class SequenceState:
         self.sent = self.persisted
 
 
-def decide(state: SequenceState, first: int, last: int) -> Verdict:
-    """What to do now with a batch whose extended sequences are [first, last]."""
+def decide(state: SequenceState, first: int, last: int, outstanding: int = 0) -> Verdict:
+    """What to do now with a batch whose extended sequences are [first, last].
+
+    ``outstanding`` counts batches on the Pulsar producer with no answer yet,
+    resends included (they do not move ``sent``).
+    """
     if state.sent is None:
         return Verdict.SEND  # no state: a producer may start anywhere (Kafka >= 2.5)
     expected = state.sent + 1
@@ -99,7 +103,7 @@ def decide(state: SequenceState, first: int, last: int) -> Verdict:
         return Verdict.SEND
     if first > expected:
         return Verdict.WAIT
-    if state.in_flight:
+    if state.in_flight or outstanding:
         return Verdict.WAIT  # re-decide once what is in flight has an answer
     persisted = state.persisted
     if persisted is not None and last <= persisted:

@@ -1,0 +1,177 @@
+"""Pulsar admin REST: namespaces, deduplication, partitioned topics, broker stats.
+
+Thin async wrapper over the few admin endpoints the sidecar needs, with the
+partition counts it learns cached. Errors become :class:`AdminError` with the
+status and the broker's reason, or Kafka errors where a produce depends on
+them (unknown topic, partition out of range).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from kop_dedup import errors
+from kop_dedup.naming import Naming
+
+__all__ = ["AdminError", "PulsarAdmin"]
+
+log = logging.getLogger(__name__)
+
+_PARTITIONS_TTL_S = 30.0
+
+
+class AdminError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"Pulsar admin answered {status}: {message}")
+        self.status = status
+
+
+class PulsarAdmin:
+    def __init__(
+        self, admin_url: str, naming: Naming, *, token: str | None = None,
+        verify: bool | str = True, timeout_s: float = 10.0,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(
+            base_url=admin_url.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify
+        )
+        self._naming = naming
+        self._partitions: dict[str, tuple[int, float]] = {}
+        self._topic_locks: dict[str, asyncio.Lock] = {}
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        resp = await self._http.request(method, path, **kwargs)
+        if resp.status_code >= 400:
+            reason = resp.text
+            try:
+                reason = resp.json().get("reason", reason)
+            except ValueError:
+                pass
+            raise AdminError(resp.status_code, reason)
+        return resp
+
+    # -- cluster and namespaces -------------------------------------------------
+
+    async def clusters(self) -> list[str]:
+        return list((await self._request("GET", "/admin/v2/clusters")).json())
+
+    async def ensure_namespace(
+        self, namespace_path: str, *, deduplication: bool, infinite_retention: bool = False,
+    ) -> None:
+        """Create the namespace if missing; turn dedup on when asked."""
+        tenant = namespace_path.split("/", 1)[0]
+        namespaces = (await self._request("GET", f"/admin/v2/namespaces/{tenant}")).json()
+        if namespace_path not in namespaces:
+            try:
+                await self._request("PUT", f"/admin/v2/namespaces/{namespace_path}")
+                log.info("created namespace %s", namespace_path)
+            except AdminError as exc:
+                if exc.status != 409:  # another sidecar created it first
+                    raise
+        if deduplication:
+            await self._request(
+                "POST", f"/admin/v2/namespaces/{namespace_path}/deduplication", json=True
+            )
+        if infinite_retention:
+            await self._request(
+                "POST", f"/admin/v2/namespaces/{namespace_path}/retention",
+                json={"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
+            )
+
+    async def deduplication_enabled(self, namespace_path: str) -> bool:
+        """Whether dedup applies on the namespace (its policy, else the broker's default)."""
+        resp = await self._request(
+            "GET", f"/admin/v2/namespaces/{namespace_path}/deduplication"
+        )
+        value = resp.json() if resp.content else None
+        if isinstance(value, bool):
+            return value
+        conf = (await self._request(
+            "GET", "/admin/v2/brokers/configuration/runtime"
+        )).json()
+        return str(conf.get("brokerDeduplicationEnabled", "false")).lower() == "true"
+
+    async def topic_deduplication(self, topic: str) -> bool | None:
+        """The topic-level dedup override for a Kafka topic, or None when none is set."""
+        path = self._naming.topic(topic).removeprefix("persistent://")
+        try:
+            resp = await self._request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
+        except AdminError as exc:
+            if exc.status in {404, 405}:
+                return None
+            raise
+        value = resp.json() if resp.content else None
+        return value if isinstance(value, bool) else None
+
+    # -- partitioned topics ------------------------------------------------------
+
+    async def partitions(self, topic: str, *, create_with: int | None) -> int:
+        """Partition count of a Kafka topic; create it with ``create_with`` when missing.
+
+        Raises UnknownTopicOrPartition when it does not exist and may not be created.
+        """
+        cached = self._partitions.get(topic)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < _PARTITIONS_TTL_S:
+            return cached[0]
+        lock = self._topic_locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            cached = self._partitions.get(topic)
+            if cached is not None and time.monotonic() - cached[1] < _PARTITIONS_TTL_S:
+                return cached[0]
+            path = self._naming.topic(topic).removeprefix("persistent://")
+            count = await self._partition_count(path)
+            if count == 0:
+                if create_with is None:
+                    raise errors.UnknownTopicOrPartition(
+                        f"topic {topic!r} does not exist and auto-creation is off"
+                    )
+                try:
+                    await self._request(
+                        "PUT", f"/admin/v2/persistent/{path}/partitions", json=create_with
+                    )
+                    log.info("created topic %s with %d partitions", topic, create_with)
+                    count = create_with
+                except AdminError as exc:
+                    if exc.status != 409:
+                        raise
+                    count = await self._partition_count(path)
+            self._partitions[topic] = (count, time.monotonic())
+            return count
+
+    async def _partition_count(self, path: str) -> int:
+        """Partitions of a partitioned topic; 0 when it does not exist (4.x answers 404)."""
+        try:
+            meta = (await self._request("GET", f"/admin/v2/persistent/{path}/partitions")).json()
+        except AdminError as exc:
+            if exc.status == 404:
+                return 0
+            raise
+        return int(meta.get("partitions", 0))
+
+    async def create_topic(self, topic: str, partitions: int) -> None:
+        path = self._naming.topic(topic).removeprefix("persistent://")
+        await self._request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
+        self._partitions.pop(topic, None)
+
+    async def topic_stats(self, topic: str) -> dict[str, Any]:
+        """The broker's partitioned stats for a Kafka topic ({} when it does not exist)."""
+        path = self._naming.topic(topic).removeprefix("persistent://")
+        try:
+            resp = await self._request(
+                "GET", f"/admin/v2/persistent/{path}/partitioned-stats",
+                params={"perPartition": "true"},
+            )
+        except AdminError as exc:
+            if exc.status == 404:
+                return {}
+            raise
+        return dict(resp.json())

@@ -1,0 +1,117 @@
+"""Pydantic models at the HTTP edge, and their conversion to domain batches.
+
+JSON field names are Kafka's (camelCase). Keys, values and header values are
+base64 strings or null. Shape problems that Kafka reports per batch (bad
+base64, bad counts) are converted into per-batch errors by ``to_batch``, not
+into a 422 for the whole request.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kop_dedup.batch import Header, KafkaBatch, KafkaRecord
+from kop_dedup.errors import InvalidRecord
+
+__all__ = [
+    "BatchIn", "BatchOut", "HeaderIn", "InitProducerIdIn", "InitProducerIdOut",
+    "ProduceIn", "ProduceOut", "RecordIn", "to_batch",
+]
+
+Int64 = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
+Int32 = Annotated[int, Field(ge=-(1 << 31), le=(1 << 31) - 1)]
+Int16 = Annotated[int, Field(ge=-(1 << 15), le=(1 << 15) - 1)]
+B64 = Annotated[str | None, Field(description="base64, or null", examples=["aGVsbG8="])]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HeaderIn(_Model):
+    key: str = Field(max_length=32_767)
+    value: B64 = None
+
+
+class RecordIn(_Model):
+    key: B64 = None
+    value: B64 = None
+    headers: list[HeaderIn] = Field(default_factory=list)
+    timestamp: Int64 | None = Field(default=None, description="epoch milliseconds")
+
+
+class BatchIn(_Model):
+    topic: str = Field(max_length=1000, examples=["orders"])
+    partition: Int32 = Field(examples=[0])
+    producerId: Int64 = Field(examples=[17], description="-1 for a non-idempotent batch")  # noqa: N815
+    producerEpoch: Int16 = Field(default=0, examples=[0])  # noqa: N815
+    baseSequence: Int32 = Field(default=-1, examples=[0])  # noqa: N815
+    lastSequence: Int32 = Field(default=-1, examples=[0])  # noqa: N815
+    records: list[RecordIn]
+
+
+class ProduceIn(_Model):
+    timeoutMs: int | None = Field(  # noqa: N815
+        default=None, ge=1, le=3_600_000, description="per-request deadline, milliseconds"
+    )
+    batches: list[BatchIn] = Field(min_length=1)
+
+
+class BatchOut(BaseModel):
+    topic: str
+    partition: int
+    errorCode: int  # noqa: N815
+    error: str
+    messageId: str | None  # noqa: N815
+    errorMessage: str | None  # noqa: N815
+
+
+class ProduceOut(BaseModel):
+    results: list[BatchOut]
+
+
+class InitProducerIdIn(_Model):
+    transactionalId: str | None = Field(default=None, min_length=1, max_length=32_767)  # noqa: N815
+    transactionTimeoutMs: int | None = None  # noqa: N815
+
+
+class InitProducerIdOut(BaseModel):
+    errorCode: int  # noqa: N815
+    error: str
+    producerId: int  # noqa: N815
+    producerEpoch: int  # noqa: N815
+    errorMessage: str | None = None  # noqa: N815
+
+
+def _b64(value: str | None, what: str) -> bytes | None:
+    if value is None:
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidRecord(f"{what} is not valid base64: {exc}") from exc
+
+
+def to_batch(b: BatchIn) -> KafkaBatch:
+    """The domain batch; raises InvalidRecord for payloads that are not base64."""
+    records = tuple(
+        KafkaRecord(
+            key=_b64(r.key, f"records[{i}].key"),
+            value=_b64(r.value, f"records[{i}].value"),
+            headers=tuple(
+                Header(h.key, _b64(h.value, f"records[{i}].headers[{j}].value"))
+                for j, h in enumerate(r.headers)
+            ),
+            timestamp=r.timestamp,
+        )
+        for i, r in enumerate(b.records)
+    )
+    return KafkaBatch(
+        topic=b.topic, partition=b.partition, producer_id=b.producerId,
+        producer_epoch=b.producerEpoch, base_sequence=b.baseSequence,
+        last_sequence=b.lastSequence, records=records,
+    )

@@ -1,0 +1,166 @@
+"""Routes: HTTP <-> domain only. Codes come from the error classes, never by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from kop_dedup import errors
+from kop_dedup.api.deps import Authorized, RuntimeDep
+from kop_dedup.api.models import (
+    BatchIn,
+    BatchOut,
+    InitProducerIdIn,
+    InitProducerIdOut,
+    ProduceIn,
+    ProduceOut,
+    to_batch,
+)
+from kop_dedup.service import BatchResult
+
+__all__ = ["router"]
+
+router = APIRouter()
+MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
+
+
+def _out(result: BatchResult) -> BatchOut:
+    return BatchOut(
+        topic=result.topic, partition=result.partition, errorCode=result.error_code,
+        error=result.error_name, messageId=result.message_id,
+        errorMessage=None if result.error is None else result.error.message,
+    )
+
+
+@router.post("/v1/produce", dependencies=[Authorized], tags=["produce"])
+async def produce(body: ProduceIn, runtime: RuntimeDep) -> ProduceOut:
+    """Publish Kafka record batches; one result per batch, in request order.
+
+    Each result carries Kafka's error code: 0 NONE, 46 DUPLICATE_SEQUENCE_NUMBER
+    (already stored: treat as delivered), 45 OUT_OF_ORDER_SEQUENCE_NUMBER,
+    47 INVALID_PRODUCER_EPOCH, 87 INVALID_RECORD, 3/6/7 retriable.
+    """
+    s = runtime.settings
+    if len(body.batches) > s.max_batches_per_request:
+        err = errors.InvalidRequest(
+            f"{len(body.batches)} batches in one request; the limit is "
+            f"{s.max_batches_per_request}"
+        )
+        return ProduceOut(results=[
+            _out(BatchResult(b.topic, b.partition, err)) for b in body.batches
+        ])
+    timeout_ms = min(body.timeoutMs or s.default_timeout_ms, s.max_timeout_ms)
+    deadline = time.monotonic() + timeout_ms / 1000
+    service = runtime.service
+
+    async def one(b: BatchIn) -> BatchResult:
+        try:
+            batch = to_batch(b)
+        except errors.KafkaError as exc:
+            runtime.stats.record(b.topic, b.producerId, exc.errno, len(b.records), 0.0)
+            return BatchResult(b.topic, b.partition, exc)
+        return await service.produce(batch, deadline)
+
+    results = await asyncio.gather(*(one(b) for b in body.batches))
+    return ProduceOut(results=[_out(r) for r in results])
+
+
+@router.post("/v1/init-producer-id", dependencies=[Authorized], tags=["produce"])
+async def init_producer_id(body: InitProducerIdIn, runtime: RuntimeDep) -> InitProducerIdOut:
+    """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1."""
+    timeout = body.transactionTimeoutMs
+    try:
+        if timeout is not None and not 0 < timeout <= MAX_TRANSACTION_TIMEOUT_MS:
+            raise errors.InvalidTransactionTimeout(
+                f"transactionTimeoutMs must be in 1..{MAX_TRANSACTION_TIMEOUT_MS}, got {timeout}"
+            )
+        registry = runtime.registry
+        if body.transactionalId is None:
+            pid, epoch = await registry.allocator.allocate(), 0
+        else:
+            pid, epoch = await registry.transactional.init(body.transactionalId)
+    except errors.KafkaError as exc:
+        return InitProducerIdOut(
+            errorCode=exc.errno, error=exc.name, producerId=-1, producerEpoch=-1,
+            errorMessage=exc.message,
+        )
+    except Exception as exc:  # Pulsar trouble: retriable, with the reason
+        err = errors.NotEnoughReplicas(f"the producer-id registry in Pulsar failed: {exc}")
+        return InitProducerIdOut(
+            errorCode=err.errno, error=err.name, producerId=-1, producerEpoch=-1,
+            errorMessage=err.message,
+        )
+    return InitProducerIdOut(errorCode=0, error="NONE", producerId=pid, producerEpoch=epoch)
+
+
+@router.get("/v1/stats", dependencies=[Authorized], tags=["stats"])
+async def stats(runtime: RuntimeDep) -> dict[str, object]:
+    """Totals since start, and how many Pulsar producers are open."""
+    return {**runtime.stats.totals(), "openProducers": runtime.service.open_producers()}
+
+
+@router.get("/v1/stats/topics/{topic}", dependencies=[Authorized], tags=["stats"])
+async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
+    """Counters for one Kafka topic, plus the broker's view of its partitions."""
+    counters = runtime.stats.by_topic.get(topic)
+    broker: dict[str, object] = {}
+    try:
+        raw = await runtime.admin.topic_stats(topic)
+        partitions = raw.get("partitions", {}) if isinstance(raw, dict) else {}
+        broker = {
+            "deduplicationEnabled": await runtime.admin.topic_deduplication(topic),
+            "msgInCounter": raw.get("msgInCounter"),
+            "partitions": {
+                name.rsplit("-", 1)[-1]: {
+                    "msgInCounter": p.get("msgInCounter"),
+                    "publishers": [pub.get("producerName") for pub in p.get("publishers", [])],
+                }
+                for name, p in sorted(partitions.items())
+            },
+        }
+    except Exception as exc:  # the broker's view is a bonus; say why it is missing
+        broker = {"error": str(exc)}
+    if counters is None and not broker.get("partitions"):
+        return JSONResponse({"error": f"no data for topic {topic!r}"}, status_code=404)
+    local = counters.to_dict() if counters is not None else None
+    return JSONResponse({"topic": topic, "sidecar": local, "broker": broker})
+
+
+@router.get("/v1/stats/producers/{producer_id}", dependencies=[Authorized], tags=["stats"])
+async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
+    """Counters for one producer id, and its highest epoch on record."""
+    counters = runtime.stats.by_producer.get(producer_id)
+    epoch = runtime.registry.epochs.highest(producer_id)
+    if counters is None and epoch is None:
+        return JSONResponse({"error": f"no data for producer {producer_id}"}, status_code=404)
+    return JSONResponse({
+        "producerId": producer_id, "highestEpoch": epoch,
+        "sidecar": counters.to_dict() if counters else None,
+    })
+
+
+@router.get("/metrics", dependencies=[Authorized], tags=["stats"])
+async def metrics(runtime: RuntimeDep) -> PlainTextResponse:
+    """Prometheus text exposition."""
+    gauges = {"open_producers": float(runtime.service.open_producers()),
+              "channels": float(len(runtime.service.channels))}
+    return PlainTextResponse(
+        runtime.stats.prometheus(gauges), media_type="text/plain; version=0.0.4"
+    )
+
+
+@router.get("/healthz", tags=["health"])
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", tags=["health"])
+async def readyz(runtime: RuntimeDep) -> JSONResponse:
+    """Readiness: the Pulsar broker answers and deduplication is on."""
+    ok, reason = await runtime.ready()
+    return JSONResponse({"status": "ok" if ok else "unavailable", "reason": reason},
+                        status_code=200 if ok else 503)

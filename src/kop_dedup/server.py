@@ -1,0 +1,65 @@
+"""``kop-dedup serve``: run the API under uvicorn.
+
+uvicorn handles SIGTERM: it stops accepting connections, lets in-flight
+requests finish (bounded by ``--graceful-seconds``), then runs the lifespan
+shutdown, which flushes and closes every Pulsar producer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+__all__ = ["add_cli", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
+    import uvicorn  # noqa: PLC0415
+
+    from kop_dedup.api import create_app  # noqa: PLC0415
+    from kop_dedup.logs import configure  # noqa: PLC0415
+    from kop_dedup.settings import Settings  # noqa: PLC0415
+
+    settings = settings or Settings()
+    configure(settings.log_format, settings.log_level)
+    app = create_app(settings)
+    print(
+        f"kop-dedup listening on http://{settings.host}:{settings.port} "
+        f"(Pulsar {settings.pulsar_service_url}, admin {settings.pulsar_admin_url}, "
+        f"namespace {settings.tenant}/{settings.namespace}); API docs at /docs",
+        flush=True,
+    )
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, log_config=None,
+        timeout_graceful_shutdown=int(graceful_seconds), access_log=False,
+        proxy_headers=False, server_header=False,
+    )
+
+
+def _handler(args: argparse.Namespace) -> int:
+    from kop_dedup.settings import Settings  # noqa: PLC0415
+
+    overrides: dict[str, Any] = {}
+    for name in ("host", "port", "pulsar_service_url", "pulsar_admin_url"):
+        value = getattr(args, name)
+        if value is not None:
+            overrides[name] = value
+    serve(Settings(**overrides), graceful_seconds=args.graceful_seconds)
+    return 0
+
+
+def add_cli(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve", help="run the HTTP sidecar",
+        description="Run the HTTP sidecar. Settings come from KOP_DEDUP_* env vars; "
+        "these flags override them.",
+    )
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--pulsar-service-url", dest="pulsar_service_url")
+    p.add_argument("--pulsar-admin-url", dest="pulsar_admin_url")
+    p.add_argument("--graceful-seconds", type=float, default=25.0)
+    p.set_defaults(func=_handler)
