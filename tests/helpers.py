@@ -1,0 +1,60 @@
+"""Helpers shared by integration tests: JSON batches, reading topics back."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Any
+
+import httpx
+import pulsar as pulsar_client
+
+
+def b64(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode()
+    return base64.b64encode(data).decode()
+
+
+def batch(
+    topic: str, pid: int, base: int, n: int = 1, *, epoch: int = 0, partition: int = 0,
+    tag: str = "",
+) -> dict[str, Any]:
+    """A JSON batch of ``n`` records whose values name their sequence."""
+    return {
+        "topic": topic, "partition": partition, "producerId": pid, "producerEpoch": epoch,
+        "baseSequence": base, "lastSequence": (base + n - 1) % (1 << 31),
+        "records": [
+            {"key": b64(f"k{(base + i) % (1 << 31)}"),
+             "value": b64(f"{tag}{pid}:{epoch}:{(base + i) % (1 << 31)}")}
+            for i in range(n)
+        ],
+    }
+
+
+def read_all(
+    client: pulsar_client.Client, topic: str, *, expect: int | None = None, timeout: float = 10.0,
+) -> list[pulsar_client.Message]:
+    """Every message on a partition topic, from the earliest, in order."""
+    reader = client.create_reader(topic, pulsar_client.MessageId.earliest)
+    out: list[pulsar_client.Message] = []
+    try:
+        while reader.has_message_available():
+            out.append(reader.read_next(int(timeout * 1000)))
+    finally:
+        reader.close()
+    if expect is not None:
+        assert len(out) == expect, f"expected {expect} messages on {topic}, read {len(out)}"
+    return out
+
+
+def new_pid(api: httpx.Client) -> int:
+    r = api.post("/v1/init-producer-id", json={})
+    r.raise_for_status()
+    body = r.json()
+    assert body["errorCode"] == 0, body
+    return int(body["producerId"])
+
+
+def uniq(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,34 @@
+"""Integration fixtures: a sidecar on a real socket against the session's broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pulsar as pulsar_client
+import pytest
+
+from tests.sidecar import ThreadSidecar
+
+
+@pytest.fixture(scope="session")
+def sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
+    """One in-process sidecar (uvicorn in a thread) shared by the session."""
+    with ThreadSidecar(pulsar, reorder_window_ms=1500) as sc:
+        yield sc
+
+
+@pytest.fixture
+def api(sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=sidecar.url, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def pulsar_reader_client(pulsar: Any) -> Iterator[pulsar_client.Client]:
+    client = pulsar_client.Client(
+        pulsar.service_url, logger=pulsar_client.ConsoleLogger(pulsar_client.LoggerLevel.Warn)
+    )
+    yield client
+    client.close()

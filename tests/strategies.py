@@ -1,0 +1,34 @@
+"""Shared hypothesis strategies for Kafka sequences, batches and records."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from kop_dedup.batch import SEQ_MODULUS, Header, KafkaRecord
+
+sequences = st.integers(min_value=0, max_value=SEQ_MODULUS - 1)
+"""Any legal Kafka sequence."""
+
+near_wrap = st.integers(min_value=SEQ_MODULUS - 50, max_value=SEQ_MODULUS - 1) | st.integers(
+    min_value=0, max_value=50
+)
+"""Sequences on either side of the 2^31 wrap, where mistakes live."""
+
+extended = st.integers(min_value=0, max_value=(1 << 40))
+"""Extended (unwrapped) sequences, several wraps deep."""
+
+counts = st.integers(min_value=1, max_value=1000)
+
+opt_bytes = st.none() | st.binary(max_size=64)
+
+headers = st.lists(
+    st.builds(Header, key=st.text(max_size=16), value=opt_bytes), max_size=4
+).map(tuple)
+
+records = st.builds(
+    KafkaRecord,
+    key=opt_bytes,
+    value=opt_bytes,
+    headers=headers,
+    timestamp=st.none() | st.integers(min_value=0, max_value=(1 << 62)),
+)

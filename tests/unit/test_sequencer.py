@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kop_dedup.sequencer import (
+    EpochVerdict,
+    SequenceState,
+    Verdict,
+    decide,
+    epoch_verdict,
+)
+from tests import strategies as s
+
+
+def persisted_up_to(last: int) -> SequenceState:
+    return SequenceState.from_broker(last)
+
+
+def test_fresh_producer_may_start_anywhere():
+    state = SequenceState.fresh()
+    assert decide(state, *state.place(12345, 3)) is Verdict.SEND
+
+
+def test_next_in_order_is_sent():
+    state = persisted_up_to(9)
+    assert decide(state, *state.place(10, 5)) is Verdict.SEND
+
+
+def test_gap_waits():
+    state = persisted_up_to(9)
+    assert decide(state, *state.place(12, 1)) is Verdict.WAIT
+
+
+def test_pipelined_batches_follow_what_was_sent():
+    state = persisted_up_to(9)
+    state.on_sent(14)  # 10..14 in flight
+    assert decide(state, *state.place(15, 5)) is Verdict.SEND
+    assert decide(state, *state.place(20, 1)) is Verdict.WAIT
+
+
+def test_retry_of_in_flight_batch_waits_for_the_answer():
+    state = persisted_up_to(9)
+    state.on_sent(14)
+    assert decide(state, *state.place(10, 5)) is Verdict.WAIT
+
+
+def test_retry_of_stored_batch_goes_to_the_broker_for_its_verdict():
+    state = persisted_up_to(14)
+    assert decide(state, *state.place(10, 5)) is Verdict.RESEND_FOR_VERDICT
+
+
+def test_resend_waits_while_anything_is_outstanding():
+    state = persisted_up_to(14)
+    assert decide(state, *state.place(10, 5), outstanding=1) is Verdict.WAIT
+
+
+def test_batch_straddling_the_stored_mark_is_out_of_order():
+    state = persisted_up_to(14)
+    assert decide(state, *state.place(12, 5)) is Verdict.OUT_OF_ORDER
+
+
+def test_failure_rolls_back_to_what_is_stored():
+    state = persisted_up_to(9)
+    state.on_sent(14)
+    state.on_failed()
+    assert state.sent == 9
+    assert decide(state, *state.place(10, 5)) is Verdict.SEND
+
+
+def test_sequence_after_the_wrap_is_in_order():
+    state = persisted_up_to((1 << 31) - 1)
+    assert decide(state, *state.place(0, 1)) is Verdict.SEND
+    assert state.place(0, 1) == (1 << 31, 1 << 31)
+
+
+@given(s.extended, s.counts, s.counts)
+def test_in_order_after_any_stored_mark(stored, _n, m):
+    state = persisted_up_to(stored)
+    first, last = state.place((stored + 1) % (1 << 31), m)
+    assert first == stored + 1
+    assert decide(state, first, last) is Verdict.SEND
+
+
+@given(s.extended, st.integers(min_value=0, max_value=999), s.counts)
+def test_wholly_stored_batches_are_never_refused(stored, back, n):
+    first_ext = stored - back - n + 1
+    if first_ext < 0:
+        return
+    state = persisted_up_to(stored)
+    first, last = state.place(first_ext % (1 << 31), n)
+    assert (first, last) == (first_ext, first_ext + n - 1)
+    assert decide(state, first, last) is Verdict.RESEND_FOR_VERDICT
+
+
+def test_epoch_verdicts():
+    assert epoch_verdict(None, 0) is EpochVerdict.NEWER
+    assert epoch_verdict(3, 4) is EpochVerdict.NEWER
+    assert epoch_verdict(3, 3) is EpochVerdict.CURRENT
+    assert epoch_verdict(3, 2) is EpochVerdict.FENCED
