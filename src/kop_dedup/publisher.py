@@ -4,10 +4,17 @@ publishes to Pulsar, and the one place Pulsar errors become Kafka errors.
 One Kafka batch is published as exactly one Pulsar batch entry: the producer
 batches on the client, with limits no Kafka batch reaches and a publish delay
 that never fires, and :meth:`PulsarProducer.send_batch` enqueues every record
-of the batch and flushes in the same event-loop step. The broker therefore
-judges the batch as one unit: its lowest sequence id against the stored
-high-water mark, its highest recorded as the new one. A batch that comes back
-with ledger id and entry id -1 was a duplicate.
+of the batch and flushes in the same event-loop step.
+
+Every record of the batch carries the same Pulsar sequence id: the one of the
+batch's *last* record. The C++ client (pulsar-client 3.13) gives a batch entry
+its first message's id and sends no ``highest_sequence_id``, so the broker
+records only that one id per entry (verified: after an entry with ids 1, 2, 3
+``last_sequence_id()`` is 1 and a resend of 2, 3 is stored again). With the
+last record's id on the entry, the broker's high-water mark is the batch's
+last sequence, and a batch whose last sequence is at or below it comes back
+with ledger id and entry id -1: a duplicate. The sequencer refuses batches
+that straddle the mark before they get here.
 
 Callbacks from the C++ client run on its I/O thread: they never raise and
 never block; they count answers and wake the event loop once per batch.
@@ -182,13 +189,12 @@ class PulsarProducer:
         """The broker's highest sequence id for this name when the producer connected."""
         return int(self._producer.last_sequence_id())
 
-    def send_batch(
-        self, batch: KafkaBatch, first_sequence_id: int
-    ) -> asyncio.Future[BatchReceipt]:
+    def send_batch(self, batch: KafkaBatch, sequence_id: int) -> asyncio.Future[BatchReceipt]:
         """Enqueue every record and flush, in one loop step; the future answers the batch.
 
-        Record ``i`` gets Pulsar sequence id ``first_sequence_id + i``. The
-        future fails with the client's Result when any record failed.
+        ``sequence_id`` is the entry's Pulsar sequence id (that of the batch's
+        last record), set on every record; ignored for non-idempotent batches.
+        The future fails with the client's Result when any record failed.
         """
         loop = asyncio.get_running_loop()
         waiter = _BatchWaiter(loop, len(batch.records))
@@ -210,7 +216,7 @@ class PulsarProducer:
             if record.timestamp is not None and record.timestamp > 0:
                 builder.event_timestamp(record.timestamp)
             if idempotent:
-                builder.sequence_id(first_sequence_id + i)
+                builder.sequence_id(sequence_id)
             raw.send_async(builder.build(), waiter.callback(i))
         raw.flush_async(_ignore_flush)
         self.outstanding += 1

@@ -23,6 +23,7 @@ Three topics in the system namespace (infinite retention, dedup on):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -156,6 +157,8 @@ class EpochRegistry:
         self._highest: dict[int, int] = {}
         self._table = _KeyedTable(client, topic, self._apply)
         self._producer: pulsar_async.Producer | None = None
+        self._running: asyncio.Future[None] | None = None
+        self._queued: asyncio.Future[None] | None = None
 
     def _apply(self, key: str, data: bytes) -> None:
         pid, epoch = int(key), int(data)
@@ -167,6 +170,36 @@ class EpochRegistry:
 
     async def catch_up(self) -> None:
         await self._table.catch_up()
+
+    async def barrier(self) -> None:
+        """Return once every epoch written before this call is applied here.
+
+        Coalesced: one catch-up (one broker round trip when nothing is new)
+        serves every caller that arrived before it started, so concurrent
+        batches share the cost. A caller arriving while one runs waits for the
+        next, which is the first that surely started after it.
+        """
+        if self._running is None:
+            self._running = asyncio.ensure_future(self._run_barrier())
+            await asyncio.shield(self._running)
+            return
+        if self._queued is None:
+            self._queued = asyncio.ensure_future(self._run_after(self._running))
+        await asyncio.shield(self._queued)
+
+    async def _run_barrier(self) -> None:
+        try:
+            await self._table.catch_up()
+        finally:
+            self._running = None
+
+    async def _run_after(self, running: asyncio.Future[None]) -> None:
+        with contextlib.suppress(Exception):
+            await running
+        self._queued = None
+        if self._running is None:
+            self._running = asyncio.ensure_future(self._run_barrier())
+        await self._running
 
     async def raise_to(self, producer_id: int, epoch: int) -> None:
         """Record ``epoch`` for ``producer_id`` durably before anything relies on it."""

@@ -13,8 +13,8 @@ answer means what Kafka's would:
   client matches receipts only against the head of its pending queue, so an
   older sequence must never be sent while newer ones are pending;
 * a batch that straddles the stored high-water mark is refused with
-  OUT_OF_ORDER_SEQUENCE_NUMBER: the broker would drop it whole as a duplicate
-  (it compares the entry's lowest id) and lose its new records.
+  OUT_OF_ORDER_SEQUENCE_NUMBER: the broker judges a batch by one id (its last
+  record's, see publisher.py) and would store its already-stored records again.
 
 Sequences here are *extended* (see batch.unwrap): they only grow.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from kop_dedup.batch import unwrap
 
-__all__ = ["SequenceState", "Verdict", "decide", "epoch_verdict", "EpochVerdict"]
+__all__ = ["EpochVerdict", "SequenceState", "Verdict", "decide", "epoch_verdict", "fresh_start"]
 
 
 class Verdict(enum.Enum):
@@ -88,6 +88,24 @@ class SequenceState:
     def on_failed(self) -> None:
         """A send failed: what is in flight is unknown until the broker says."""
         self.sent = self.persisted
+
+
+def fresh_start(base_sequence: int, window_over: bool, waiting_starts: list[int]) -> Verdict:
+    """May a batch start a producer that has no state at all on this partition?
+
+    Kafka (>= 2.5) lets such a producer start at any sequence, but batches of
+    a new producer can arrive out of order over separate connections: the one
+    that arrives first is not necessarily the first one sent. Sequence 0 starts
+    at once; any other start waits out the reorder window for earlier batches,
+    and then only the lowest of the waiting starts goes (the others follow it
+    in order). ``waiting_starts`` holds the base sequences of all batches
+    waiting to start, this one included.
+    """
+    if base_sequence == 0:
+        return Verdict.SEND
+    if not window_over:
+        return Verdict.WAIT
+    return Verdict.SEND if base_sequence <= min(waiting_starts) else Verdict.WAIT
 
 
 def decide(state: SequenceState, first: int, last: int, outstanding: int = 0) -> Verdict:

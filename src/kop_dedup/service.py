@@ -30,7 +30,14 @@ from kop_dedup.publisher import (
     translate,
 )
 from kop_dedup.registry import Registry
-from kop_dedup.sequencer import EpochVerdict, SequenceState, Verdict, decide, epoch_verdict
+from kop_dedup.sequencer import (
+    EpochVerdict,
+    SequenceState,
+    Verdict,
+    decide,
+    epoch_verdict,
+    fresh_start,
+)
 from kop_dedup.settings import Settings
 from kop_dedup.stats import Stats
 
@@ -60,8 +67,8 @@ class BatchResult:
 class Channel:
     """One Pulsar producer name on one partition topic, and what is known of it."""
 
-    __slots__ = ("_changed", "_open_lock", "broken", "key", "last_used", "producer", "state",
-                 "waiters")
+    __slots__ = ("_changed", "_open_lock", "broken", "key", "last_used", "producer", "starts",
+                 "state", "waiters")
 
     def __init__(self, key: ChannelKey) -> None:
         self.key = key
@@ -70,6 +77,8 @@ class Channel:
         self.broken = False
         self.last_used = time.monotonic()
         self.waiters = 0
+        self.starts: list[int] = []
+        """Base sequences of batches waiting to start a producer with no state."""
         self._changed = asyncio.Event()
         self._open_lock = asyncio.Lock()
 
@@ -213,6 +222,13 @@ class ProduceService:
         return receipt.message_id
 
     async def _check_epoch(self, batch: KafkaBatch) -> None:
+        """Refuse a fenced epoch; record a newer one durably before it is used.
+
+        With ``strict_fencing`` the registry is caught up first (a coalesced
+        read barrier), so an epoch fenced through any sidecar is refused here.
+        """
+        if self.settings.strict_fencing:
+            await self.registry.epochs.barrier()
         pid, epoch = batch.producer_id, batch.producer_epoch
         verdict = epoch_verdict(self.registry.epochs.highest(pid), epoch)
         if verdict is EpochVerdict.FENCED:
@@ -230,7 +246,6 @@ class ProduceService:
         key = (ptopic, batch.producer_id, batch.producer_epoch)
         name = self.naming.producer_name(batch.producer_id, batch.producer_epoch)
         channel = await self._channel(key, name, deadline)
-        await self._check_epoch(batch)  # opening caught up with other sidecars' fences
         self._retire_older_epochs(ptopic, batch)
         if not channel.state.has_state and batch.base_sequence != 0:
             older = self._latest_epoch.get((ptopic, batch.producer_id))
@@ -241,6 +256,16 @@ class ProduceService:
                     f"must start at sequence 0, got {batch.base_sequence}"
                 )
         gap_deadline = min(deadline, time.monotonic() + self.settings.reorder_window_ms / 1000)
+        channel.starts.append(batch.base_sequence)
+        try:
+            return await self._sequence(channel, batch, deadline, gap_deadline)
+        finally:
+            channel.starts.remove(batch.base_sequence)
+
+    async def _sequence(
+        self, channel: Channel, batch: KafkaBatch, deadline: float, gap_deadline: float
+    ) -> str | None:
+        """Wait for the batch's turn, send it, and turn the receipt into an answer."""
         while True:
             channel.last_used = time.monotonic()
             if channel.broken:
@@ -248,41 +273,53 @@ class ProduceService:
                 continue
             state = channel.state
             first, last = state.place(batch.base_sequence, len(batch.records))
-            verdict = decide(state, first, last, channel.outstanding)
+            if state.has_state:
+                verdict = decide(state, first, last, channel.outstanding)
+            else:
+                window_over = time.monotonic() >= gap_deadline
+                verdict = fresh_start(batch.base_sequence, window_over, channel.starts)
             if verdict is Verdict.SEND or verdict is Verdict.RESEND_FOR_VERDICT:
-                producer = channel.producer
-                assert producer is not None
-                if verdict is Verdict.SEND:
-                    state.on_sent(last)
-                fut = producer.send_batch(batch, to_pulsar(first))
-                self._latest_epoch[(ptopic, batch.producer_id)] = batch.producer_epoch
-                receipt = await self._await_receipt(channel, fut, deadline, last)
-                if receipt.duplicate:
-                    raise errors.DuplicateSequenceNumber(
-                        f"sequences {batch.base_sequence}..{batch.last_sequence} of producer "
-                        f"{batch.producer_id} epoch {batch.producer_epoch} were already "
-                        f"stored on {batch.topic}-{batch.partition}"
-                    )
-                return receipt.message_id
+                return await self._send(channel, batch, first, last, deadline,
+                                        resend=verdict is Verdict.RESEND_FOR_VERDICT)
             if verdict is Verdict.OUT_OF_ORDER:
                 raise errors.OutOfOrderSequenceNumber(
                     f"batch {batch.base_sequence}..{batch.last_sequence} overlaps the stored "
                     f"sequences only in part (last stored: {self._kafka_seq(state.persisted)})"
                 )
-            gap = first > (state.sent if state.sent is not None else first)
-            limit = gap_deadline if gap else deadline
-            if not await channel.wait_change(limit - time.monotonic()):
-                if gap and time.monotonic() < deadline:
-                    raise errors.OutOfOrderSequenceNumber(
-                        f"expected sequence {self._kafka_seq((state.sent or 0) + 1)} next from "
-                        f"producer {batch.producer_id} on {batch.topic}-{batch.partition}, "
-                        f"got {batch.base_sequence}; the gap did not fill within "
-                        f"{self.settings.reorder_window_ms} ms"
-                    )
+            gap = not state.has_state or first > (state.sent if state.sent is not None else first)
+            now = time.monotonic()
+            if gap and state.has_state and now >= gap_deadline:
+                raise errors.OutOfOrderSequenceNumber(
+                    f"expected sequence {self._kafka_seq((state.sent or 0) + 1)} next from "
+                    f"producer {batch.producer_id} on {batch.topic}-{batch.partition}, "
+                    f"got {batch.base_sequence}; the gap did not fill within "
+                    f"{self.settings.reorder_window_ms} ms"
+                )
+            limit = gap_deadline if gap and now < gap_deadline else deadline
+            if not await channel.wait_change(limit - now) and limit >= deadline:
                 raise errors.RequestTimedOut(
                     f"batch {batch.base_sequence}..{batch.last_sequence} waited for earlier "
                     "batches of the same producer that are still in flight"
                 )
+
+    async def _send(
+        self, channel: Channel, batch: KafkaBatch, first: int, last: int, deadline: float,
+        *, resend: bool,
+    ) -> str | None:
+        producer = channel.producer
+        assert producer is not None
+        if not resend:
+            channel.state.on_sent(last)
+        fut = producer.send_batch(batch, to_pulsar(last))
+        self._latest_epoch[(producer.topic, batch.producer_id)] = batch.producer_epoch
+        receipt = await self._await_receipt(channel, fut, deadline, last)
+        if receipt.duplicate:
+            raise errors.DuplicateSequenceNumber(
+                f"sequences {batch.base_sequence}..{batch.last_sequence} of producer "
+                f"{batch.producer_id} epoch {batch.producer_epoch} were already "
+                f"stored on {batch.topic}-{batch.partition}"
+            )
+        return receipt.message_id
 
     @staticmethod
     def _kafka_seq(extended: int | None) -> int | None:

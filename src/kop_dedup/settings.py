@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     # -- produce behaviour
     reorder_window_ms: int = Field(default=5_000, ge=0)
     """How long a batch that arrives ahead of a sequence gap waits for the gap to fill."""
+    strict_fencing: bool = True
+    """Catch up with epochs fenced through other sidecars before every idempotent batch
+    (one coalesced broker round trip); off: only when a producer opens."""
     default_timeout_ms: int = Field(default=30_000, ge=1)
     max_timeout_ms: int = Field(default=300_000, ge=1)
     send_timeout_ms: int = Field(default=30_000, ge=1_000)

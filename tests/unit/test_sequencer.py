@@ -9,6 +9,7 @@ from kop_dedup.sequencer import (
     Verdict,
     decide,
     epoch_verdict,
+    fresh_start,
 )
 from tests import strategies as s
 
@@ -98,3 +99,13 @@ def test_epoch_verdicts():
     assert epoch_verdict(3, 4) is EpochVerdict.NEWER
     assert epoch_verdict(3, 3) is EpochVerdict.CURRENT
     assert epoch_verdict(3, 2) is EpochVerdict.FENCED
+
+
+def test_fresh_start_at_zero_goes_at_once():
+    assert fresh_start(0, False, [0, 8]) is Verdict.SEND
+
+
+def test_fresh_start_elsewhere_waits_for_earlier_batches_then_lowest_goes():
+    assert fresh_start(8, False, [8]) is Verdict.WAIT
+    assert fresh_start(8, True, [4, 8]) is Verdict.WAIT
+    assert fresh_start(4, True, [4, 8]) is Verdict.SEND
