@@ -17,23 +17,39 @@ def b64(data: bytes | str) -> str:
 
 
 def batch(
-    topic: str, pid: int, base: int, n: int = 1, *, epoch: int = 0, partition: int = 0,
+    topic: str,
+    pid: int,
+    base: int,
+    n: int = 1,
+    *,
+    epoch: int = 0,
+    partition: int = 0,
     tag: str = "",
 ) -> dict[str, Any]:
     """A JSON batch of ``n`` records whose values name their sequence."""
     return {
-        "topic": topic, "partition": partition, "producerId": pid, "producerEpoch": epoch,
-        "baseSequence": base, "lastSequence": (base + n - 1) % (1 << 31),
+        "topic": topic,
+        "partition": partition,
+        "producerId": pid,
+        "producerEpoch": epoch,
+        "baseSequence": base,
+        "lastSequence": (base + n - 1) % (1 << 31),
         "records": [
-            {"key": b64(f"k{(base + i) % (1 << 31)}"),
-             "value": b64(f"{tag}{pid}:{epoch}:{(base + i) % (1 << 31)}")}
+            {
+                "key": b64(f"k{(base + i) % (1 << 31)}"),
+                "value": b64(f"{tag}{pid}:{epoch}:{(base + i) % (1 << 31)}"),
+            }
             for i in range(n)
         ],
     }
 
 
 def read_all(
-    client: pulsar_client.Client, topic: str, *, expect: int | None = None, timeout: float = 10.0,
+    client: pulsar_client.Client,
+    topic: str,
+    *,
+    expect: int | None = None,
+    timeout: float = 10.0,
 ) -> list[pulsar_client.Message]:
     """Every message on a partition topic, from the earliest, in order."""
     reader = client.create_reader(topic, pulsar_client.MessageId.earliest)

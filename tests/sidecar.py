@@ -31,7 +31,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_ready(url: str, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_ready(
+    url: str, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -65,12 +67,20 @@ class ThreadSidecar:
     def __init__(self, pulsar: Any, **settings: Any) -> None:
         self.port = free_port()
         self.settings = Settings(
-            pulsar_service_url=pulsar.service_url, pulsar_admin_url=pulsar.admin_url,
-            host="127.0.0.1", port=self.port, log_level="WARNING", **settings,
+            pulsar_service_url=pulsar.service_url,
+            pulsar_admin_url=pulsar.admin_url,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="WARNING",
+            **settings,
         )
         self.app = create_app(self.settings)
         config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_config=None, access_log=False,
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_config=None,
+            access_log=False,
             lifespan="on",
         )
         self.server = uvicorn.Server(config)
@@ -100,7 +110,9 @@ class ThreadSidecar:
 class ProcessSidecar:
     """A real `python -m kop_dedup serve` process on a free port."""
 
-    def __init__(self, pulsar: Any, log_dir: Path, port: int | None = None, **settings: Any) -> None:
+    def __init__(
+        self, pulsar: Any, log_dir: Path, port: int | None = None, **settings: Any
+    ) -> None:
         self.pulsar, self.settings = pulsar, settings
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -108,12 +120,19 @@ class ProcessSidecar:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> ProcessSidecar:
-        env = {**os.environ, **sidecar_env(self.pulsar, **self.settings),
-               "KOP_DEDUP_PORT": str(self.port), "KOP_DEDUP_HOST": "127.0.0.1"}
+        env = {
+            **os.environ,
+            **sidecar_env(self.pulsar, **self.settings),
+            "KOP_DEDUP_PORT": str(self.port),
+            "KOP_DEDUP_HOST": "127.0.0.1",
+        }
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "kop_dedup", "serve"], env=env, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                [sys.executable, "-m", "kop_dedup", "serve"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         wait_ready(self.url, timeout, self.proc)
         return self

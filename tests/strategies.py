@@ -21,9 +21,9 @@ counts = st.integers(min_value=1, max_value=1000)
 
 opt_bytes = st.none() | st.binary(max_size=64)
 
-headers = st.lists(
-    st.builds(Header, key=st.text(max_size=16), value=opt_bytes), max_size=4
-).map(tuple)
+headers = st.lists(st.builds(Header, key=st.text(max_size=16), value=opt_bytes), max_size=4).map(
+    tuple
+)
 
 records = st.builds(
     KafkaRecord,

@@ -9,6 +9,7 @@ them (unknown topic, partition out of range).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -33,8 +34,13 @@ class AdminError(Exception):
 
 class PulsarAdmin:
     def __init__(
-        self, admin_url: str, naming: Naming, *, token: str | None = None,
-        verify: bool | str = True, timeout_s: float = 10.0,
+        self,
+        admin_url: str,
+        naming: Naming,
+        *,
+        token: str | None = None,
+        verify: bool | str = True,
+        timeout_s: float = 10.0,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
@@ -51,10 +57,8 @@ class PulsarAdmin:
         resp = await self._http.request(method, path, **kwargs)
         if resp.status_code >= 400:
             reason = resp.text
-            try:
+            with contextlib.suppress(ValueError, AttributeError):
                 reason = resp.json().get("reason", reason)
-            except ValueError:
-                pass
             raise AdminError(resp.status_code, reason)
         return resp
 
@@ -64,7 +68,11 @@ class PulsarAdmin:
         return list((await self._request("GET", "/admin/v2/clusters")).json())
 
     async def ensure_namespace(
-        self, namespace_path: str, *, deduplication: bool, infinite_retention: bool = False,
+        self,
+        namespace_path: str,
+        *,
+        deduplication: bool,
+        infinite_retention: bool = False,
     ) -> None:
         """Create the namespace if missing; turn dedup on when asked."""
         tenant = namespace_path.split("/", 1)[0]
@@ -82,21 +90,18 @@ class PulsarAdmin:
             )
         if infinite_retention:
             await self._request(
-                "POST", f"/admin/v2/namespaces/{namespace_path}/retention",
+                "POST",
+                f"/admin/v2/namespaces/{namespace_path}/retention",
                 json={"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
             )
 
     async def deduplication_enabled(self, namespace_path: str) -> bool:
         """Whether dedup applies on the namespace (its policy, else the broker's default)."""
-        resp = await self._request(
-            "GET", f"/admin/v2/namespaces/{namespace_path}/deduplication"
-        )
+        resp = await self._request("GET", f"/admin/v2/namespaces/{namespace_path}/deduplication")
         value = resp.json() if resp.content else None
         if isinstance(value, bool):
             return value
-        conf = (await self._request(
-            "GET", "/admin/v2/brokers/configuration/runtime"
-        )).json()
+        conf = (await self._request("GET", "/admin/v2/brokers/configuration/runtime")).json()
         return str(conf.get("brokerDeduplicationEnabled", "false")).lower() == "true"
 
     async def topic_deduplication(self, topic: str) -> bool | None:
@@ -167,7 +172,8 @@ class PulsarAdmin:
         path = self._naming.topic(topic).removeprefix("persistent://")
         try:
             resp = await self._request(
-                "GET", f"/admin/v2/persistent/{path}/partitioned-stats",
+                "GET",
+                f"/admin/v2/persistent/{path}/partitioned-stats",
                 params={"perPartition": "true"},
             )
         except AdminError as exc:

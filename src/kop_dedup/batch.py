@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kop_dedup.errors import InvalidRecord
+from kop_dedup.errors import InvalidRecord, MessageTooLarge
 
 __all__ = [
     "NO_PRODUCER_ID",
@@ -107,24 +107,25 @@ def check_shape(
     record; for an idempotent batch, sequences in [0, 2**31), an epoch in
     [0, 32767] and ``lastSequence == baseSequence + count - 1`` modulo 2**31.
     """
-    from kop_dedup.errors import MessageTooLarge  # noqa: PLC0415 - keep the public import list short
-
     n = len(batch.records)
     if n == 0:
         raise InvalidRecord("batch has no records; a batch must carry at least one record")
     if max_records is not None and n > max_records:
         raise MessageTooLarge(f"batch has {n} records; the limit is {max_records}")
-    if max_bytes is not None:
-        size = batch.size
-        if size > max_bytes:
-            raise MessageTooLarge(f"batch payload is {size} bytes; the limit is {max_bytes}")
-    if not batch.idempotent:
-        return
+    if max_bytes is not None and (size := batch.size) > max_bytes:
+        raise MessageTooLarge(f"batch payload is {size} bytes; the limit is {max_bytes}")
+    if batch.idempotent:
+        _check_idempotence_fields(batch)
+
+
+def _check_idempotence_fields(batch: KafkaBatch) -> None:
+    n = len(batch.records)
     if not 0 <= batch.producer_id <= MAX_PRODUCER_ID:
         raise InvalidRecord(f"producerId {batch.producer_id} is out of range (-1 or 0..2^63-1)")
     if not 0 <= batch.producer_epoch <= MAX_EPOCH:
         raise InvalidRecord(f"producerEpoch {batch.producer_epoch} is out of range (0..32767)")
-    for name, value in (("baseSequence", batch.base_sequence), ("lastSequence", batch.last_sequence)):
+    fields = (("baseSequence", batch.base_sequence), ("lastSequence", batch.last_sequence))
+    for name, value in fields:
         if not 0 <= value < SEQ_MODULUS:
             raise InvalidRecord(f"{name} {value} is out of range (0..2147483647)")
     expected = last_sequence_for(batch.base_sequence, n)

@@ -168,9 +168,8 @@ def _all_subclasses(cls: type[KafkaError]) -> list[type[KafkaError]]:
     return out
 
 
-BY_CODE: dict[int, type[KafkaError]] = {
-    c.errno: c for c in [KafkaError, *_all_subclasses(KafkaError)]
-}
+_CLASSES: list[type[KafkaError]] = [KafkaError, *_all_subclasses(KafkaError)]
+BY_CODE: dict[int, type[KafkaError]] = {c.errno: c for c in _CLASSES}
 """Kafka error code -> exception class, derived from the classes above."""
 
 

@@ -44,7 +44,8 @@ def configure(fmt: str = "auto", level: str = "INFO") -> None:
     use_json = fmt == "json" or (fmt == "auto" and not sys.stdout.isatty())
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(
-        JsonFormatter() if use_json
+        JsonFormatter()
+        if use_json
         else ConsoleFormatter("%(asctime)s %(levelname)-5s %(name)s: %(message)s")
     )
     root = logging.getLogger()

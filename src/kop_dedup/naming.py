@@ -33,9 +33,7 @@ def validate_topic(topic: str) -> None:
     if topic in {".", ".."}:
         raise InvalidTopic(f"topic name {topic!r} is not allowed")
     if not _LEGAL.match(topic):
-        raise InvalidTopic(
-            f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]"
-        )
+        raise InvalidTopic(f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]")
     if _PARTITION_SUFFIX in topic:
         raise InvalidTopic(f"topic name {topic!r} contains the reserved '{_PARTITION_SUFFIX}'")
 
@@ -66,7 +64,7 @@ class Naming:
         head = f"{self.producer_prefix}-"
         if not name.startswith(head):
             return None
-        pid, sep, epoch = name[len(head):].rpartition("-")
+        pid, sep, epoch = name[len(head) :].rpartition("-")
         if not sep or not pid.isdigit() or not epoch.isdigit():
             return None
         return int(pid), int(epoch)

@@ -50,10 +50,22 @@ _BATCH_BYTES_LIMIT = 5 << 20  # the client container never splits a batch we acc
 _NEVER_MS = 24 * 3600 * 1000  # the batch timer must never flush half a Kafka batch
 
 _RETRIABLE_CONNECTION = {
-    "Timeout", "ConnectError", "ReadError", "AlreadyClosed", "ProducerNotInitialized",
-    "ServiceUnitNotReady", "NotConnected", "TooManyLookupRequestException",
-    "BrokerMetadataError", "BrokerPersistenceError", "LookupError", "RetryLater",
-    "ResultRetryable", "Disconnected", "ProducerQueueIsFull", "Interrupted",
+    "Timeout",
+    "ConnectError",
+    "ReadError",
+    "AlreadyClosed",
+    "ProducerNotInitialized",
+    "ServiceUnitNotReady",
+    "NotConnected",
+    "TooManyLookupRequestException",
+    "BrokerMetadataError",
+    "BrokerPersistenceError",
+    "LookupError",
+    "RetryLater",
+    "ResultRetryable",
+    "Disconnected",
+    "ProducerQueueIsFull",
+    "Interrupted",
 }
 
 
@@ -75,18 +87,21 @@ def translate(exc_or_result: Any, what: str) -> errors.KafkaError:
     detail = f"{what}: Pulsar answered {name}"
     if isinstance(exc_or_result, Exception) and str(exc_or_result):
         detail = f"{what}: {exc_or_result}"
-    if name in {"Timeout", "TimeoutException"}:
-        return errors.RequestTimedOut(detail)
-    if name in {"ProducerBusy", "ProducerFenced", "ProducerBlockedQuotaExceededError",
-                "ProducerBlockedQuotaExceededException"}:
-        return errors.NotLeaderOrFollower(detail)
-    if name in {"TopicNotFound", "TopicTerminated"}:
-        return errors.UnknownTopicOrPartition(detail)
-    if name in {"MessageTooBig"}:
-        return errors.MessageTooLarge(detail)
-    if name in _RETRIABLE_CONNECTION:
-        return errors.NotLeaderOrFollower(detail)
-    return errors.KafkaStorageError(detail)
+    return _BY_RESULT.get(name, errors.KafkaStorageError)(detail)
+
+
+_BY_RESULT: dict[str, type[errors.KafkaError]] = {
+    "Timeout": errors.RequestTimedOut,
+    "TimeoutException": errors.RequestTimedOut,
+    "ProducerBusy": errors.NotLeaderOrFollower,
+    "ProducerFenced": errors.NotLeaderOrFollower,
+    "ProducerBlockedQuotaExceededError": errors.NotLeaderOrFollower,
+    "ProducerBlockedQuotaExceededException": errors.NotLeaderOrFollower,
+    "TopicNotFound": errors.UnknownTopicOrPartition,
+    "TopicTerminated": errors.UnknownTopicOrPartition,
+    "MessageTooBig": errors.MessageTooLarge,
+    **dict.fromkeys(_RETRIABLE_CONNECTION, errors.NotLeaderOrFollower),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +153,17 @@ class _BatchWaiter:
                 self._error = self._error or result
             else:
                 receipt = BatchReceipt(
-                    msg_id.ledger_id(), msg_id.entry_id(), msg_id.partition(),
+                    msg_id.ledger_id(),
+                    msg_id.entry_id(),
+                    msg_id.partition(),
                     msg_id.batch_index(),
                 )
                 if index == 0:
                     self._first = receipt
-                elif self._first is not None and (
-                    receipt.ledger_id, receipt.entry_id
-                ) != (self._first.ledger_id, self._first.entry_id):
+                elif self._first is not None and (receipt.ledger_id, receipt.entry_id) != (
+                    self._first.ledger_id,
+                    self._first.entry_id,
+                ):
                     self._split = True
             self._count -= 1
             done = self._count == 0
@@ -209,7 +227,11 @@ class PulsarProducer:
                 builder.partition_key(key)
             seq = ((batch.base_sequence + i) % (1 << 31)) if idempotent else None
             for k, v in encode_properties(
-                record, producer_id=pid, epoch=epoch, sequence=seq, partition=partition,
+                record,
+                producer_id=pid,
+                epoch=epoch,
+                sequence=seq,
+                partition=partition,
                 key_encoding=key_encoding,
             ).items():
                 builder.property(k, v)
@@ -250,9 +272,15 @@ class Publisher:
     """Owns the Pulsar client; creates producers configured for one-entry-per-batch."""
 
     def __init__(
-        self, service_url: str, *, send_timeout_ms: int, auth_token: str | None = None,
-        tls_trust_certs_file: str | None = None, tls_allow_insecure: bool = False,
-        tls_validate_hostname: bool = False, operation_timeout_s: int = 30,
+        self,
+        service_url: str,
+        *,
+        send_timeout_ms: int,
+        auth_token: str | None = None,
+        tls_trust_certs_file: str | None = None,
+        tls_allow_insecure: bool = False,
+        tls_validate_hostname: bool = False,
+        operation_timeout_s: int = 30,
     ) -> None:
         kwargs: dict[str, Any] = {
             "operation_timeout_seconds": operation_timeout_s,

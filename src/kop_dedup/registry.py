@@ -57,15 +57,18 @@ class _Mutex:
         while True:
             try:
                 self.producer = await self._client.create_producer(
-                    self._topic, producer_name=self._name, batching_enabled=False,
+                    self._topic,
+                    producer_name=self._name,
+                    batching_enabled=False,
                     send_timeout_millis=30_000,
                 )
-                return self.producer
             except pulsar_async.PulsarException as exc:
                 if exc.error().name != "ProducerBusy" or loop.time() > deadline:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
+            else:
+                return self.producer
 
     async def __aexit__(self, *exc: object) -> None:
         if self.producer is not None:
@@ -222,8 +225,12 @@ class TransactionalIds:
     """transactionalId -> (producer id, epoch); each init bumps the epoch."""
 
     def __init__(
-        self, client: pulsar_async.Client, topic: str, prefix: str,
-        allocator: ProducerIdAllocator, epochs: EpochRegistry,
+        self,
+        client: pulsar_async.Client,
+        topic: str,
+        prefix: str,
+        allocator: ProducerIdAllocator,
+        epochs: EpochRegistry,
     ) -> None:
         self._client, self._topic = client, topic
         self._mutex_name = f"{prefix}-transaction-coordinator"
@@ -246,9 +253,7 @@ class TransactionalIds:
             # fence first: once the epoch is durable, older epochs are refused
             await self._epochs.raise_to(pid, epoch)
             doc = {"producerId": pid, "producerEpoch": epoch}
-            await producer.send(
-                json.dumps(doc).encode(), partition_key=transactional_id
-            )
+            await producer.send(json.dumps(doc).encode(), partition_key=transactional_id)
             self._ids[transactional_id] = (pid, epoch)
             return pid, epoch
 

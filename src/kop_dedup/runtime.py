@@ -38,11 +38,13 @@ class Runtime:
             verify = False
         self.admin = PulsarAdmin(settings.pulsar_admin_url, self.naming, token=token, verify=verify)
         self.publisher = Publisher(
-            settings.pulsar_service_url, send_timeout_ms=settings.send_timeout_ms,
+            settings.pulsar_service_url,
+            send_timeout_ms=settings.send_timeout_ms,
             auth_token=token,
             tls_trust_certs_file=(
                 str(settings.pulsar_tls_trust_certs_file)
-                if settings.pulsar_tls_trust_certs_file else None
+                if settings.pulsar_tls_trust_certs_file
+                else None
             ),
             tls_allow_insecure=settings.pulsar_tls_allow_insecure,
             tls_validate_hostname=settings.pulsar_tls_validate_hostname,
@@ -50,7 +52,9 @@ class Runtime:
         system_ns = f"{settings.tenant}/{settings.system_namespace}"
         self.registry = Registry(self.publisher.client, system_ns, settings.producer_name_prefix)
         self.stats = Stats()
-        self.service = ProduceService(settings, self.publisher, self.admin, self.registry, self.stats)
+        self.service = ProduceService(
+            settings, self.publisher, self.admin, self.registry, self.stats
+        )
 
     async def start(self) -> None:
         s = self.settings

@@ -33,9 +33,14 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
         flush=True,
     )
     uvicorn.run(
-        app, host=settings.host, port=settings.port, log_config=None,
-        timeout_graceful_shutdown=int(graceful_seconds), access_log=False,
-        proxy_headers=False, server_header=False,
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        timeout_graceful_shutdown=int(graceful_seconds),
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
     )
 
 
@@ -53,7 +58,8 @@ def _handler(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "serve", help="run the HTTP sidecar",
+        "serve",
+        help="run the HTTP sidecar",
         description="Run the HTTP sidecar. Settings come from KOP_DEDUP_* env vars; "
         "these flags override them.",
     )

@@ -67,8 +67,17 @@ class BatchResult:
 class Channel:
     """One Pulsar producer name on one partition topic, and what is known of it."""
 
-    __slots__ = ("_changed", "_open_lock", "broken", "key", "last_used", "producer", "starts",
-                 "state", "waiters")
+    __slots__ = (
+        "_changed",
+        "_open_lock",
+        "broken",
+        "key",
+        "last_used",
+        "producer",
+        "starts",
+        "state",
+        "waiters",
+    )
 
     def __init__(self, key: ChannelKey) -> None:
         self.key = key
@@ -90,12 +99,12 @@ class Channel:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait_change(self, timeout: float) -> bool:
-        """Wait until something changes; False on timeout."""
+    async def wait_change(self, within: float) -> bool:
+        """Wait up to ``within`` seconds for something to change; False if nothing did."""
         event = self._changed
         self.waiters += 1
         try:
-            await asyncio.wait_for(event.wait(), max(timeout, 0))
+            await asyncio.wait_for(event.wait(), max(within, 0))
         except TimeoutError:
             return False
         finally:
@@ -109,7 +118,11 @@ class Channel:
 
 class ProduceService:
     def __init__(
-        self, settings: Settings, publisher: Publisher, admin: PulsarAdmin, registry: Registry,
+        self,
+        settings: Settings,
+        publisher: Publisher,
+        admin: PulsarAdmin,
+        registry: Registry,
         stats: Stats,
     ) -> None:
         self.settings = settings
@@ -134,7 +147,8 @@ class ProduceService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         deadline = time.monotonic() + 10
-        while any(not c.idle for c in self.channels.values()) and time.monotonic() < deadline:
+        # many channels, once, at shutdown: a short poll is simpler than an event each
+        while any(not c.idle for c in self.channels.values()) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         await asyncio.gather(*(self._close_channel(c) for c in list(self.channels.values())))
 
@@ -175,19 +189,26 @@ class ProduceService:
             )
         except (OSError, ConnectionError) as exc:  # admin API unreachable
             result = BatchResult(
-                batch.topic, batch.partition,
-                errors.NotLeaderOrFollower(f"Pulsar admin unreachable: {exc}"), None,
+                batch.topic,
+                batch.partition,
+                errors.NotLeaderOrFollower(f"Pulsar admin unreachable: {exc}"),
+                None,
             )
         elapsed = time.monotonic() - started
         self.stats.record(
             batch.topic, batch.producer_id, result.error_code, len(batch.records), elapsed
         )
         log.info(
-            "produce", extra={
-                "topic": batch.topic, "partition": batch.partition,
-                "producer_id": batch.producer_id, "epoch": batch.producer_epoch,
-                "base_sequence": batch.base_sequence, "records": len(batch.records),
-                "result": result.error_name, "latency_ms": round(elapsed * 1000, 2),
+            "produce",
+            extra={
+                "topic": batch.topic,
+                "partition": batch.partition,
+                "producer_id": batch.producer_id,
+                "epoch": batch.producer_epoch,
+                "base_sequence": batch.base_sequence,
+                "records": len(batch.records),
+                "result": result.error_name,
+                "latency_ms": round(elapsed * 1000, 2),
             },
         )
         return result
@@ -197,12 +218,14 @@ class ProduceService:
             raise errors.NotLeaderOrFollower("the sidecar is shutting down; retry elsewhere")
         validate_topic(batch.topic)
         check_shape(
-            batch, max_records=self.settings.max_batch_records,
+            batch,
+            max_records=self.settings.max_batch_records,
             max_bytes=self.settings.max_batch_bytes,
         )
         count = await self.admin.partitions(
             batch.topic,
-            create_with=self.settings.default_partitions if self.settings.auto_create_topics
+            create_with=self.settings.default_partitions
+            if self.settings.auto_create_topics
             else None,
         )
         if not 0 <= batch.partition < count:
@@ -215,7 +238,7 @@ class ProduceService:
         return await self._produce_idempotent(ptopic, batch, deadline)
 
     async def _produce_plain(self, ptopic: str, batch: KafkaBatch, deadline: float) -> str | None:
-        channel = await self._channel((ptopic, -1, -1), None, deadline)
+        channel = await self._channel((ptopic, -1, -1), deadline)
         assert channel.producer is not None
         fut = channel.producer.send_batch(batch, 0)
         receipt = await self._await_receipt(channel, fut, deadline, None)
@@ -244,8 +267,7 @@ class ProduceService:
     ) -> str | None:
         await self._check_epoch(batch)
         key = (ptopic, batch.producer_id, batch.producer_epoch)
-        name = self.naming.producer_name(batch.producer_id, batch.producer_epoch)
-        channel = await self._channel(key, name, deadline)
+        channel = await self._channel(key, deadline)
         self._retire_older_epochs(ptopic, batch)
         if not channel.state.has_state and batch.base_sequence != 0:
             older = self._latest_epoch.get((ptopic, batch.producer_id))
@@ -279,8 +301,9 @@ class ProduceService:
                 window_over = time.monotonic() >= gap_deadline
                 verdict = fresh_start(batch.base_sequence, window_over, channel.starts)
             if verdict is Verdict.SEND or verdict is Verdict.RESEND_FOR_VERDICT:
-                return await self._send(channel, batch, first, last, deadline,
-                                        resend=verdict is Verdict.RESEND_FOR_VERDICT)
+                return await self._send(
+                    channel, batch, last, deadline, resend=verdict is Verdict.RESEND_FOR_VERDICT
+                )
             if verdict is Verdict.OUT_OF_ORDER:
                 raise errors.OutOfOrderSequenceNumber(
                     f"batch {batch.base_sequence}..{batch.last_sequence} overlaps the stored "
@@ -303,8 +326,13 @@ class ProduceService:
                 )
 
     async def _send(
-        self, channel: Channel, batch: KafkaBatch, first: int, last: int, deadline: float,
-        *, resend: bool,
+        self,
+        channel: Channel,
+        batch: KafkaBatch,
+        last: int,
+        deadline: float,
+        *,
+        resend: bool,
     ) -> str | None:
         producer = channel.producer
         assert producer is not None
@@ -326,7 +354,10 @@ class ProduceService:
         return None if extended is None else extended % (1 << 31)
 
     async def _await_receipt(
-        self, channel: Channel, fut: asyncio.Future[BatchReceipt], deadline: float,
+        self,
+        channel: Channel,
+        fut: asyncio.Future[BatchReceipt],
+        deadline: float,
         last: int | None,
     ) -> BatchReceipt:
         """Await the broker's answer; state is updated when it comes, even after we gave up."""
@@ -371,7 +402,7 @@ class ProduceService:
             await self._open(channel, deadline)
             channel.notify()
 
-    async def _channel(self, key: ChannelKey, name: str | None, deadline: float) -> Channel:
+    async def _channel(self, key: ChannelKey, deadline: float) -> Channel:
         channel = self.channels.get(key)
         if channel is None:
             channel = self.channels[key] = Channel(key)
@@ -405,17 +436,16 @@ class ProduceService:
                 self._latest_epoch[key] = max(self._latest_epoch.get(key, -1), channel.key[2])
 
     def _retire_older_epochs(self, ptopic: str, batch: KafkaBatch) -> None:
+        pid, epoch = batch.producer_id, batch.producer_epoch
         for key, channel in list(self.channels.items()):
-            if key[0] == ptopic and key[1] == batch.producer_id and key[2] < batch.producer_epoch:
-                if channel.idle:
-                    asyncio.create_task(self._close_channel(channel))  # noqa: RUF006
+            older = key[0] == ptopic and key[1] == pid and key[2] < epoch
+            if older and channel.idle:
+                asyncio.create_task(self._close_channel(channel))  # noqa: RUF006
 
     def _evict_if_full(self) -> None:
         limit = self.settings.max_open_producers
         if len(self.channels) <= limit:
             return
-        idle = sorted(
-            (c for c in self.channels.values() if c.idle), key=lambda c: c.last_used
-        )
+        idle = sorted((c for c in self.channels.values() if c.idle), key=lambda c: c.last_used)
         for channel in idle[: len(self.channels) - limit]:
             asyncio.create_task(self._close_channel(channel))  # noqa: RUF006

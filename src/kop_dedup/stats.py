@@ -33,8 +33,16 @@ class Counters:
 def outcome_for(error_code: int) -> str:
     """Which counter a Kafka error code falls in."""
     return {
-        0: "accepted", 46: "duplicate", 45: "out_of_order", 47: "fenced", 90: "fenced",
-        87: "invalid", 10: "invalid", 17: "invalid", 3: "invalid", 42: "invalid",
+        0: "accepted",
+        46: "duplicate",
+        45: "out_of_order",
+        47: "fenced",
+        90: "fenced",
+        87: "invalid",
+        10: "invalid",
+        17: "invalid",
+        3: "invalid",
+        42: "invalid",
     }.get(error_code, "failed")
 
 

@@ -81,8 +81,10 @@ def decode_key(partition_key: str | None, encoding: str | None) -> bytes | None:
 
 def _encode_headers(headers: tuple[Header, ...]) -> str:
     return json.dumps(
-        [[h.key, None if h.value is None else base64.b64encode(h.value).decode("ascii")]
-         for h in headers],
+        [
+            [h.key, None if h.value is None else base64.b64encode(h.value).decode("ascii")]
+            for h in headers
+        ],
         separators=(",", ":"),
     )
 
@@ -102,7 +104,12 @@ def decode_headers(raw: str | None) -> tuple[Header, ...]:
 
 
 def encode_properties(
-    record: KafkaRecord, *, producer_id: int, epoch: int, sequence: int | None, partition: int,
+    record: KafkaRecord,
+    *,
+    producer_id: int,
+    epoch: int,
+    sequence: int | None,
+    partition: int,
     key_encoding: str | None,
 ) -> dict[str, str]:
     """The Pulsar properties for one record (see the module table)."""
@@ -136,7 +143,10 @@ class DecodedRecord:
 
     @classmethod
     def from_message(
-        cls, payload: bytes, partition_key: str | None, properties: dict[str, str],
+        cls,
+        payload: bytes,
+        partition_key: str | None,
+        properties: dict[str, str],
         event_timestamp: int | None = None,
     ) -> DecodedRecord:
         ts_raw = properties.get(PROP_TIMESTAMP)

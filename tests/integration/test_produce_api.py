@@ -21,7 +21,9 @@ pytestmark = pytest.mark.integration
 NS = "persistent://public/kafka"
 
 
-def produce(api: httpx.Client, *batches: dict[str, Any], timeout_ms: int | None = None) -> list[dict[str, Any]]:
+def produce(
+    api: httpx.Client, *batches: dict[str, Any], timeout_ms: int | None = None
+) -> list[dict[str, Any]]:
     body: dict[str, Any] = {"batches": list(batches)}
     if timeout_ms is not None:
         body["timeoutMs"] = timeout_ms
@@ -47,7 +49,9 @@ def test_retried_batch_is_duplicate_and_stored_once(api, pulsar_reader_client):
     assert [m.properties()[PROP_SEQUENCE] for m in msgs] == ["0", "1", "2"]
 
 
-def test_five_shuffled_pipelined_batches_over_separate_connections(sidecar, api, pulsar_reader_client):
+def test_five_shuffled_pipelined_batches_over_separate_connections(
+    sidecar, api, pulsar_reader_client
+):
     topic, pid = uniq(), new_pid(api)
     batches = [batch(topic, pid, i * 4, 4) for i in range(5)]
     order = [3, 1, 4, 0, 2]
@@ -149,7 +153,9 @@ def test_two_sidecars_never_hand_out_the_same_producer_id(pulsar, sidecar):
     assert len(set(pids)) == len(pids)
 
 
-def test_sequence_wraparound_is_in_order_and_retry_before_wrap_is_duplicate(api, pulsar_reader_client):
+def test_sequence_wraparound_is_in_order_and_retry_before_wrap_is_duplicate(
+    api, pulsar_reader_client
+):
     topic, pid = uniq(), new_pid(api)
     top = (1 << 31) - 1
     assert codes(produce(api, batch(topic, pid, top - 1, 2))) == [0]  # ..2147483647
@@ -164,13 +170,24 @@ def test_records_reach_pulsar_losslessly(api, pulsar_reader_client):
     topic, pid = uniq(), new_pid(api)
     raw_key = bytes([0xFF, 0x00, 0x10])
     records = [
-        {"key": b64("user-1"), "value": b64("hello"), "timestamp": 1_700_000_000_123,
-         "headers": [{"key": "h", "value": b64(b"\x00\x01")}, {"key": "h", "value": None}]},
+        {
+            "key": b64("user-1"),
+            "value": b64("hello"),
+            "timestamp": 1_700_000_000_123,
+            "headers": [{"key": "h", "value": b64(b"\x00\x01")}, {"key": "h", "value": None}],
+        },
         {"key": base64.b64encode(raw_key).decode(), "value": None},
         {"key": None, "value": b64(b"")},
     ]
-    body = {"topic": topic, "partition": 0, "producerId": pid, "producerEpoch": 0,
-            "baseSequence": 0, "lastSequence": 2, "records": records}
+    body = {
+        "topic": topic,
+        "partition": 0,
+        "producerId": pid,
+        "producerEpoch": 0,
+        "baseSequence": 0,
+        "lastSequence": 2,
+        "records": records,
+    }
     assert codes(produce(api, body)) == [0]
     m0, m1, m2 = read_all(pulsar_reader_client, f"{NS}/{topic}-partition-0", expect=3)
     assert m0.partition_key() == "user-1"
@@ -210,9 +227,10 @@ def test_per_batch_errors_do_not_disturb_other_batches(api, pulsar_reader_client
 
 
 def test_unknown_topic_without_auto_creation_is_unknown_topic(pulsar):
-    with ThreadSidecar(pulsar, auto_create_topics=False) as sc, httpx.Client(
-        base_url=sc.url, timeout=30
-    ) as api:
+    with (
+        ThreadSidecar(pulsar, auto_create_topics=False) as sc,
+        httpx.Client(base_url=sc.url, timeout=30) as api,
+    ):
         results = produce(api, batch(uniq(), new_pid(api), 0, 1))
     assert codes(results) == [3]
 
@@ -245,9 +263,10 @@ def test_stats_and_metrics_count_outcomes(api):
 
 
 def test_idle_producers_are_closed_and_state_comes_back_from_the_broker(pulsar):
-    with ThreadSidecar(pulsar, producer_idle_seconds=0.5) as sc, httpx.Client(
-        base_url=sc.url, timeout=30
-    ) as api:
+    with (
+        ThreadSidecar(pulsar, producer_idle_seconds=0.5) as sc,
+        httpx.Client(base_url=sc.url, timeout=30) as api,
+    ):
         topic = uniq()
         pids = [new_pid(api) for _ in range(3)]
         for pid in pids:
@@ -266,9 +285,10 @@ def test_idle_producers_are_closed_and_state_comes_back_from_the_broker(pulsar):
 def test_auth_tokens_guard_produce_but_not_health(pulsar, tmp_path):
     token_file = tmp_path / "tokens"
     token_file.write_text("# one per line\ns3cret-token\n")
-    with ThreadSidecar(pulsar, auth_tokens_file=token_file) as sc, httpx.Client(
-        base_url=sc.url, timeout=30
-    ) as api:
+    with (
+        ThreadSidecar(pulsar, auth_tokens_file=token_file) as sc,
+        httpx.Client(base_url=sc.url, timeout=30) as api,
+    ):
         assert api.get("/healthz").status_code == 200
         assert api.post("/v1/init-producer-id", json={}).status_code == 401
         wrong = {"Authorization": "Bearer nope"}

@@ -9,10 +9,22 @@ from kop_dedup.stats import Stats, outcome_for
 
 
 def batch_json(**over):
-    doc = {"topic": "t", "partition": 0, "producerId": 1, "producerEpoch": 0,
-           "baseSequence": 0, "lastSequence": 0,
-           "records": [{"key": "aw==", "value": "dg==", "headers": [{"key": "h", "value": None}],
-                        "timestamp": 5}]}
+    doc = {
+        "topic": "t",
+        "partition": 0,
+        "producerId": 1,
+        "producerEpoch": 0,
+        "baseSequence": 0,
+        "lastSequence": 0,
+        "records": [
+            {
+                "key": "aw==",
+                "value": "dg==",
+                "headers": [{"key": "h", "value": None}],
+                "timestamp": 5,
+            }
+        ],
+    }
     doc.update(over)
     return doc
 
@@ -29,8 +41,15 @@ def test_non_base64_payload_is_invalid_record():
         to_batch(BatchIn.model_validate(batch_json(records=[{"value": "!!notb64"}])))
 
 
-@pytest.mark.parametrize("field, value", [("producerId", 1 << 63), ("partition", 1 << 31),
-                                          ("producerEpoch", 1 << 15), ("baseSequence", "x")])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("producerId", 1 << 63),
+        ("partition", 1 << 31),
+        ("producerEpoch", 1 << 15),
+        ("baseSequence", "x"),
+    ],
+)
 def test_overflowing_or_mistyped_fields_fail_validation(field, value):
     with pytest.raises(ValidationError):
         BatchIn.model_validate(batch_json(**{field: value}))

@@ -57,11 +57,16 @@ def test_record_round_trips_through_message_layout(record, seq):
     decoded = DecodedRecord.from_message(record.value or b"", key, props)
     assert decoded.record == record
     assert (decoded.producer_id, decoded.epoch, decoded.sequence, decoded.partition) == (
-        9, 2, seq, 1)
+        9,
+        2,
+        seq,
+        1,
+    )
 
 
 def test_headers_keep_order_duplicates_and_nulls():
     rec = KafkaRecord(b"k", b"v", (Header("a", b"1"), Header("a", None), Header("b", b"")))
-    props = encode_properties(rec, producer_id=1, epoch=0, sequence=0, partition=0,
-                              key_encoding=None)
+    props = encode_properties(
+        rec, producer_id=1, epoch=0, sequence=0, partition=0, key_encoding=None
+    )
     assert DecodedRecord.from_message(b"v", "k", props).record.headers == rec.headers

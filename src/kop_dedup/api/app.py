@@ -57,9 +57,11 @@ class BodyLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = JSONResponse(
-            {"error": "REQUEST_TOO_LARGE",
-             "errorMessage": f"request body exceeds {self.limit} bytes "
-                             "(KOP_DEDUP_MAX_REQUEST_BYTES); send fewer or smaller batches"},
+            {
+                "error": "REQUEST_TOO_LARGE",
+                "errorMessage": f"request body exceeds {self.limit} bytes "
+                "(KOP_DEDUP_MAX_REQUEST_BYTES); send fewer or smaller batches",
+            },
             status_code=413,
         )
         await response(scope, receive, send)
@@ -102,10 +104,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()
         ]
         return JSONResponse(
-            {"error": "INVALID_REQUEST", "errorCode": 42,
-             "errorMessage": "; ".join(problems[:20]) or "invalid request body",
-             "detail": [{"loc": e.get("loc"), "msg": e.get("msg"), "type": e.get("type")}
-                        for e in exc.errors()[:50]]},
+            {
+                "error": "INVALID_REQUEST",
+                "errorCode": 42,
+                "errorMessage": "; ".join(problems[:20]) or "invalid request body",
+                "detail": [
+                    {"loc": e.get("loc"), "msg": e.get("msg"), "type": e.get("type")}
+                    for e in exc.errors()[:50]
+                ],
+            },
             status_code=422,
         )
 

@@ -28,12 +28,14 @@ def require_token(request: Request) -> None:
     scheme, _, presented = header.partition(" ")
     if scheme.lower() != "bearer" or not presented:
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "missing bearer token",
+            status.HTTP_401_UNAUTHORIZED,
+            "missing bearer token",
             headers={"WWW-Authenticate": "Bearer"},
         )
     if not any(hmac.compare_digest(presented.encode(), t.encode()) for t in tokens):
         raise HTTPException(
-            status.HTTP_403_FORBIDDEN, "bearer token not accepted",
+            status.HTTP_403_FORBIDDEN,
+            "bearer token not accepted",
             headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
         )
 

@@ -18,8 +18,15 @@ from kop_dedup.batch import Header, KafkaBatch, KafkaRecord
 from kop_dedup.errors import InvalidRecord
 
 __all__ = [
-    "BatchIn", "BatchOut", "HeaderIn", "InitProducerIdIn", "InitProducerIdOut",
-    "ProduceIn", "ProduceOut", "RecordIn", "to_batch",
+    "BatchIn",
+    "BatchOut",
+    "HeaderIn",
+    "InitProducerIdIn",
+    "InitProducerIdOut",
+    "ProduceIn",
+    "ProduceOut",
+    "RecordIn",
+    "to_batch",
 ]
 
 Int64 = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
@@ -111,7 +118,11 @@ def to_batch(b: BatchIn) -> KafkaBatch:
         for i, r in enumerate(b.records)
     )
     return KafkaBatch(
-        topic=b.topic, partition=b.partition, producer_id=b.producerId,
-        producer_epoch=b.producerEpoch, base_sequence=b.baseSequence,
-        last_sequence=b.lastSequence, records=records,
+        topic=b.topic,
+        partition=b.partition,
+        producer_id=b.producerId,
+        producer_epoch=b.producerEpoch,
+        base_sequence=b.baseSequence,
+        last_sequence=b.lastSequence,
+        records=records,
     )

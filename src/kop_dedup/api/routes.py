@@ -29,8 +29,11 @@ MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms defau
 
 def _out(result: BatchResult) -> BatchOut:
     return BatchOut(
-        topic=result.topic, partition=result.partition, errorCode=result.error_code,
-        error=result.error_name, messageId=result.message_id,
+        topic=result.topic,
+        partition=result.partition,
+        errorCode=result.error_code,
+        error=result.error_name,
+        messageId=result.message_id,
         errorMessage=None if result.error is None else result.error.message,
     )
 
@@ -46,12 +49,11 @@ async def produce(body: ProduceIn, runtime: RuntimeDep) -> ProduceOut:
     s = runtime.settings
     if len(body.batches) > s.max_batches_per_request:
         err = errors.InvalidRequest(
-            f"{len(body.batches)} batches in one request; the limit is "
-            f"{s.max_batches_per_request}"
+            f"{len(body.batches)} batches in one request; the limit is {s.max_batches_per_request}"
         )
-        return ProduceOut(results=[
-            _out(BatchResult(b.topic, b.partition, err)) for b in body.batches
-        ])
+        return ProduceOut(
+            results=[_out(BatchResult(b.topic, b.partition, err)) for b in body.batches]
+        )
     timeout_ms = min(body.timeoutMs or s.default_timeout_ms, s.max_timeout_ms)
     deadline = time.monotonic() + timeout_ms / 1000
     service = runtime.service
@@ -72,11 +74,18 @@ async def produce(body: ProduceIn, runtime: RuntimeDep) -> ProduceOut:
 async def init_producer_id(body: InitProducerIdIn, runtime: RuntimeDep) -> InitProducerIdOut:
     """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1."""
     timeout = body.transactionTimeoutMs
+    if timeout is not None and not 0 < timeout <= MAX_TRANSACTION_TIMEOUT_MS:
+        bad = errors.InvalidTransactionTimeout(
+            f"transactionTimeoutMs must be in 1..{MAX_TRANSACTION_TIMEOUT_MS}, got {timeout}"
+        )
+        return InitProducerIdOut(
+            errorCode=bad.errno,
+            error=bad.name,
+            producerId=-1,
+            producerEpoch=-1,
+            errorMessage=bad.message,
+        )
     try:
-        if timeout is not None and not 0 < timeout <= MAX_TRANSACTION_TIMEOUT_MS:
-            raise errors.InvalidTransactionTimeout(
-                f"transactionTimeoutMs must be in 1..{MAX_TRANSACTION_TIMEOUT_MS}, got {timeout}"
-            )
         registry = runtime.registry
         if body.transactionalId is None:
             pid, epoch = await registry.allocator.allocate(), 0
@@ -84,13 +93,19 @@ async def init_producer_id(body: InitProducerIdIn, runtime: RuntimeDep) -> InitP
             pid, epoch = await registry.transactional.init(body.transactionalId)
     except errors.KafkaError as exc:
         return InitProducerIdOut(
-            errorCode=exc.errno, error=exc.name, producerId=-1, producerEpoch=-1,
+            errorCode=exc.errno,
+            error=exc.name,
+            producerId=-1,
+            producerEpoch=-1,
             errorMessage=exc.message,
         )
     except Exception as exc:  # Pulsar trouble: retriable, with the reason
         err = errors.NotEnoughReplicas(f"the producer-id registry in Pulsar failed: {exc}")
         return InitProducerIdOut(
-            errorCode=err.errno, error=err.name, producerId=-1, producerEpoch=-1,
+            errorCode=err.errno,
+            error=err.name,
+            producerId=-1,
+            producerEpoch=-1,
             errorMessage=err.message,
         )
     return InitProducerIdOut(errorCode=0, error="NONE", producerId=pid, producerEpoch=epoch)
@@ -136,17 +151,22 @@ async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
     epoch = runtime.registry.epochs.highest(producer_id)
     if counters is None and epoch is None:
         return JSONResponse({"error": f"no data for producer {producer_id}"}, status_code=404)
-    return JSONResponse({
-        "producerId": producer_id, "highestEpoch": epoch,
-        "sidecar": counters.to_dict() if counters else None,
-    })
+    return JSONResponse(
+        {
+            "producerId": producer_id,
+            "highestEpoch": epoch,
+            "sidecar": counters.to_dict() if counters else None,
+        }
+    )
 
 
 @router.get("/metrics", dependencies=[Authorized], tags=["stats"])
 async def metrics(runtime: RuntimeDep) -> PlainTextResponse:
     """Prometheus text exposition."""
-    gauges = {"open_producers": float(runtime.service.open_producers()),
-              "channels": float(len(runtime.service.channels))}
+    gauges = {
+        "open_producers": float(runtime.service.open_producers()),
+        "channels": float(len(runtime.service.channels)),
+    }
     return PlainTextResponse(
         runtime.stats.prometheus(gauges), media_type="text/plain; version=0.0.4"
     )
@@ -162,5 +182,6 @@ async def healthz() -> dict[str, str]:
 async def readyz(runtime: RuntimeDep) -> JSONResponse:
     """Readiness: the Pulsar broker answers and deduplication is on."""
     ok, reason = await runtime.ready()
-    return JSONResponse({"status": "ok" if ok else "unavailable", "reason": reason},
-                        status_code=200 if ok else 503)
+    return JSONResponse(
+        {"status": "ok" if ok else "unavailable", "reason": reason}, status_code=200 if ok else 503
+    )
