@@ -1,0 +1,160 @@
+"""Session fixtures: one real Pulsar broker per test session, started lazily.
+
+Where the broker comes from, in order:
+1. ``PULSAR_SERVICE_URL`` and ``PULSAR_ADMIN_URL`` when both are set (not controllable);
+2. a testcontainers Pulsar container when a Docker daemon answers;
+3. the project's own launcher (``kop_dedup.launcher.LocalPulsar``) on free ports
+   with a fresh data dir, stopped and wiped when the session ends.
+
+Tests that need the broker carry the ``integration`` marker; the unit tests
+never start one. ``KOP_DEDUP_SKIP_INTEGRATION=1`` skips the integration tests.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    deadline=None,
+    max_examples=200,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, max_examples=50)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("KOP_DEDUP_SKIP_INTEGRATION") == "1":
+        skip = pytest.mark.skip(reason="KOP_DEDUP_SKIP_INTEGRATION=1")
+        for item in items:
+            if "integration" in item.keywords:
+                item.add_marker(skip)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _docker_answers() -> bool:
+    sock_path = "/var/run/docker.sock"
+    host = os.environ.get("DOCKER_HOST", "")
+    if host.startswith("unix://"):
+        sock_path = host.removeprefix("unix://")
+    elif host:
+        return False  # remote daemons are the user's business; we only probe the local one
+    if not os.path.exists(sock_path):
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(1.0)
+            s.connect(sock_path)
+            s.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+            return b"OK" in s.recv(1024)
+    except OSError:
+        return False
+
+
+@dataclass
+class Broker:
+    """What tests see of the session's broker."""
+
+    service_url: str
+    admin_url: str
+    controllable: bool
+    _local: Any = None
+
+    def _need_local(self) -> Any:
+        if self._local is None:
+            pytest.skip("this broker is not controllable (external or container)")
+        return self._local
+
+    def kill(self) -> None:
+        self._need_local().kill()
+
+    def start(self) -> None:
+        self._need_local().start()
+
+    def restart(self) -> None:
+        self._need_local().restart()
+
+    def pause(self) -> None:
+        self._need_local().pause()
+
+    def resume(self) -> None:
+        self._need_local().resume()
+
+
+@pytest.fixture(scope="session")
+def pulsar() -> Iterator[Broker]:
+    service, admin = os.environ.get("PULSAR_SERVICE_URL"), os.environ.get("PULSAR_ADMIN_URL")
+    if service and admin:
+        yield Broker(service, admin, controllable=False)
+        return
+    if _docker_answers():
+        from testcontainers.core.container import DockerContainer  # noqa: PLC0415
+        from testcontainers.core.waiting_utils import wait_for_logs  # noqa: PLC0415
+
+        container = (
+            DockerContainer("apachepulsar/pulsar:4.0.8")
+            .with_exposed_ports(6650, 8080)
+            .with_env("PULSAR_PREFIX_brokerDeduplicationEnabled", "true")
+            .with_env("PULSAR_PREFIX_transactionCoordinatorEnabled", "true")
+            .with_command(
+                "sh -c 'bin/apply-config-from-env.py conf/standalone.conf && "
+                "bin/pulsar standalone -nfw -nss'"
+            )
+        )
+        with container:
+            wait_for_logs(container, "messaging service is ready", timeout=180)
+            host = container.get_container_host_ip()
+            yield Broker(
+                f"pulsar://{host}:{container.get_exposed_port(6650)}",
+                f"http://{host}:{container.get_exposed_port(8080)}",
+                controllable=False,
+            )
+        return
+    from kop_dedup.launcher import LocalPulsar  # noqa: PLC0415
+
+    data_dir = Path(tempfile.mkdtemp(prefix="kop-dedup-pulsar-"))
+    local = LocalPulsar(broker_port=_free_port(), web_port=_free_port(), data_dir=data_dir)
+
+    def cleanup() -> None:
+        local.stop(timeout=30)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    atexit.register(cleanup)  # a session that dies mid-way still stops its broker
+    local.start()
+    try:
+        yield Broker(local.service_url, local.admin_url, controllable=True, _local=local)
+    finally:
+        cleanup()
+        atexit.unregister(cleanup)
+
+
+@pytest.fixture
+def pulsar_control(pulsar: Broker) -> Broker:
+    """The session broker, for tests that kill, pause or restart it (skips otherwise)."""
+    if not pulsar.controllable:
+        pytest.skip("needs the local launcher's broker (not external or container)")
+    return pulsar
+
+
+@pytest.fixture
+def unique_topic() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import tarfile
+
+from kop_dedup.launcher import LocalPulsar
+
+
+def fake_distribution(tmp_path, conf: str) -> LocalPulsar:
+    broker = LocalPulsar(broker_port=16001, web_port=18001, cache=tmp_path / "cache")
+    (broker.home / "conf").mkdir(parents=True)
+    (broker.home / "conf" / "standalone.conf").write_text(conf)
+    (broker.home / ".unpacked").write_text("test")
+    return broker
+
+
+def test_config_overrides_ports_dedup_and_loopback(tmp_path):
+    broker = fake_distribution(
+        tmp_path,
+        "# comment\nbrokerServicePort=6650\nwebServicePort=8080\n"
+        "brokerDeduplicationEnabled=false\n#bindAddress=0.0.0.0\nbindAddress=0.0.0.0\n",
+    )
+    conf = dict(
+        line.split("=", 1)
+        for line in broker.write_config().read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    assert conf["brokerServicePort"] == "16001"
+    assert conf["webServicePort"] == "18001"
+    assert conf["brokerDeduplicationEnabled"] == "true"
+    assert conf["transactionCoordinatorEnabled"] == "true"
+    assert conf["bindAddress"] == "127.0.0.1"
+    assert conf["defaultRetentionTimeInMinutes"] == "-1"
+
+
+def test_data_dir_defaults_per_web_port_under_the_cache(tmp_path):
+    a = LocalPulsar(web_port=18001, cache=tmp_path)
+    b = LocalPulsar(web_port=18002, cache=tmp_path)
+    assert a.data != b.data
+    assert a.data.is_relative_to(tmp_path)
+    assert a.service_url == "pulsar://127.0.0.1:6650"
+
+
+def test_distribution_is_unpacked_once_from_the_maven_cache(tmp_path, monkeypatch):
+    src = tmp_path / "src" / "apache-pulsar-9.9.9" / "conf"
+    src.mkdir(parents=True)
+    (src / "standalone.conf").write_text("x=1\n")
+    m2 = tmp_path / "m2"
+    tgz = m2 / "org/apache/pulsar/pulsar-server-distribution/9.9.9"
+    tgz.mkdir(parents=True)
+    with tarfile.open(tgz / "pulsar-server-distribution-9.9.9-bin.tar.gz", "w:gz") as tar:
+        tar.add(src.parent, arcname="apache-pulsar-9.9.9")
+    monkeypatch.setenv("MAVEN_REPO", str(m2))
+    broker = LocalPulsar(version="9.9.9", cache=tmp_path / "cache")
+    home = broker.ensure_distribution()
+    assert (home / "conf" / "standalone.conf").read_text() == "x=1\n"
+    (home / "conf" / "standalone.conf").write_text("changed\n")
+    broker.ensure_distribution()  # second call reuses, does not unpack again
+    assert (home / "conf" / "standalone.conf").read_text() == "changed\n"
