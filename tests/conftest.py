@@ -58,7 +58,7 @@ def _docker_answers() -> bool:
         sock_path = host.removeprefix("unix://")
     elif host:
         return False  # remote daemons are the user's business; we only probe the local one
-    if not os.path.exists(sock_path):
+    if not Path(sock_path).exists():
         return False
     try:
         with socket.socket(socket.AF_UNIX) as s:
