@@ -9,7 +9,10 @@ Kafka                   Pulsar message
 value                   payload (``b""`` plus ``kafka.value.null=true`` for null)
 key                     partition key: the UTF-8 text, or base64 of the bytes
                         with ``kafka.key.encoding=base64``; an empty key has
-                        ``kafka.key.encoding=empty``; a null key has none
+                        ``kafka.key.encoding=empty``, a null key
+                        ``kafka.key.encoding=null`` (explicit: the Spark
+                        connector's client repeats the previous record's key
+                        for a keyless record inside a batch entry)
 headers                 ``kafka.headers``: JSON ``[[key, base64|null], ...]``
 timestamp               ``kafka.timestamp`` (ms) and the event time when > 0
 producer id / epoch     ``kafka.producer.id`` / ``kafka.producer.epoch``
@@ -59,7 +62,7 @@ PROP_VALUE_NULL = "kafka.value.null"
 def encode_key(key: bytes | None) -> tuple[str | None, str | None]:
     """(partition key, kafka.key.encoding) for a Kafka key."""
     if key is None:
-        return None, None
+        return None, "null"
     if key == b"":
         return None, "empty"
     try:
@@ -72,7 +75,7 @@ def decode_key(partition_key: str | None, encoding: str | None) -> bytes | None:
     """Inverse of :func:`encode_key`."""
     if encoding == "empty":
         return b""
-    if not partition_key:
+    if encoding == "null" or not partition_key:
         return None
     if encoding == "base64":
         return base64.b64decode(partition_key)

@@ -1,0 +1,274 @@
+"""The audit: read topics through the Pulsar Spark connector, prove exactly-once.
+
+>>> spark = spark_session()
+>>> report = audit(spark, ["orders"], service_url="pulsar://127.0.0.1:6650",
+...                admin_url="http://127.0.0.1:8080")
+>>> report.ok, report.records, report.duplicates, report.missing
+
+Each Pulsar message becomes a Kafka record again (see kop_dedup.wire) with its
+idempotence key (topic, partition, producer id, epoch, sequence). A key read
+more than once is a duplicate; a sequence missing between the lowest and the
+highest read for one (topic, partition, producer id, epoch) is a gap. Batches
+without a producer id (-1) are counted but carry no sequence to check.
+Sequences that wrap from 2147483647 to 0 within one producer epoch are
+unwrapped before gaps are counted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kop_dedup.wire import (
+    PROP_EPOCH,
+    PROP_HEADERS,
+    PROP_KEY_ENCODING,
+    PROP_PARTITION,
+    PROP_PRODUCER_ID,
+    PROP_SEQUENCE,
+    PROP_TIMESTAMP,
+    PROP_VALUE_NULL,
+)
+
+__all__ = ["AuditReport", "audit", "check", "kafka_records", "read_topics"]
+
+KEY = ["topic", "partition", "producer_id", "epoch", "sequence"]
+GROUP = ["topic", "partition", "producer_id", "epoch"]
+_WRAP = 1 << 31
+_QUARTER = 1 << 29
+_EXAMPLES = 10
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    records: int
+    distinct: int
+    duplicates: int
+    """Extra copies: records read minus distinct idempotence keys (idempotent records only)."""
+    missing: int
+    """Sequences absent inside the range read, summed over producer epochs and partitions."""
+    non_idempotent: int
+    per_topic: dict[str, int]
+    producers: int
+    duplicate_examples: list[dict[str, Any]] = field(default_factory=list)
+    gap_examples: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.duplicates == 0 and self.missing == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+    def render(self) -> str:
+        rate = self.records / self.seconds if self.seconds else 0.0
+        lines = [
+            f"audit: {'OK' if self.ok else 'FAILED'}",
+            f"  records read        {self.records}  ({rate:,.0f} records/s over {self.seconds:.1f}s)",
+            f"  distinct (topic, partition, producer, epoch, sequence)  {self.distinct}",
+            f"  duplicates          {self.duplicates}",
+            f"  missing sequences   {self.missing}",
+            f"  non-idempotent      {self.non_idempotent}",
+            f"  producer epochs     {self.producers}",
+        ]
+        lines += [f"  topic {t}: {n} records" for t, n in sorted(self.per_topic.items())]
+        for ex in self.duplicate_examples:
+            lines.append(f"  DUPLICATE {json.dumps(ex, default=str)}")
+        for ex in self.gap_examples:
+            lines.append(f"  GAP {json.dumps(ex, default=str)}")
+        return "\n".join(lines)
+
+
+class _Progress:
+    """Prints Spark stage progress to stderr every few seconds while a job runs."""
+
+    def __init__(self, spark: Any, enabled: bool, every: float = 3.0) -> None:
+        self._tracker = spark.sparkContext.statusTracker()
+        self._enabled, self._every = enabled, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Progress:
+        if self._enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            for stage_id in self._tracker.getActiveStageIds():
+                info = self._tracker.getStageInfo(stage_id)
+                if info is not None:
+                    print(
+                        f"audit: stage {stage_id} {info.name[:40]}: "
+                        f"{info.numCompletedTasks}/{info.numTasks} tasks",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+
+
+def full_topic(topic: str, tenant: str, namespace: str) -> str:
+    return topic if "://" in topic else f"persistent://{tenant}/{namespace}/{topic}"
+
+
+def read_topics(
+    spark: Any,
+    topics: list[str],
+    *,
+    service_url: str,
+    admin_url: str,
+    tenant: str = "public",
+    namespace: str = "kafka",
+    stream: bool = False,
+) -> Any:
+    """The connector's DataFrame over every partition of ``topics``, earliest to latest."""
+    reader = spark.readStream if stream else spark.read
+    reader = (
+        reader.format("pulsar")
+        .option("service.url", service_url)
+        .option("admin.url", admin_url)
+        .option("topics", ",".join(full_topic(t, tenant, namespace) for t in topics))
+        .option("startingOffsets", "earliest")
+    )
+    if not stream:
+        reader = reader.option("endingOffsets", "latest")
+    return reader.load()
+
+
+def kafka_records(raw: Any) -> Any:
+    """Connector rows -> Kafka records with their idempotence metadata."""
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415
+
+    props = F.col("__messageProperties")
+    enc = props[PROP_KEY_ENCODING]
+    topic_re = r"^.*/(.+)-partition-(\d+)$"
+    return raw.select(
+        F.regexp_extract("__topic", topic_re, 1).alias("topic"),
+        F.coalesce(
+            props[PROP_PARTITION].cast("int"),
+            F.regexp_extract("__topic", topic_re, 2).cast("int"),
+        ).alias("partition"),
+        F.coalesce(props[PROP_PRODUCER_ID].cast("long"), F.lit(-1)).alias("producer_id"),
+        F.coalesce(props[PROP_EPOCH].cast("int"), F.lit(-1)).alias("epoch"),
+        props[PROP_SEQUENCE].cast("long").alias("sequence"),
+        F.when(enc == "null", F.lit(None).cast("binary"))
+        .when(enc == "empty", F.lit(b"").cast("binary"))
+        .when(enc == "base64", F.unbase64(F.col("__key").cast("string")))
+        .otherwise(F.col("__key"))
+        .alias("key"),
+        F.when(props[PROP_VALUE_NULL] == "true", F.lit(None).cast("binary"))
+        .otherwise(F.col("value"))
+        .alias("value"),
+        props[PROP_HEADERS].alias("headers_json"),
+        F.coalesce(
+            props[PROP_TIMESTAMP].cast("long"),
+            (F.col("__eventTime").cast("double") * 1000).cast("long"),
+        ).alias("timestamp"),
+        F.hex("__messageId").alias("message_id"),
+        F.col("__publishTime").alias("publish_time"),
+    )
+
+
+def check(records: Any, *, seconds: float = 0.0) -> AuditReport:
+    """Count duplicates and gaps in a DataFrame shaped like :func:`kafka_records`."""
+    from pyspark.sql import Window  # noqa: PLC0415
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415
+
+    records = records.cache()
+    total = records.count()
+    idem = records.where((F.col("producer_id") >= 0) & F.col("sequence").isNotNull())
+    keyed = (
+        idem.groupBy(*KEY)
+        .agg(F.count("*").alias("copies"), F.collect_list("message_id").alias("message_ids"))
+        .cache()
+    )
+    distinct = keyed.count()
+    idem_total = keyed.agg(F.sum("copies")).first()[0] or 0
+    dup_rows = keyed.where("copies > 1").orderBy(*KEY).limit(_EXAMPLES).collect()
+
+    # unwrap: a group that holds sequences near both ends of the int32 range wrapped
+    bounds = keyed.groupBy(*GROUP).agg(F.min("sequence").alias("lo"), F.max("sequence").alias("hi"))
+    wrapped = (F.col("lo") < _QUARTER) & (F.col("hi") >= _WRAP - _QUARTER)
+    seqs = (
+        keyed.select(*KEY)
+        .join(bounds, GROUP)
+        .select(
+            *GROUP,
+            "sequence",
+            F.when(wrapped & (F.col("sequence") < _QUARTER), F.col("sequence") + _WRAP)
+            .otherwise(F.col("sequence"))
+            .alias("ext"),
+        )
+    )
+    w = Window.partitionBy(*GROUP).orderBy("ext")
+    gaps = (
+        seqs.withColumn("prev", F.lag("ext").over(w))
+        .where(F.col("ext") - F.col("prev") > 1)
+        .select(
+            *GROUP,
+            ((F.col("prev") + 1) % _WRAP).alias("missing_from"),
+            ((F.col("ext") - 1) % _WRAP).alias("missing_to"),
+            (F.col("ext") - F.col("prev") - 1).alias("missing"),
+        )
+        .cache()
+    )
+    missing = gaps.agg(F.sum("missing")).first()[0] or 0
+    gap_rows = gaps.orderBy(*GROUP, "missing_from").limit(_EXAMPLES).collect()
+    per_topic = {r["topic"]: r["count"] for r in records.groupBy("topic").count().collect()}
+    producers = bounds.count()
+    report = AuditReport(
+        records=total,
+        distinct=distinct,
+        duplicates=int(idem_total - distinct),
+        missing=int(missing),
+        non_idempotent=total - int(idem_total),
+        per_topic=per_topic,
+        producers=producers,
+        duplicate_examples=[
+            {**{k: r[k] for k in KEY}, "copies": r["copies"], "messageIds": r["message_ids"]}
+            for r in dup_rows
+        ],
+        gap_examples=[r.asDict() for r in gap_rows],
+        seconds=seconds,
+    )
+    keyed.unpersist()
+    gaps.unpersist()
+    records.unpersist()
+    return report
+
+
+def audit(
+    spark: Any,
+    topics: list[str],
+    *,
+    service_url: str,
+    admin_url: str,
+    tenant: str = "public",
+    namespace: str = "kafka",
+    parquet_path: str | None = None,
+    progress: bool = True,
+) -> AuditReport:
+    """Read ``topics`` (all partitions, earliest to latest) and check them."""
+    started = time.monotonic()
+    with _Progress(spark, progress):
+        raw = read_topics(
+            spark,
+            topics,
+            service_url=service_url,
+            admin_url=admin_url,
+            tenant=tenant,
+            namespace=namespace,
+        )
+        records = kafka_records(raw)
+        if parquet_path:
+            records.write.mode("overwrite").parquet(parquet_path)
+            records = spark.read.parquet(parquet_path)
+        report = check(records)
+    return AuditReport(**{**asdict(report), "seconds": time.monotonic() - started})

@@ -1,0 +1,91 @@
+"""``kop-dedup audit`` and ``kop-dedup spark-jars``; pyspark is imported only when they run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+__all__ = ["add_cli"]
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from kop_dedup.spark.audit import audit  # noqa: PLC0415
+    from kop_dedup.spark.jars import spark_session  # noqa: PLC0415
+
+    spark = spark_session(master=args.master)
+    try:
+        if args.stream:
+            from kop_dedup.spark.stream import run_stream  # noqa: PLC0415
+
+            reports = run_stream(
+                spark,
+                args.topics,
+                service_url=args.service_url,
+                admin_url=args.admin_url,
+                tenant=args.tenant,
+                namespace=args.namespace,
+                checkpoint=args.checkpoint,
+                trigger_seconds=args.trigger_seconds,
+                max_batches=args.max_batches,
+            )
+            if not reports:
+                print("audit stream: no data read")
+                return 0
+            report = reports[-1]
+        else:
+            report = audit(
+                spark,
+                args.topics,
+                service_url=args.service_url,
+                admin_url=args.admin_url,
+                tenant=args.tenant,
+                namespace=args.namespace,
+                parquet_path=args.parquet,
+                progress=not args.quiet,
+            )
+    finally:
+        spark.stop()
+    print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else report.render())
+    return 0 if report.ok else 1
+
+
+def _jars(_args: argparse.Namespace) -> int:
+    from kop_dedup.spark.jars import connector_jars  # noqa: PLC0415
+
+    for jar in connector_jars():
+        print(jar)
+    return 0
+
+
+def add_cli(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "audit",
+        help="prove with Spark that topics hold no duplicates and no gaps",
+        description="Read Kafka topics written by the sidecar (all partitions, earliest to "
+        "latest) through the Pulsar Spark connector; report records, duplicates and sequence "
+        "gaps. Exit status 1 when any are found.",
+    )
+    p.add_argument("topics", nargs="+", help="Kafka topic names (or full Pulsar topic names)")
+    p.add_argument(
+        "--service-url",
+        default=os.environ.get("KOP_DEDUP_PULSAR_SERVICE_URL", "pulsar://127.0.0.1:6650"),
+    )
+    p.add_argument(
+        "--admin-url", default=os.environ.get("KOP_DEDUP_PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
+    )
+    p.add_argument("--tenant", default=os.environ.get("KOP_DEDUP_TENANT", "public"))
+    p.add_argument("--namespace", default=os.environ.get("KOP_DEDUP_NAMESPACE", "kafka"))
+    p.add_argument("--parquet", help="also write the records to this Parquet path")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--master", help="Spark master (default $KOP_DEDUP_SPARK_MASTER or local[*])")
+    p.add_argument("--stream", action="store_true", help="keep auditing new data (readStream)")
+    p.add_argument("--checkpoint", default="audit-checkpoint", help="with --stream")
+    p.add_argument("--trigger-seconds", type=float, default=10.0, help="with --stream")
+    p.add_argument("--max-batches", type=int, default=None, help="with --stream: stop after N")
+    p.set_defaults(func=_audit)
+
+    j = subparsers.add_parser("spark-jars", help="resolve the Pulsar Spark connector jars")
+    j.set_defaults(func=_jars)
