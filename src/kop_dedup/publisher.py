@@ -249,9 +249,12 @@ class PulsarProducer:
     def _on_done(self, _fut: asyncio.Future[BatchReceipt]) -> None:
         self.outstanding -= 1
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Close, bounded: a paused or dead broker must not hold the caller for the
+        client's whole operation timeout (the broker drops the producer with the
+        connection anyway)."""
         try:
-            await self._producer.close()
+            await asyncio.wait_for(self._producer.close(), timeout_s)
         except Exception as exc:
             log.debug("closing producer %s on %s: %s", self.name, self.topic, exc)
 
