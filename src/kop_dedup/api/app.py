@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kop_dedup import __version__
-from kop_dedup.api.routes import router
+from kop_dedup.api.routes import produce_schemas, router
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
 
@@ -116,5 +118,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             status_code=422,
         )
 
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes
+            )
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(produce_schemas())
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     return app
