@@ -70,11 +70,11 @@ class Channel:
     __slots__ = (
         "_changed",
         "_open_lock",
+        "arrived",
         "broken",
         "key",
         "last_used",
         "producer",
-        "starts",
         "state",
         "waiters",
     )
@@ -86,8 +86,9 @@ class Channel:
         self.broken = False
         self.last_used = time.monotonic()
         self.waiters = 0
-        self.starts: list[int] = []
-        """Base sequences of batches waiting to start a producer with no state."""
+        self.arrived: list[int] = []
+        """Base sequences of the batches inside the sidecar for this channel, from arrival
+        to answer: a gap whose next batch has arrived is not a gap, only a wait."""
         self._changed = asyncio.Event()
         self._open_lock = asyncio.Lock()
 
@@ -113,7 +114,7 @@ class Channel:
 
     @property
     def idle(self) -> bool:
-        return self.waiters == 0 and self.outstanding == 0
+        return not self.arrived and self.waiters == 0 and self.outstanding == 0
 
 
 class ProduceService:
@@ -265,24 +266,27 @@ class ProduceService:
     async def _produce_idempotent(
         self, ptopic: str, batch: KafkaBatch, deadline: float
     ) -> str | None:
-        await self._check_epoch(batch)
         key = (ptopic, batch.producer_id, batch.producer_epoch)
-        channel = await self._channel(key, deadline)
-        self._retire_older_epochs(ptopic, batch)
-        if not channel.state.has_state and batch.base_sequence != 0:
-            older = self._latest_epoch.get((ptopic, batch.producer_id))
-            if older is not None and older < batch.producer_epoch:
-                raise errors.OutOfOrderSequenceNumber(
-                    f"producer {batch.producer_id} moved from epoch {older} to "
-                    f"{batch.producer_epoch} on {batch.topic}-{batch.partition}: a new epoch "
-                    f"must start at sequence 0, got {batch.base_sequence}"
-                )
-        gap_deadline = min(deadline, time.monotonic() + self.settings.reorder_window_ms / 1000)
-        channel.starts.append(batch.base_sequence)
+        channel = self._get_channel(key)
+        channel.arrived.append(batch.base_sequence)
         try:
+            await self._check_epoch(batch)
+            await self._ensure_open(channel, deadline)
+            self._retire_older_epochs(ptopic, batch)
+            if not channel.state.has_state and batch.base_sequence != 0:
+                older = self._latest_epoch.get((ptopic, batch.producer_id))
+                if older is not None and older < batch.producer_epoch:
+                    raise errors.OutOfOrderSequenceNumber(
+                        f"producer {batch.producer_id} moved from epoch {older} to "
+                        f"{batch.producer_epoch} on {batch.topic}-{batch.partition}: a new "
+                        f"epoch must start at sequence 0, got {batch.base_sequence}"
+                    )
+            window = self.settings.reorder_window_ms / 1000
+            gap_deadline = min(deadline, time.monotonic() + window)
             return await self._sequence(channel, batch, deadline, gap_deadline)
         finally:
-            channel.starts.remove(batch.base_sequence)
+            channel.arrived.remove(batch.base_sequence)
+            channel.notify()  # a batch waiting on this one's sequence decides again
 
     async def _sequence(
         self, channel: Channel, batch: KafkaBatch, deadline: float, gap_deadline: float
@@ -299,7 +303,7 @@ class ProduceService:
                 verdict = decide(state, first, last, channel.outstanding)
             else:
                 window_over = time.monotonic() >= gap_deadline
-                verdict = fresh_start(batch.base_sequence, window_over, channel.starts)
+                verdict = fresh_start(batch.base_sequence, window_over, channel.arrived)
             if verdict is Verdict.SEND or verdict is Verdict.RESEND_FOR_VERDICT:
                 return await self._send(
                     channel, batch, last, deadline, resend=verdict is Verdict.RESEND_FOR_VERDICT
@@ -311,9 +315,10 @@ class ProduceService:
                 )
             gap = not state.has_state or first > (state.sent if state.sent is not None else first)
             now = time.monotonic()
-            if gap and state.has_state and now >= gap_deadline:
+            expected = self._kafka_seq((state.sent or 0) + 1)
+            if gap and state.has_state and now >= gap_deadline and expected not in channel.arrived:
                 raise errors.OutOfOrderSequenceNumber(
-                    f"expected sequence {self._kafka_seq((state.sent or 0) + 1)} next from "
+                    f"expected sequence {expected} next from "
                     f"producer {batch.producer_id} on {batch.topic}-{batch.partition}, "
                     f"got {batch.base_sequence}; the gap did not fill within "
                     f"{self.settings.reorder_window_ms} ms"
@@ -402,15 +407,22 @@ class ProduceService:
             await self._open(channel, deadline)
             channel.notify()
 
-    async def _channel(self, key: ChannelKey, deadline: float) -> Channel:
+    def _get_channel(self, key: ChannelKey) -> Channel:
         channel = self.channels.get(key)
         if channel is None:
             channel = self.channels[key] = Channel(key)
             self._evict_if_full()
+        return channel
+
+    async def _ensure_open(self, channel: Channel, deadline: float) -> None:
         if channel.producer is None:
             async with channel._open_lock:
                 if channel.producer is None:
                     await self._open(channel, deadline)
+
+    async def _channel(self, key: ChannelKey, deadline: float) -> Channel:
+        channel = self._get_channel(key)
+        await self._ensure_open(channel, deadline)
         return channel
 
     async def _open(self, channel: Channel, deadline: float) -> None:

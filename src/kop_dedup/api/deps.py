@@ -1,4 +1,8 @@
-"""Dependencies: the runtime, and optional bearer-token authentication."""
+"""Dependencies: the runtime, and optional bearer-token authentication.
+
+Both are ``async def``: FastAPI runs plain ``def`` dependencies in a worker
+thread, a thread hand-off per request that showed up in the profile.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +16,14 @@ from kop_dedup.runtime import Runtime
 __all__ = ["Authorized", "RuntimeDep"]
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime | None = getattr(request.app.state, "runtime", None)
     if runtime is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the sidecar is starting")
     return runtime
 
 
-def require_token(request: Request) -> None:
+async def require_token(request: Request) -> None:
     """When tokens are configured, demand ``Authorization: Bearer <token>``."""
     tokens: frozenset[str] = request.app.state.tokens
     if not tokens:

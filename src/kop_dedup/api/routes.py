@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
 
 from kop_dedup import errors
 from kop_dedup.api.deps import Authorized, RuntimeDep
@@ -26,7 +26,16 @@ from kop_dedup.service import BatchResult
 
 __all__ = ["produce_schemas", "router"]
 
-router = APIRouter()
+_ERROR = {"content": {"application/json": {"schema": {"type": "object"}}}}
+_AUTH = {
+    401: {"description": "missing bearer token (when tokens are configured)", **_ERROR},
+    403: {"description": "bearer token not accepted", **_ERROR},
+    503: {"description": "the sidecar is starting", **_ERROR},
+}
+_NOT_FOUND = {404: {"description": "nothing known about it", **_ERROR}}
+_TOO_LARGE = {413: {"description": "body over KOP_DEDUP_MAX_REQUEST_BYTES", **_ERROR}}
+
+router = APIRouter(responses=_AUTH)
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 
 
@@ -68,11 +77,16 @@ async def produce_body(request: Request) -> ProduceIn:
 
 
 @router.post(
-    "/v1/produce", dependencies=[Authorized], tags=["produce"], openapi_extra=_PRODUCE_BODY
+    "/v1/produce",
+    dependencies=[Authorized],
+    tags=["produce"],
+    openapi_extra=_PRODUCE_BODY,
+    response_model=ProduceOut,
+    responses=_TOO_LARGE,
 )
 async def produce(
     body: Annotated[ProduceIn, Depends(produce_body)], runtime: RuntimeDep
-) -> ProduceOut:
+) -> Response:
     """Publish Kafka record batches; one result per batch, in request order.
 
     Each result carries Kafka's error code: 0 NONE, 46 DUPLICATE_SEQUENCE_NUMBER
@@ -84,8 +98,8 @@ async def produce(
         err = errors.InvalidRequest(
             f"{len(body.batches)} batches in one request; the limit is {s.max_batches_per_request}"
         )
-        return ProduceOut(
-            results=[_out(BatchResult(b.topic, b.partition, err)) for b in body.batches]
+        return _json(
+            ProduceOut(results=[_out(BatchResult(b.topic, b.partition, err)) for b in body.batches])
         )
     timeout_ms = min(body.timeoutMs or s.default_timeout_ms, s.max_timeout_ms)
     deadline = time.monotonic() + timeout_ms / 1000
@@ -100,10 +114,17 @@ async def produce(
         return await service.produce(batch, deadline)
 
     results = await asyncio.gather(*(one(b) for b in body.batches))
-    return ProduceOut(results=[_out(r) for r in results])
+    return _json(ProduceOut(results=[_out(r) for r in results]))
 
 
-@router.post("/v1/init-producer-id", dependencies=[Authorized], tags=["produce"])
+def _json(out: ProduceOut) -> Response:
+    """Serialized once by pydantic; FastAPI would validate and encode the model again."""
+    return Response(out.model_dump_json(), media_type="application/json")
+
+
+@router.post(
+    "/v1/init-producer-id", dependencies=[Authorized], tags=["produce"], responses=_TOO_LARGE
+)
 async def init_producer_id(body: InitProducerIdIn, runtime: RuntimeDep) -> InitProducerIdOut:
     """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1."""
     timeout = body.transactionTimeoutMs
@@ -150,7 +171,9 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
     return {**runtime.stats.totals(), "openProducers": runtime.service.open_producers()}
 
 
-@router.get("/v1/stats/topics/{topic}", dependencies=[Authorized], tags=["stats"])
+@router.get(
+    "/v1/stats/topics/{topic}", dependencies=[Authorized], tags=["stats"], responses=_NOT_FOUND
+)
 async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
     """Counters for one Kafka topic, plus the broker's view of its partitions."""
     counters = runtime.stats.by_topic.get(topic)
@@ -177,7 +200,12 @@ async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
     return JSONResponse({"topic": topic, "sidecar": local, "broker": broker})
 
 
-@router.get("/v1/stats/producers/{producer_id}", dependencies=[Authorized], tags=["stats"])
+@router.get(
+    "/v1/stats/producers/{producer_id}",
+    dependencies=[Authorized],
+    tags=["stats"],
+    responses=_NOT_FOUND,
+)
 async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
     """Counters for one producer id, and its highest epoch on record."""
     counters = runtime.stats.by_producer.get(producer_id)
@@ -193,7 +221,12 @@ async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
     )
 
 
-@router.get("/metrics", dependencies=[Authorized], tags=["stats"])
+@router.get(
+    "/metrics",
+    dependencies=[Authorized],
+    tags=["stats"],
+    responses={200: {"content": {"text/plain": {}}}},
+)
 async def metrics(runtime: RuntimeDep) -> PlainTextResponse:
     """Prometheus text exposition."""
     gauges = {
