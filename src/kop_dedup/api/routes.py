@@ -26,14 +26,14 @@ from kop_dedup.service import BatchResult
 
 __all__ = ["produce_schemas", "router"]
 
-_ERROR = {"content": {"application/json": {"schema": {"type": "object"}}}}
-_AUTH = {
+_ERROR: dict[str, Any] = {"content": {"application/json": {"schema": {"type": "object"}}}}
+_AUTH: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing bearer token (when tokens are configured)", **_ERROR},
     403: {"description": "bearer token not accepted", **_ERROR},
     503: {"description": "the sidecar is starting", **_ERROR},
 }
-_NOT_FOUND = {404: {"description": "nothing known about it", **_ERROR}}
-_TOO_LARGE = {413: {"description": "body over KOP_DEDUP_MAX_REQUEST_BYTES", **_ERROR}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "nothing known about it", **_ERROR}}
+_TOO_LARGE: dict[int | str, dict[str, Any]] = {413: {"description": "body over KOP_DEDUP_MAX_REQUEST_BYTES", **_ERROR}}
 
 router = APIRouter(responses=_AUTH)
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from kop_dedup.wire import (
     PROP_EPOCH,
@@ -69,7 +69,8 @@ class AuditReport:
         rate = self.records / self.seconds if self.seconds else 0.0
         lines = [
             f"audit: {'OK' if self.ok else 'FAILED'}",
-            f"  records read        {self.records}  ({rate:,.0f} records/s over {self.seconds:.1f}s)",
+            f"  records read        {self.records}  "
+            f"({rate:,.0f} records/s over {self.seconds:.1f}s)",
             f"  distinct (topic, partition, producer, epoch, sequence)  {self.distinct}",
             f"  duplicates          {self.duplicates}",
             f"  missing sequences   {self.missing}",
@@ -93,7 +94,7 @@ class _Progress:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> Self:
         if self._enabled:
             self._thread.start()
         return self
