@@ -8,7 +8,10 @@ shutdown, which flushes and closes every Pulsar producer.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["add_cli", "serve"]
@@ -32,7 +35,7 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
         f"namespace {settings.tenant}/{settings.namespace}); API docs at /docs",
         flush=True,
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -42,6 +45,41 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
         proxy_headers=False,
         server_header=False,
     )
+    _server_class()(config).run()
+
+
+def _server_class() -> Any:
+    import uvicorn  # noqa: PLC0415
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, telling the produce service at the first SIGTERM/SIGINT."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            runtime = (
+                getattr(self.config.app.state, "runtime", None)
+                if hasattr(self.config.app, "state")
+                else None
+            )
+            loop = getattr(self, "_loop", None)
+            if runtime is not None and loop is not None:
+                loop.call_soon_threadsafe(runtime.service.begin_shutdown)
+            super().handle_exit(sig, frame)
+
+        async def serve(self, sockets: Any = None) -> None:
+            self._loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn re-raises the captured signal once it has stopped, so the process
+            # would die "by SIGTERM"; a completed graceful stop is a clean exit (status 0)
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    self._captured_signals.clear()
+
+    return Server
 
 
 def _handler(args: argparse.Namespace) -> int:

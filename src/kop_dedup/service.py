@@ -140,6 +140,14 @@ class ProduceService:
     def start(self) -> None:
         self._reaper = asyncio.create_task(self._reap_idle(), name="kop-dedup-reaper")
 
+    def begin_shutdown(self) -> None:
+        """Stop taking batches; batches still waiting for their turn get a retriable code
+        now (their predecessors may never reach this sidecar again), batches already
+        handed to Pulsar finish."""
+        self.closing = True
+        for channel in self.channels.values():
+            channel.notify()
+
     async def close(self) -> None:
         """Stop: let in-flight batches finish (bounded), then close every producer."""
         self.closing = True
@@ -170,6 +178,10 @@ class ProduceService:
                 await self._close_channel(channel)
             if victims:
                 log.info("closed %d idle producers", len(victims))
+
+    def waiting_batches(self) -> int:
+        """Batches inside the sidecar waiting for their turn (a gap, or earlier ones in flight)."""
+        return sum(c.waiters for c in self.channels.values())
 
     def open_producers(self) -> int:
         return sum(1 for c in self.channels.values() if c.producer is not None)
@@ -312,6 +324,10 @@ class ProduceService:
                 raise errors.OutOfOrderSequenceNumber(
                     f"batch {batch.base_sequence}..{batch.last_sequence} overlaps the stored "
                     f"sequences only in part (last stored: {self._kafka_seq(state.persisted)})"
+                )
+            if self.closing:
+                raise errors.NotLeaderOrFollower(
+                    "the sidecar is shutting down; retry the batch on another (it is safe)"
                 )
             gap = not state.has_state or first > (state.sent if state.sent is not None else first)
             now = time.monotonic()

@@ -32,8 +32,12 @@ _AUTH: dict[int | str, dict[str, Any]] = {
     403: {"description": "bearer token not accepted", **_ERROR},
     503: {"description": "the sidecar is starting", **_ERROR},
 }
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "nothing known about it", **_ERROR}}
-_TOO_LARGE: dict[int | str, dict[str, Any]] = {413: {"description": "body over KOP_DEDUP_MAX_REQUEST_BYTES", **_ERROR}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"description": "nothing known about it", **_ERROR}
+}
+_TOO_LARGE: dict[int | str, dict[str, Any]] = {
+    413: {"description": "body over KOP_DEDUP_MAX_REQUEST_BYTES", **_ERROR}
+}
 
 router = APIRouter(responses=_AUTH)
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
@@ -232,6 +236,7 @@ async def metrics(runtime: RuntimeDep) -> PlainTextResponse:
     gauges = {
         "open_producers": float(runtime.service.open_producers()),
         "channels": float(len(runtime.service.channels)),
+        "waiting_batches": float(runtime.service.waiting_batches()),
     }
     return PlainTextResponse(
         runtime.stats.prometheus(gauges), media_type="text/plain; version=0.0.4"
