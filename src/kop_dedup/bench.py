@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,74 @@ def _values(n: int, size: int) -> list[bytes]:
     return [os.urandom(size // 2).hex().encode()[:size] for _ in range(n)]
 
 
+@dataclass
+class _Run:
+    """What one closed-loop (or paced) run measured."""
+
+    batches: int
+    seconds: float
+    latencies: list[float]
+
+
+async def _drive(
+    producers: int,
+    batch_size: int,
+    seconds: float,
+    rate: float | None,
+    send: Callable[[int, int], Awaitable[None]],
+) -> _Run:
+    """Each producer sends batches for ``seconds``, up to 5 in flight, in sequence order.
+
+    ``send(producer index, base sequence)`` publishes one batch and returns when it is
+    acknowledged (raising when it is not). With ``rate`` (records/s over all producers)
+    batches are paced; otherwise each producer sends as fast as its window allows.
+    """
+    latencies: list[float] = []
+    started = time.monotonic()
+    stop = started + seconds
+
+    async def run(i: int) -> None:
+        seq = 0
+        window = asyncio.Semaphore(5)
+        tasks: list[asyncio.Task[None]] = []
+        interval = producers * batch_size / rate if rate else 0.0
+        next_at = time.monotonic()
+        while time.monotonic() < stop:
+            if interval:
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            await window.acquire()
+
+            async def one(base: int = seq) -> None:
+                try:
+                    t0 = time.monotonic()
+                    await send(i, base)
+                    latencies.append(time.monotonic() - t0)
+                finally:
+                    window.release()
+
+            tasks.append(asyncio.create_task(one()))
+            seq += batch_size
+        await asyncio.gather(*tasks)
+
+    await asyncio.gather(*(run(i) for i in range(producers)))
+    return _Run(len(latencies), time.monotonic() - started, latencies)
+
+
+def _cell(mode: str, batch_size: int, producers: int, run: _Run, **extra: Any) -> Cell:
+    return Cell(
+        mode,
+        batch_size,
+        producers,
+        run.batches * batch_size,
+        run.batches,
+        run.seconds,
+        percentile(run.latencies, 50) * 1000,
+        percentile(run.latencies, 99) * 1000,
+        **extra,
+    )
+
+
 # -- direct ------------------------------------------------------------------------
 
 
@@ -129,65 +198,25 @@ async def _direct_cell(
     from kop_dedup.publisher import Publisher  # noqa: PLC0415
 
     pub = Publisher(service_url, send_timeout_ms=30_000)
-    values = _values(batch_size, value_size)
-    records = tuple(KafkaRecord(key=None, value=v) for v in values)
-    latencies: list[float] = []
-    counts = [0]
+    records = tuple(KafkaRecord(key=None, value=v) for v in _values(batch_size, value_size))
     base_pid = int(uuid.uuid4().int % 10**12)
     try:
         prods = [
             await pub.create(f"{topic}-partition-0", f"kop-{base_pid + i}-0")
             for i in range(producers)
         ]
-        stop = time.monotonic() + seconds
-        started = time.monotonic()
 
-        async def run(i: int) -> None:
-            seq = 0
-            window = asyncio.Semaphore(5)
-            tasks: list[asyncio.Task[None]] = []
-            interval = producers * batch_size / rate if rate else 0.0
-            next_at = time.monotonic()
-            while time.monotonic() < stop:
-                if interval:
-                    next_at += interval
-                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                await window.acquire()
-                batch = KafkaBatch(
-                    topic, 0, base_pid + i, 0, seq % _SEQ, (seq + batch_size - 1) % _SEQ, records
-                )
-                t0 = time.monotonic()
-                fut = prods[i].send_batch(batch, seq + batch_size)
-                seq += batch_size
+        async def send(i: int, seq: int) -> None:
+            last = seq + batch_size - 1
+            batch = KafkaBatch(topic, 0, base_pid + i, 0, seq % _SEQ, last % _SEQ, records)
+            await prods[i].send_batch(batch, last + 1)
 
-                async def done(f: asyncio.Future[Any] = fut, t0: float = t0) -> None:
-                    try:
-                        await f
-                        latencies.append(time.monotonic() - t0)
-                        counts[0] += 1
-                    finally:
-                        window.release()
-
-                tasks.append(asyncio.create_task(done()))
-            await asyncio.gather(*tasks)
-
-        await asyncio.gather(*(run(i) for i in range(producers)))
-        elapsed = time.monotonic() - started
+        run = await _drive(producers, batch_size, seconds, rate, send)
         for p in prods:
             await p.close()
     finally:
         await pub.close()
-    return Cell(
-        "direct",
-        batch_size,
-        producers,
-        counts[0] * batch_size,
-        counts[0],
-        elapsed,
-        percentile(latencies, 50) * 1000,
-        percentile(latencies, 99) * 1000,
-        rate_limited=rate,
-    )
+    return _cell("direct", batch_size, producers, run, rate_limited=rate)
 
 
 # -- sidecar -----------------------------------------------------------------------
@@ -297,65 +326,34 @@ async def _sidecar_cell(
 ) -> Cell:
     values = [base64.b64encode(v).decode() for v in _values(batch_size, value_size)]
     recs = ",".join(f'{{"value":"{v}"}}' for v in values)
-    latencies: list[float] = []
-    counts = [0]
     client = _KeepAlive(sc.url)
     try:
         pids = []
         for _ in range(producers):
             _, data = await client.post("/v1/init-producer-id", b"{}")
             pids.append(json.loads(data)["producerId"])
-        cpu0, started = sc.cpu_seconds(), time.monotonic()
-        stop = started + seconds
 
-        async def run(pid: int) -> None:
-            seq = 0
-            window = asyncio.Semaphore(5)
-            tasks: list[asyncio.Task[None]] = []
-            interval = producers * batch_size / rate if rate else 0.0
-            next_at = time.monotonic()
-            while time.monotonic() < stop:
-                if interval:
-                    next_at += interval
-                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                await window.acquire()
-                body = (
-                    f'{{"batches":[{{"topic":"{topic}","partition":0,"producerId":{pid},'
-                    f'"producerEpoch":0,"baseSequence":{seq % _SEQ},'
-                    f'"lastSequence":{(seq + batch_size - 1) % _SEQ},"records":[{recs}]}}]}}'
-                ).encode()
-                seq += batch_size
+        async def send(i: int, seq: int) -> None:
+            body = (
+                f'{{"batches":[{{"topic":"{topic}","partition":0,"producerId":{pids[i]},'
+                f'"producerEpoch":0,"baseSequence":{seq % _SEQ},'
+                f'"lastSequence":{(seq + batch_size - 1) % _SEQ},"records":[{recs}]}}]}}'
+            ).encode()
+            status, data = await client.post("/v1/produce", body)
+            if status != 200 or json.loads(data)["results"][0]["errorCode"] != 0:
+                raise RuntimeError(f"sidecar answered {status}: {data[:300]!r}")
 
-                async def send(body: bytes = body) -> None:
-                    try:
-                        t0 = time.monotonic()
-                        status, data = await client.post("/v1/produce", body)
-                        ok = status == 200 and json.loads(data)["results"][0]["errorCode"] == 0
-                        if not ok:
-                            raise RuntimeError(f"sidecar answered {status}: {data[:300]!r}")
-                        latencies.append(time.monotonic() - t0)
-                        counts[0] += 1
-                    finally:
-                        window.release()
-
-                tasks.append(asyncio.create_task(send()))
-            await asyncio.gather(*tasks)
-
-        await asyncio.gather(*(run(pid) for pid in pids))
-        elapsed = time.monotonic() - started
+        cpu0 = sc.cpu_seconds()
+        run = await _drive(producers, batch_size, seconds, rate, send)
         cpu = sc.cpu_seconds() - cpu0
     finally:
         client.close()
-    return Cell(
+    return _cell(
         "sidecar",
         batch_size,
         producers,
-        counts[0] * batch_size,
-        counts[0],
-        elapsed,
-        percentile(latencies, 50) * 1000,
-        percentile(latencies, 99) * 1000,
-        cpu_pct=100 * cpu / elapsed,
+        run,
+        cpu_pct=100 * cpu / run.seconds,
         rss_mb=sc.rss_mb(),
         rate_limited=rate,
     )
