@@ -1,19 +1,38 @@
-"""``kop-dedup load``: play idempotent Kafka producers against one or more sidecars.
+"""``kop-dedup load``: play retrying idempotent Kafka producers against the sidecar.
 
-Each producer (a producer id from ``/v1/init-producer-id``) writes ``batches``
-batches of ``records`` records to every partition of a topic, keeping up to
-``in_flight`` batches in flight per partition, the way a Kafka client with
-``enable.idempotence`` does. Every batch is retried with the same producer
-id, epoch and sequences until a definite answer: 0 (stored) or 46 (stored
-before) count as delivered; retriable codes, HTTP errors, refused or reset
-connections and timeouts are retried with backoff, failing over to the next
-sidecar URL; 45 is retried while an earlier batch of the same partition is
-still unresolved (its gap is being retried, as the Java client does) and is
-fatal otherwise. Values name ``pid:partition:sequence`` so :func:`verify` can
-read everything back and count what was lost, duplicated or reordered.
+Each producer (a producer id from ``/v1/init-producer-id``, or one given)
+writes ``batches`` batches of ``records`` records to every partition of every
+topic, with up to ``in_flight`` batches in flight per (producer, partition),
+the way a Kafka client with ``enable.idempotence`` does. Every batch is
+retried with the same producer id, epoch and sequences until a definite
+answer, bounded by ``delivery_timeout_s``:
 
->>> report = asyncio.run(run_load(LoadConfig(urls=("http://127.0.0.1:8090",), topic="t")))
->>> verify("pulsar://127.0.0.1:6650", "t", partitions=1, expected=report.expected)
+* 0 (stored) and 46 DUPLICATE_SEQUENCE_NUMBER (stored before) are delivered;
+* retriable codes (3, 6, 7, 19, 51, 56), HTTP 5xx/408/429, refused or reset
+  connections and client timeouts are retried with backoff; transport errors
+  and 5xx move the producer to the next sidecar URL (producers start spread
+  round-robin over the URLs);
+* 45 OUT_OF_ORDER_SEQUENCE_NUMBER is retried while an earlier batch of the
+  same partition is still unresolved (it is being retried, so the gap is
+  expected: what Java's producer and librdkafka do); on the head-of-line
+  batch it is a sequence desync: counted as fatal, and the producer stops;
+* any other code is fatal for that batch (counted); the partition stops
+  taking new batches, since its sequence can no longer continue.
+
+Record values name ``pid:partition:sequence:`` (padded) so :func:`verify`
+can read every partition back and count what was lost, duplicated, out of
+order or corrupted.
+
+In-process use (tests, notebooks)::
+
+    report = asyncio.run(run_load(LoadConfig(urls=("http://127.0.0.1:8090",), topics=("t",))))
+    print(verify("pulsar://127.0.0.1:6650", ["t"], report).to_dict())
+
+    with BackgroundLoad(config) as load:       # in a thread with its own loop
+        load.wait_for(lambda r: r.answered >= 20, timeout=60)
+        ...                                    # inject a fault
+        load.stop()                            # no new batches; in-flight ones finish
+    report = load.report
 """
 
 from __future__ import annotations
@@ -21,361 +40,699 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import itertools
 import json
 import os
+import random
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
+from kop_dedup.batch import SEQ_MODULUS, unwrap
 from kop_dedup.wire import PROP_PRODUCER_ID, PROP_SEQUENCE
 
-__all__ = ["LoadConfig", "LoadReport", "VerifyReport", "add_cli", "run_load", "verify"]
+__all__ = [
+    "RETRIABLE_CODES",
+    "BackgroundLoad",
+    "LoadConfig",
+    "LoadError",
+    "LoadReport",
+    "Slot",
+    "VerifyReport",
+    "add_cli",
+    "run_load",
+    "verify",
+]
 
-_SEQ = 1 << 31
-_RETRIABLE = {3, 6, 7, 19, 51, 56}
+RETRIABLE_CODES = frozenset({3, 6, 7, 19, 51, 56})
+"""Kafka codes a client retries with the same producer id, epoch and sequence."""
+_DELIVERED = (0, 46)
+_OUT_OF_ORDER = 45
+_FAIL_OVER_STATUS = frozenset({408, 429})
+
+Slot = tuple[str, int, int]
+"""(Kafka topic, partition, producer id): one sequence of batches."""
+Ranges = tuple[tuple[int, int], ...]
+"""(first extended sequence, count) runs, ascending."""
 
 
-@dataclass(frozen=True)
+class LoadError(RuntimeError):
+    """The load could not start (no producer id from any sidecar)."""
+
+
+@dataclass(frozen=True, slots=True)
 class LoadConfig:
+    """What to play. Per (producer, topic, partition): ``batches`` batches of ``records``."""
+
     urls: tuple[str, ...]
-    topic: str
+    topics: tuple[str, ...]
     partitions: int = 1
     producers: int = 4
+    producer_ids: tuple[int, ...] = ()
+    """Use these producer ids instead of asking ``/v1/init-producer-id`` (then
+    ``producers`` is ignored)."""
+    epoch: int = 0
+    first_sequence: int = 0
+    """Sequence of each partition's first record (a producer without state there may
+    start anywhere; near 2**31 - 1 it exercises the wraparound)."""
     batches: int = 50
-    """Batches per producer and partition."""
     records: int = 10
     in_flight: int = 5
     value_size: int = 32
     request_timeout_ms: int = 10_000
-    delivery_timeout_s: float = 180.0
+    """``timeoutMs`` of every produce request; the HTTP client waits 5 s longer."""
+    delivery_timeout_s: float = 120.0
+    """Per batch, from its first send: past it the batch is given up (fatal)."""
     duration_s: float | None = None
-    """Stop starting new batches after this long (None: send them all)."""
+    """Start no new batch after this long (None: send them all)."""
+    connections: int = 64
     token: str | None = None
     progress_every_s: float = 5.0
+    """Print a progress line to stderr this often (0: never)."""
+
+    def __post_init__(self) -> None:
+        if not self.urls or not self.topics:
+            raise ValueError("a load needs at least one sidecar URL and one topic")
+        if min(self.partitions, self.records, self.in_flight, self.connections) < 1:
+            raise ValueError("partitions, records, in_flight and connections must be >= 1")
+        if not 0 <= self.first_sequence < SEQ_MODULUS:
+            raise ValueError(f"first_sequence must be in 0..{SEQ_MODULUS - 1}")
+
+    @property
+    def lanes(self) -> int:
+        """(producer, topic, partition) sequences the load plays."""
+        n = len(self.producer_ids) or self.producers
+        return n * len(self.topics) * self.partitions
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class LoadReport:
+    """What the producers were told. ``delivered`` is what :func:`verify` must read back
+    exactly once; ``uncertain`` batches were given up without a definite answer (they may
+    or may not be stored)."""
+
+    producer_ids: tuple[int, ...] = ()
     sent_batches: int = 0
     sent_records: int = 0
     acknowledged: int = 0
     duplicates: int = 0
-    retries: int = 0
     requests: int = 0
+    retries: int = 0
+    retry_reasons: dict[str, int] = field(default_factory=dict)
     fatal: dict[str, int] = field(default_factory=dict)
+    desynced_producers: tuple[int, ...] = ()
+    failovers: int = 0
     elapsed_s: float = 0.0
-    producer_ids: list[int] = field(default_factory=list)
-    expected: dict[str, list[int]] = field(default_factory=dict)
-    """"pid:partition" -> [number of records delivered] (sequences 0..n-1)."""
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    """Per batch, first send to definite answer: p50, p99, max."""
+    delivered: dict[Slot, Ranges] = field(default_factory=dict)
+    uncertain: dict[Slot, Ranges] = field(default_factory=dict)
+    finished: bool = False
+
+    @property
+    def answered(self) -> int:
+        """Batches with a definite answer (0 or 46)."""
+        return self.acknowledged + self.duplicates
 
     @property
     def delivered_records(self) -> int:
-        return sum(v[0] for v in self.expected.values())
+        return sum(n for runs in self.delivered.values() for _, n in runs)
+
+    @property
+    def records_per_s(self) -> float:
+        return round(self.delivered_records / self.elapsed_s, 1) if self.elapsed_s else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.fatal
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """JSON-ready: the counters, without the per-slot ranges."""
+        d = {k: v for k, v in asdict(self).items() if k not in ("delivered", "uncertain")}
         d["delivered_records"] = self.delivered_records
-        d["records_per_s"] = (
-            round(self.delivered_records / self.elapsed_s, 1) if self.elapsed_s else 0
-        )
-        d.pop("expected")
+        d["records_per_s"] = self.records_per_s
+        d["uncertain_records"] = sum(n for runs in self.uncertain.values() for _, n in runs)
         return d
 
 
-class _Urls:
-    def __init__(self, urls: tuple[str, ...]) -> None:
-        self._urls = urls
-        self._i = 0
+# -- the driver --------------------------------------------------------------------
+
+
+class _Cursor:
+    """A producer's sidecar URL: sticky, moves on to the next when one fails."""
+
+    __slots__ = ("_i", "_urls")
+
+    def __init__(self, urls: tuple[str, ...], start: int) -> None:
+        self._urls, self._i = urls, start
 
     @property
     def current(self) -> str:
         return self._urls[self._i % len(self._urls)]
 
-    def fail_over(self, url: str) -> None:
-        if url == self.current:
+    def fail_over(self, url: str) -> bool:
+        """Move on from ``url`` unless a concurrent request already did."""
+        if len(self._urls) > 1 and url == self.current:
             self._i += 1
+            return True
+        return False
 
 
-class _Partition:
-    """One producer's sequence on one partition: which batches are unresolved."""
-
-    def __init__(self) -> None:
-        self.unresolved: set[int] = set()
-
-
-async def _post(
-    client: httpx.AsyncClient,
-    urls: _Urls,
-    path: str,
-    body: dict[str, Any],
-) -> tuple[str, dict[str, Any] | None]:
-    url = urls.current
-    try:
-        r = await client.post(f"{url}{path}", json=body)
-    except (httpx.TransportError, OSError):
-        urls.fail_over(url)
-        return url, None
-    if r.status_code != 200:
-        if r.status_code >= 500 or r.status_code in (408, 429):
-            urls.fail_over(url)
-        return url, None
-    return url, dict(r.json())
+@dataclass(slots=True)
+class _Producer:
+    pid: int
+    cursor: _Cursor
+    stopped: bool = False
 
 
-def _value(pid: int, partition: int, seq: int, size: int) -> str:
-    text = f"{pid}:{partition}:{seq}:".encode()
-    return base64.b64encode(text.ljust(size, b".")).decode()
+@dataclass(slots=True)
+class _Lane:
+    """One producer's batches on one partition."""
+
+    topic: str
+    partition: int
+    producer: _Producer
+    window: asyncio.Semaphore
+    unresolved: set[int] = field(default_factory=set)
+    delivered: set[int] = field(default_factory=set)
+    given_up: set[int] = field(default_factory=set)
+    stopped: bool = False
+
+    @property
+    def slot(self) -> Slot:
+        return (self.topic, self.partition, self.producer.pid)
 
 
-async def _produce_one(
-    cfg: LoadConfig,
-    client: httpx.AsyncClient,
-    urls: _Urls,
-    report: LoadReport,
-    pid: int,
-    partition: int,
-    index: int,
-    state: _Partition,
-    deadline: float,
-) -> bool:
-    base = (index * cfg.records) % _SEQ
-    body = {
-        "timeoutMs": cfg.request_timeout_ms,
-        "batches": [
+def _value(pid: int, partition: int, seq: int, size: int) -> bytes:
+    return f"{pid}:{partition}:{seq}:".encode().ljust(size, b".")
+
+
+def _runs(indices: Iterable[int], first: int, records: int) -> Ranges:
+    out: list[tuple[int, int]] = []
+    for i in sorted(indices):
+        start = first + i * records
+        if out and out[-1][0] + out[-1][1] == start:
+            out[-1] = (out[-1][0], out[-1][1] + records)
+        else:
+            out.append((start, records))
+    return tuple(out)
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {}
+    s = sorted(samples)
+
+    def ms(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 1)
+
+    return {"p50": ms(0.5), "p99": ms(0.99), "max": ms(1.0)}
+
+
+class _Load:
+    """One run; all state lives on the event loop that runs it."""
+
+    def __init__(self, cfg: LoadConfig, stop: threading.Event | None) -> None:
+        self.cfg, self.stop = cfg, stop
+        self.started = time.monotonic()
+        self.stop_at = None if cfg.duration_s is None else self.started + cfg.duration_s
+        self.producers: list[_Producer] = []
+        self.lanes: list[_Lane] = []
+        self.tally: Counter[str] = Counter()
+        self.retry_reasons: Counter[str] = Counter()
+        self.fatal: Counter[str] = Counter()
+        self.latencies: list[float] = []
+        self.finished = False
+        self.elapsed: float | None = None
+        self.client: httpx.AsyncClient | None = None
+
+    # -- reporting
+
+    def snapshot(self) -> LoadReport:
+        cfg = self.cfg
+        return LoadReport(
+            producer_ids=tuple(p.pid for p in self.producers),
+            sent_batches=self.tally["sent_batches"],
+            sent_records=self.tally["sent_batches"] * cfg.records,
+            acknowledged=self.tally["acknowledged"],
+            duplicates=self.tally["duplicates"],
+            requests=self.tally["requests"],
+            retries=sum(self.retry_reasons.values()),
+            retry_reasons=dict(self.retry_reasons),
+            fatal=dict(self.fatal),
+            desynced_producers=tuple(p.pid for p in self.producers if p.stopped),
+            failovers=self.tally["failovers"],
+            elapsed_s=round(
+                self.elapsed if self.elapsed is not None else time.monotonic() - self.started, 3
+            ),
+            latency_ms=_percentiles(self.latencies),
+            delivered={
+                ln.slot: _runs(ln.delivered, cfg.first_sequence, cfg.records) for ln in self.lanes
+            },
+            uncertain={
+                ln.slot: _runs(ln.given_up, cfg.first_sequence, cfg.records)
+                for ln in self.lanes
+                if ln.given_up
+            },
+            finished=self.finished,
+        )
+
+    def _stopping(self) -> bool:
+        if self.stop is not None and self.stop.is_set():
+            return True
+        return self.stop_at is not None and time.monotonic() >= self.stop_at
+
+    async def _progress(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.progress_every_s)
+            r = self.snapshot()
+            print(
+                f"load: {r.elapsed_s:6.1f}s sent {r.sent_batches} batches, acked "
+                f"{r.acknowledged}, duplicate {r.duplicates}, retries {r.retries}, "
+                f"fatal {sum(r.fatal.values())}, {r.records_per_s} rec/s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    # -- HTTP
+
+    async def _post(self, cursor: _Cursor, path: str, content: bytes) -> tuple[Any, str]:
+        """(parsed JSON or None, why not): None means retry, or a fatal reason."""
+        assert self.client is not None
+        url = cursor.current
+        self.tally["requests"] += 1
+        try:
+            r = await self.client.post(
+                f"{url}{path}", content=content, headers={"content-type": "application/json"}
+            )
+        except httpx.HTTPError as exc:  # refused, reset, timed out, broken pipe
+            self.tally["failovers"] += cursor.fail_over(url)
+            return None, f"http:{type(exc).__name__}"
+        if r.status_code != 200:
+            if r.status_code >= 500 or r.status_code in _FAIL_OVER_STATUS:
+                self.tally["failovers"] += cursor.fail_over(url)
+                return None, f"http:{r.status_code}"
+            return None, f"fatal-http:{r.status_code}"
+        try:
+            return r.json(), ""
+        except ValueError:
+            return None, "http:bad-json"
+
+    # -- producers
+
+    async def _init_producer(self, index: int) -> _Producer:
+        cursor = _Cursor(self.cfg.urls, index)
+        if self.cfg.producer_ids:
+            return _Producer(self.cfg.producer_ids[index], cursor)
+        deadline = time.monotonic() + self.cfg.delivery_timeout_s
+        backoff, last = 0.05, ""
+        while time.monotonic() < deadline:
+            answer, why = await self._post(cursor, "/v1/init-producer-id", b"{}")
+            if isinstance(answer, dict) and answer.get("errorCode") == 0:
+                return _Producer(int(answer["producerId"]), cursor)
+            last = why or f"answer {answer}"
+            if why.startswith("fatal"):
+                break
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+        raise LoadError(f"no producer id from {', '.join(self.cfg.urls)}: {last}")
+
+    def _body(self, lane: _Lane, index: int) -> bytes:
+        cfg = self.cfg
+        pid, p = lane.producer.pid, lane.partition
+        base = (cfg.first_sequence + index * cfg.records) % SEQ_MODULUS
+        seqs = [(base + i) % SEQ_MODULUS for i in range(cfg.records)]
+        return json.dumps(
             {
-                "topic": cfg.topic,
-                "partition": partition,
-                "producerId": pid,
-                "producerEpoch": 0,
-                "baseSequence": base,
-                "lastSequence": (base + cfg.records - 1) % _SEQ,
-                "records": [
-                    {"value": _value(pid, partition, base + i, cfg.value_size)}
-                    for i in range(cfg.records)
+                "timeoutMs": cfg.request_timeout_ms,
+                "batches": [
+                    {
+                        "topic": lane.topic,
+                        "partition": p,
+                        "producerId": pid,
+                        "producerEpoch": cfg.epoch,
+                        "baseSequence": base,
+                        "lastSequence": seqs[-1],
+                        "records": [
+                            {"value": base64.b64encode(_value(pid, p, s, cfg.value_size)).decode()}
+                            for s in seqs
+                        ],
+                    }
                 ],
             }
-        ],
-    }
-    report.sent_batches += 1
-    report.sent_records += cfg.records
-    backoff = 0.05
-    while True:
-        report.requests += 1
-        url, answer = await _post(client, urls, "/v1/produce", body)
-        code = None if answer is None else int(answer["results"][0]["errorCode"])
-        if code == 0:
-            report.acknowledged += 1
-            return True
-        if code == 46:
-            report.duplicates += 1
-            return True
-        earlier_unresolved = any(i < index for i in state.unresolved)
-        retriable = code is None or code in _RETRIABLE or (code == 45 and earlier_unresolved)
-        if not retriable or time.monotonic() > deadline:
-            key = f"{code}" if retriable is False else "delivery_timeout"
-            report.fatal[key] = report.fatal.get(key, 0) + 1
-            return False
-        if code in (6, 7) or code is None:
-            urls.fail_over(url)
-        report.retries += 1
-        await asyncio.sleep(backoff)
-        backoff = min(backoff * 2, 1.0)
+        ).encode()
 
-
-async def _producer(
-    cfg: LoadConfig,
-    client: httpx.AsyncClient,
-    urls: _Urls,
-    report: LoadReport,
-    pid: int,
-    partition: int,
-    stop_at: float | None,
-) -> None:
-    state = _Partition()
-    window = asyncio.Semaphore(cfg.in_flight)
-    delivered: dict[int, bool] = {}
-
-    async def one(index: int) -> None:
+    @staticmethod
+    def _judge(answer: Any, why: str, earlier_unresolved: bool) -> tuple[str, str]:
+        """(what to do, why) for one attempt: delivered, retry, fatal or desync."""
+        if answer is None:
+            if why.startswith("fatal"):
+                return "fatal", why.removeprefix("fatal-")
+            return "retry", why
         try:
-            deadline = time.monotonic() + cfg.delivery_timeout_s
-            delivered[index] = await _produce_one(
-                cfg, client, urls, report, pid, partition, index, state, deadline
-            )
-        finally:
-            state.unresolved.discard(index)
-            window.release()
+            code = int(answer["results"][0]["errorCode"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return "retry", "http:bad-answer"
+        if code in _DELIVERED:
+            return "delivered", str(code)
+        if code == _OUT_OF_ORDER:
+            # behind a batch that is being retried the gap is expected (Kafka clients
+            # retry it too); on the head of the line it is a desync
+            return ("retry", "45-behind-retried-batch") if earlier_unresolved else ("desync", "45")
+        return ("retry", f"code:{code}") if code in RETRIABLE_CODES else ("fatal", str(code))
 
-    tasks = []
-    for index in range(cfg.batches):
-        if stop_at is not None and time.monotonic() > stop_at:
-            break
-        await window.acquire()
-        state.unresolved.add(index)
-        tasks.append(asyncio.create_task(one(index)))
-    await asyncio.gather(*tasks)
-    # records 0..n-1 are expected where every batch up to n was delivered
-    n = 0
-    while delivered.get(n):
-        n += 1
-    report.expected[f"{pid}:{partition}"] = [n * cfg.records]
+    async def _batch(self, lane: _Lane, index: int) -> None:
+        """Send one batch until a definite answer or its delivery timeout."""
+        content = self._body(lane, index)
+        self.tally["sent_batches"] += 1
+        started = time.monotonic()
+        deadline = started + self.cfg.delivery_timeout_s
+        backoff = 0.05
+        while True:
+            answer, why = await self._post(lane.producer.cursor, "/v1/produce", content)
+            earlier = any(i < index for i in lane.unresolved)
+            action, why = self._judge(answer, why, earlier)
+            if action == "delivered":
+                self.tally["acknowledged" if why == "0" else "duplicates"] += 1
+                lane.delivered.add(index)
+                self.latencies.append(time.monotonic() - started)
+                return
+            if action != "retry":
+                self._give_up(lane, index, why, desync=action == "desync")
+                return
+            if time.monotonic() + backoff >= deadline:
+                self._give_up(lane, index, "delivery_timeout", uncertain=True)
+                return
+            self.retry_reasons[why] += 1
+            await asyncio.sleep(backoff * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
+            backoff = min(backoff * 2, 1.0)
 
+    def _give_up(
+        self, lane: _Lane, index: int, reason: str, *, desync: bool = False, uncertain: bool = False
+    ) -> None:
+        """A batch ends without delivery: its partition (or, on a desync, its producer) takes
+        no new batch, since the sequence cannot go on from a batch that failed."""
+        self.fatal[reason] += 1
+        lane.stopped = True
+        if desync:
+            lane.producer.stopped = True
+        if uncertain:
+            lane.given_up.add(index)  # no definite answer: it may or may not be stored
 
-async def run_load(
-    cfg: LoadConfig,
-    stop: threading.Event | None = None,
-    report: LoadReport | None = None,
-) -> LoadReport:
-    """Run the producers to the end (or ``duration_s``/``stop``) and report.
+    async def _play(self, lane: _Lane) -> None:
+        tasks: list[asyncio.Task[None]] = []
 
-    Pass ``report`` to watch its counters from another thread while it runs.
-    """
-    report = report if report is not None else LoadReport()
-    urls = _Urls(cfg.urls)
-    headers = {"Authorization": f"Bearer {cfg.token}"} if cfg.token else {}
-    limits = httpx.Limits(max_connections=cfg.producers * cfg.partitions * cfg.in_flight + 4)
-    timeout = httpx.Timeout(cfg.request_timeout_ms / 1000 + 10)
-    started = time.monotonic()
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers) as client:
-        for _ in range(cfg.producers):
-            for attempt in itertools.count():
-                _, answer = await _post(client, urls, "/v1/init-producer-id", {})
-                if answer is not None and answer["errorCode"] == 0:
-                    report.producer_ids.append(int(answer["producerId"]))
-                    break
-                if attempt > 100:
-                    raise RuntimeError(f"no producer id from {cfg.urls}: {answer}")
-                await asyncio.sleep(0.2)
-        stop_at = None if cfg.duration_s is None else started + cfg.duration_s
-        progress = asyncio.create_task(_progress(cfg, report, started))
-        watcher = asyncio.create_task(_watch_stop(stop))
-        work = asyncio.gather(
-            *(
-                _producer(cfg, client, urls, report, pid, p, stop_at)
-                for pid in report.producer_ids
+        async def one(index: int) -> None:
+            try:
+                await self._batch(lane, index)
+            finally:
+                lane.unresolved.discard(index)
+                lane.window.release()
+
+        for index in range(self.cfg.batches):
+            await lane.window.acquire()
+            if self._stopping() or lane.stopped or lane.producer.stopped:
+                lane.window.release()
+                break
+            lane.unresolved.add(index)
+            tasks.append(asyncio.create_task(one(index)))
+        await asyncio.gather(*tasks)
+
+    async def run(self) -> LoadReport:
+        cfg = self.cfg
+        n = len(cfg.producer_ids) or cfg.producers
+        limits = httpx.Limits(
+            max_connections=cfg.connections, max_keepalive_connections=cfg.connections
+        )
+        timeout = httpx.Timeout(cfg.request_timeout_ms / 1000 + 5, connect=5, pool=None)
+        headers = {"authorization": f"Bearer {cfg.token}"} if cfg.token else {}
+        progress = None
+        async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers) as client:
+            self.client = client
+            self.producers = list(await asyncio.gather(*(self._init_producer(i) for i in range(n))))
+            self.lanes = [
+                _Lane(topic, p, producer, asyncio.Semaphore(cfg.in_flight))
+                for producer in self.producers
+                for topic in cfg.topics
                 for p in range(cfg.partitions)
-            )
-        )
+            ]
+            if cfg.progress_every_s > 0:
+                progress = asyncio.create_task(self._progress())
+            try:
+                await asyncio.gather(*(self._play(lane) for lane in self.lanes))
+            finally:
+                if progress is not None:
+                    progress.cancel()
+        self.elapsed = time.monotonic() - self.started
+        self.finished = True
+        return self.snapshot()
+
+
+async def run_load(config: LoadConfig, *, stop: threading.Event | None = None) -> LoadReport:
+    """Play the load to the end (all batches, ``duration_s``, or ``stop`` set) and report.
+
+    Setting ``stop`` starts no new batch; batches in flight still get their
+    definite answer (or reach their delivery timeout). Raises
+    :class:`LoadError` when no sidecar hands out producer ids.
+    """
+    return await _Load(config, stop).run()
+
+
+class BackgroundLoad:
+    """:func:`run_load` in a thread with its own event loop; watch it while it runs.
+
+    ``snapshot()`` is a live :class:`LoadReport`; ``stop()`` asks for no new
+    batches; ``join()`` waits for the final report (and re-raises the load's
+    exception, if any).
+    """
+
+    def __init__(self, config: LoadConfig) -> None:
+        self.config = config
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._load: _Load | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._report: LoadReport | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="kop-dedup-load", daemon=True)
+
+    def _main(self) -> None:
+        async def body() -> LoadReport:
+            self._loop = asyncio.get_running_loop()
+            self._load = _Load(self.config, self._stop)
+            self._ready.set()
+            return await self._load.run()
+
         try:
-            await work
+            self._report = asyncio.run(body())
+        except BaseException as exc:  # handed to join()
+            self._error = exc
         finally:
-            progress.cancel()
-            watcher.cancel()
-    report.elapsed_s = round(time.monotonic() - started, 3)
-    return report
+            self._ready.set()
+
+    def start(self) -> Self:
+        self._thread.start()
+        self._ready.wait(30)
+        return self
+
+    def snapshot(self) -> LoadReport:
+        if self._report is not None:
+            return self._report
+        load, loop = self._load, self._loop
+        if load is None or loop is None:
+            return LoadReport()
+
+        async def take() -> LoadReport:
+            return load.snapshot()
+
+        try:
+            return asyncio.run_coroutine_threadsafe(take(), loop).result(10)
+        except RuntimeError:  # the loop closed in between: the final report is there
+            return self._report if self._report is not None else LoadReport()
+
+    def wait_for(
+        self, predicate: Callable[[LoadReport], bool], timeout: float, poll: float = 0.05
+    ) -> LoadReport:
+        """Poll until ``predicate(snapshot)`` holds; TimeoutError past ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            report = self.snapshot()
+            if predicate(report):
+                return report
+            if self._error is not None:
+                raise self._error
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise TimeoutError(f"load did not get there within {timeout}s: {report.to_dict()}")
+            time.sleep(poll)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> LoadReport:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the load did not finish within {timeout}s")
+        if self._error is not None:
+            raise self._error
+        assert self._report is not None
+        return self._report
+
+    @property
+    def report(self) -> LoadReport:
+        return self.join(0)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self._thread.join(self.config.delivery_timeout_s + 30)
 
 
-async def _watch_stop(stop: threading.Event | None) -> None:
-    if stop is None:
-        return
-    while not stop.is_set():  # noqa: ASYNC110 - a threading.Event from another thread
-        await asyncio.sleep(0.1)
-    for task in asyncio.all_tasks():
-        if task is not asyncio.current_task():
-            task.cancel()
+# -- reading back ------------------------------------------------------------------
 
 
-async def _progress(cfg: LoadConfig, report: LoadReport, started: float) -> None:
-    while True:
-        await asyncio.sleep(cfg.progress_every_s)
-        print(
-            f"load: {time.monotonic() - started:5.1f}s sent {report.sent_batches} batches, "
-            f"acked {report.acknowledged}, duplicate {report.duplicates}, "
-            f"retries {report.retries}, fatal {sum(report.fatal.values())}",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-@dataclass
+@dataclass(frozen=True, slots=True)
 class VerifyReport:
+    """What reading the topics back found, for the load's producers."""
+
     read: int
+    """Records of the load's producers read back."""
     expected: int
+    """Records the producers were told were delivered."""
     lost: int
+    """Delivered but not read back."""
     duplicated: int
+    """Extra copies read (a record read 3 times counts 2)."""
     out_of_order: int
-    foreign: int
-    """Records read that the load did not expect (e.g. beyond a producer's delivered prefix)."""
+    """Records read after a higher sequence of the same producer on the same partition."""
+    unexpected: int
+    """Records never sent, or not delivered nor given up (should be impossible)."""
+    uncertain_stored: int
+    """Records of batches given up without an answer that are stored after all."""
+    corrupt: int
+    """Records whose value does not name their producer, partition and sequence."""
+    other: int
+    """Records of other producers on the same topics (ignored)."""
+    seconds: float
 
     @property
     def ok(self) -> bool:
-        return self.lost == 0 and self.duplicated == 0 and self.out_of_order == 0
+        return not (self.lost or self.duplicated or self.out_of_order or self.unexpected) and (
+            not self.corrupt
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
 
 
+def _seqs(runs: Ranges) -> set[int]:
+    return {(first + i) % SEQ_MODULUS for first, n in runs for i in range(n)}
+
+
 def verify(
     service_url: str,
-    topic: str,
+    topics: Sequence[str],
+    expected: LoadReport | Mapping[Slot, Ranges],
     *,
-    partitions: int,
-    expected: dict[str, list[int]],
+    partitions: int | None = None,
+    uncertain: Mapping[Slot, Ranges] | None = None,
     tenant: str = "public",
     namespace: str = "kafka",
+    read_timeout_ms: int = 30_000,
 ) -> VerifyReport:
-    """Read every partition from the earliest and compare with what the load delivered."""
-    import pulsar  # noqa: PLC0415
+    """Read each partition of ``topics`` from the earliest; compare with what was delivered.
 
+    ``expected`` is a :class:`LoadReport` (its ``delivered`` and ``uncertain``)
+    or a mapping of slot -> delivered runs. ``partitions`` defaults to the
+    highest partition the expectation names, plus one.
+    """
+    import pulsar  # noqa: PLC0415 - the CLI's load path does not need the client
+
+    if isinstance(expected, LoadReport):
+        uncertain = expected.uncertain if uncertain is None else uncertain
+        expected = expected.delivered
+    want = {slot: _seqs(runs) for slot, runs in expected.items()}
+    maybe = {slot: _seqs(runs) for slot, runs in (uncertain or {}).items()}
+    pids = {pid for _, _, pid in [*want, *maybe]}
+    started = time.monotonic()
+    seen: Counter[tuple[Slot, int]] = Counter()
+    out_of_order = corrupt = other = 0
     client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-    seen: Counter[tuple[int, int, int]] = Counter()
-    out_of_order = 0
     try:
-        for p in range(partitions):
-            reader = client.create_reader(
-                f"persistent://{tenant}/{namespace}/{topic}-partition-{p}",
-                pulsar.MessageId.earliest,
-            )
-            last: dict[int, int] = {}
-            try:
-                while reader.has_message_available():
-                    msg = reader.read_next(30_000)
-                    props = msg.properties()
-                    pid, seq = int(props[PROP_PRODUCER_ID]), int(props[PROP_SEQUENCE])
-                    if seq <= last.get(pid, -1):
-                        out_of_order += 1
-                    last[pid] = seq
-                    seen[(pid, p, seq)] += 1
-            finally:
-                reader.close()
+        for topic in topics:
+            count = partitions or 1 + max((p for t, p, _ in want if t == topic), default=0)
+            for p in range(count):
+                reader = client.create_reader(
+                    f"persistent://{tenant}/{namespace}/{topic}-partition-{p}",
+                    pulsar.MessageId.earliest,
+                )
+                last: dict[int, int] = {}
+                try:
+                    while reader.has_message_available():
+                        msg = reader.read_next(read_timeout_ms)
+                        props = msg.properties()
+                        pid = int(props.get(PROP_PRODUCER_ID, "-1"))
+                        if pid not in pids:
+                            other += 1
+                            continue
+                        seq = int(props[PROP_SEQUENCE])
+                        ext = unwrap(seq, last.get(pid))
+                        if pid in last and ext < last[pid]:
+                            out_of_order += 1
+                        last[pid] = max(ext, last.get(pid, ext))
+                        seen[((topic, p, pid), seq)] += 1
+                        if not msg.data().startswith(f"{pid}:{p}:{seq}:".encode()):
+                            corrupt += 1
+                finally:
+                    reader.close()
     finally:
         client.close()
-    want = {
-        (int(k.split(":")[0]), int(k.split(":")[1]), s)
-        for k, (n,) in expected.items()
-        for s in range(n)
-    }
+    expected_keys = {(slot, s) for slot, seqs in want.items() for s in seqs}
+    maybe_keys = {(slot, s) for slot, seqs in maybe.items() for s in seqs}
     return VerifyReport(
         read=sum(seen.values()),
-        expected=len(want),
-        lost=sum(1 for key in want if key not in seen),
+        expected=len(expected_keys),
+        lost=sum(1 for key in expected_keys if key not in seen),
         duplicated=sum(c - 1 for c in seen.values() if c > 1),
         out_of_order=out_of_order,
-        foreign=sum(1 for key in seen if key not in want),
+        unexpected=sum(1 for key in seen if key not in expected_keys and key not in maybe_keys),
+        uncertain_stored=sum(1 for key in seen if key in maybe_keys),
+        corrupt=corrupt,
+        other=other,
+        seconds=round(time.monotonic() - started, 3),
     )
 
 
-def _create_topic(admin_url: str, topic: str, partitions: int) -> None:
+# -- the command -------------------------------------------------------------------
+
+
+def _create_topic(admin_url: str, topic: str, partitions: int, namespace: str) -> None:
     """Create the partitioned topic up front, so its partition count is the load's."""
-    path = f"/admin/v2/persistent/public/kafka/{topic}/partitions"
+    path = f"/admin/v2/persistent/{namespace}/{topic}/partitions"
     r = httpx.put(f"{admin_url.rstrip('/')}{path}", json=partitions, timeout=30)
     if r.status_code not in (204, 409):
-        raise RuntimeError(f"creating {topic} with {partitions} partitions: {r.text}")
+        raise LoadError(f"creating {topic} with {partitions} partitions: {r.text}")
 
 
 def _handler(args: argparse.Namespace) -> int:
+    topics = tuple(args.topic)
     if args.admin_url:
-        _create_topic(args.admin_url, args.topic, args.partitions)
+        for topic in topics:
+            _create_topic(args.admin_url, topic, args.partitions, args.namespace)
     cfg = LoadConfig(
-        urls=tuple(args.url),
-        topic=args.topic,
+        urls=tuple(args.url or ["http://127.0.0.1:8090"]),
+        topics=topics,
         partitions=args.partitions,
         producers=args.producers,
+        producer_ids=tuple(args.producer_id or ()),
+        epoch=args.epoch,
+        first_sequence=args.first_sequence,
         batches=args.batches,
         records=args.records,
         in_flight=args.in_flight,
@@ -383,63 +740,65 @@ def _handler(args: argparse.Namespace) -> int:
         request_timeout_ms=args.request_timeout_ms,
         delivery_timeout_s=args.delivery_timeout,
         duration_s=args.duration,
+        connections=args.connections,
         token=os.environ.get("KOP_DEDUP_TOKEN"),
+        progress_every_s=args.progress_every,
     )
     report = asyncio.run(run_load(cfg))
     out: dict[str, Any] = {"load": report.to_dict()}
-    ok = not report.fatal
+    ok = report.ok
     if args.verify:
-        v = verify(
-            args.service_url, args.topic, partitions=args.partitions, expected=report.expected
-        )
+        tenant, namespace = args.namespace.split("/", 1)
+        v = verify(args.service_url, topics, report, tenant=tenant, namespace=namespace)
         out["verify"] = v.to_dict()
         ok = ok and v.ok
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         for section, values in out.items():
-            print(section + ": " + ", ".join(f"{k}={v}" for k, v in values.items()))
+            print(f"{section}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
     return 0 if ok else 1
 
 
 def add_cli(subparsers: Any) -> None:
+    """Register ``kop-dedup load``."""
     p = subparsers.add_parser(
         "load",
         help="play retrying idempotent Kafka producers against the sidecar",
-        description="Play idempotent Kafka producers that retry every batch until a definite "
-        "answer (up to --in-flight batches per partition), optionally verify the topic.",
+        description="Play idempotent Kafka producers that retry every batch with the same "
+        "producer id, epoch and sequences until a definite answer (up to --in-flight "
+        "batches per partition, failing over between --url's), then optionally read the "
+        "topics back (--verify). Exit status 1 when a batch failed or verification did.",
     )
-    p.add_argument(
-        "--url",
-        action="append",
-        default=None,
-        help="sidecar URL; repeat for fail-over (default http://127.0.0.1:8090)",
-    )
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partitions", type=int, default=1)
-    p.add_argument("--producers", type=int, default=4)
-    p.add_argument("--batches", type=int, default=50, help="per producer and partition")
-    p.add_argument("--records", type=int, default=10, help="per batch")
-    p.add_argument("--in-flight", type=int, default=5)
-    p.add_argument("--value-size", type=int, default=32)
-    p.add_argument("--request-timeout-ms", type=int, default=10_000)
-    p.add_argument("--delivery-timeout", type=float, default=180.0, help="seconds per batch")
-    p.add_argument("--duration", type=float, default=None, help="stop sending after N seconds")
-    p.add_argument("--verify", action="store_true", help="read the topic back and compare")
-    p.add_argument(
+    add = p.add_argument
+    add("--url", action="append", help="sidecar URL; repeat for fail-over (default :8090)")
+    add("--topic", action="append", required=True, help="Kafka topic; repeat for several")
+    add("--partitions", type=int, default=1, help="partitions written per topic")
+    add("--producers", type=int, default=4, help="producer ids to ask for")
+    add("--producer-id", type=int, action="append", help="use this producer id (repeat)")
+    add("--epoch", type=int, default=0)
+    add("--first-sequence", type=int, default=0, help="sequence of each partition's first record")
+    add("--batches", type=int, default=50, help="per producer and partition")
+    add("--records", type=int, default=10, help="per batch")
+    add("--in-flight", type=int, default=5, help="batches in flight per producer and partition")
+    add("--value-size", type=int, default=32, help="bytes per record value")
+    add("--request-timeout-ms", type=int, default=10_000, help="timeoutMs of each request")
+    add("--delivery-timeout", type=float, default=120.0, help="seconds per batch, then fatal")
+    add("--duration", type=float, default=None, help="start no batch after N seconds")
+    add("--connections", type=int, default=64, help="HTTP connections (keep-alive)")
+    add("--progress-every", type=float, default=5.0, help="seconds between progress lines")
+    add("--verify", action="store_true", help="read the topics back and compare")
+    add(
         "--service-url",
         default=os.environ.get("KOP_DEDUP_PULSAR_SERVICE_URL", "pulsar://127.0.0.1:6650"),
+        help="Pulsar service URL for --verify",
     )
-    p.add_argument(
+    add(
         "--admin-url",
         default=None,
-        help="create the topic with --partitions first (else the sidecar "
-        "auto-creates it with its default partition count)",
+        help="create the topics with --partitions first (else the sidecar "
+        "auto-creates them with its default partition count)",
     )
-    p.add_argument("--json", action="store_true")
-
-    def fix_urls(args: argparse.Namespace) -> int:
-        args.url = args.url or ["http://127.0.0.1:8090"]
-        return _handler(args)
-
-    p.set_defaults(func=fix_urls, url=None)
+    add("--namespace", default="public/kafka", help="tenant/namespace of the topics")
+    add("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=_handler)
