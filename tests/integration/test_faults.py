@@ -1,169 +1,272 @@
-"""Faults that really happen, under load: nothing lost, nothing duplicated.
+"""Faults that really happen, under load: nothing lost, nothing duplicated, nothing reordered.
 
-The load driver plays idempotent Kafka producers that retry every batch until
-a definite answer (kop_dedup.load). While it runs, the broker or a sidecar is
-killed, paused or replaced. Afterwards every partition is read back from the
-earliest and compared with what the producers were told was delivered.
+The load driver (kop_dedup.load) plays idempotent Kafka producers that retry
+every batch with the same producer id, epoch and sequences until a definite
+answer. While it runs, the broker is SIGKILLed and restarted or paused past
+the request timeouts, or a sidecar process is SIGKILLed and restarted or
+replaced by a second one. Each test then waits until the load makes progress
+again, stops it (batches in flight still get their answer), reads every
+partition back from the earliest and compares with what the producers were
+told was delivered.
+
+Counts and timings are printed (``pytest -s`` or ``-rA``), logged, and written
+as JSON to the test's tmp dir and to ``<basetemp>/faults.json``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
+import logging
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kop_dedup.load import LoadConfig, LoadReport, run_load, verify
+from kop_dedup.load import BackgroundLoad, LoadConfig, LoadReport, verify
 from tests.helpers import uniq
 from tests.sidecar import ProcessSidecar
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-RESULTS: list[dict[str, Any]] = []
+log = logging.getLogger(__name__)
+
+WARM_UP_BATCHES = 30
+"""Batches answered before the fault, so producers are open and in flight."""
+AFTER_RECOVERY_BATCHES = 60
+"""Batches answered after the recovery, so the load is seen to go on."""
 
 
-class Background:
-    """Run the load driver in a thread with its own event loop; its report is live."""
+@pytest.fixture(scope="module")
+def fault_results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[str, Any]]]:
+    results: list[dict[str, Any]] = []
+    yield results
+    if results:
+        path = tmp_path_factory.getbasetemp() / "faults.json"
+        path.write_text(json.dumps(results, indent=2))
+        print(f"\nfault results: {path}")
+        for r in results:
+            print(
+                f"  {r['fault']:<18} delivered {r['delivered_records']:>5} read back "
+                f"{r['read_back']:>5} lost {r['lost']} duplicated {r['duplicated']} answered-46 "
+                f"{r['answered_duplicate']:>3} retries {r['retries']:>4} outage "
+                f"{r['outage_s']:>5}s (restart {r['restart_s']:>5}s) delivering again after "
+                f"{r['recovered_after_s']:>5}s, total {r['total_s']:>5}s"
+            )
 
-    def __init__(self, cfg: LoadConfig) -> None:
-        self.cfg = cfg
-        self.report = LoadReport()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        try:
-            asyncio.run(run_load(self.cfg, report=self.report))
-        except BaseException as exc:  # surfaced by join()
-            self.error = exc
+def fault_config(urls: list[str], **over: Any) -> LoadConfig:
+    """A load that runs until it is stopped (bounded at 80 s in case nobody does)."""
+    base: dict[str, Any] = {
+        "urls": tuple(urls),
+        "topics": (uniq("fault"),),
+        "partitions": 2,
+        "producers": 3,
+        "batches": 1_000_000,
+        "records": 5,
+        "in_flight": 5,
+        "request_timeout_ms": 4000,
+        "delivery_timeout_s": 75.0,
+        "duration_s": 80.0,
+        "progress_every_s": 5.0,
+    }
+    base.update(over)
+    return LoadConfig(**base)
 
-    def start(self, answered: int = 20, timeout: float = 60) -> Background:
-        """Start, and return once ``answered`` batches had an answer (polled, no bare sleep)."""
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while self.report.acknowledged + self.report.duplicates < answered:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise TimeoutError(f"the load made no progress: {self.error!r}")
-            time.sleep(0.05)
-        return self
 
-    def join(self, timeout: float = 240) -> LoadReport:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "the load driver did not finish in time"
-        if self.error is not None:
-            raise self.error
-        return self.report
+class Timeline:
+    """When the fault began, when recovery began and was done, when the load went on."""
+
+    def __init__(self, load: BackgroundLoad) -> None:
+        self.load = load
+        self.t0 = time.monotonic()
+        self.fault_at = self.recover_at = self.ready_at = self.back_at = self.t0
+
+    def warm_up(self) -> None:
+        self.load.wait_for(lambda r: r.answered >= WARM_UP_BATCHES, timeout=60)
+
+    def fault(self, inject: Callable[[], None], felt: Callable[[LoadReport], bool]) -> None:
+        """Inject the fault and wait until the load notices it."""
+        before = self.load.snapshot()
+        self.fault_at = time.monotonic()
+        inject()
+        self.load.wait_for(lambda r: r.retries > before.retries and felt(r), timeout=30)
+
+    def recover(self, action: Callable[[], None]) -> None:
+        """Undo the fault; wait until the load delivers again, then for a while more."""
+        self.recover_at = time.monotonic()
+        action()
+        self.ready_at = time.monotonic()
+        answered = self.load.snapshot().answered
+        self.load.wait_for(lambda r: r.answered > answered, timeout=60)
+        self.back_at = time.monotonic()
+        self.load.wait_for(lambda r: r.answered > answered + AFTER_RECOVERY_BATCHES, timeout=60)
+
+    def finish(self) -> LoadReport:
+        self.load.stop()
+        return self.load.join(timeout=self.load.config.delivery_timeout_s + 15)
+
+    def timings(self) -> dict[str, float]:
+        return {
+            "outage_s": round(self.ready_at - self.fault_at, 1),
+            "restart_s": round(self.ready_at - self.recover_at, 1),
+            "recovered_after_s": round(self.back_at - self.ready_at, 1),
+            "total_s": round(time.monotonic() - self.t0, 1),
+        }
 
 
 def check(
-    name: str, pulsar: Any, cfg: LoadConfig, report: LoadReport, seconds: float, tmp_path: Path
-) -> None:
-    v = verify(pulsar.service_url, cfg.topic, partitions=cfg.partitions, expected=report.expected)
+    name: str,
+    broker: Any,
+    report: LoadReport,
+    timeline: Timeline,
+    tmp_path: Path,
+    results: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Read everything back; record and print the counts; assert exactly once, in order."""
+    v = verify(broker.service_url, report_topics(timeline), report)
     summary = {
         "fault": name,
         "sent_batches": report.sent_batches,
+        "sent_records": report.sent_records,
         "acknowledged": report.acknowledged,
         "answered_duplicate": report.duplicates,
         "retries": report.retries,
+        "retry_reasons": report.retry_reasons,
+        "failovers": report.failovers,
         "fatal": report.fatal,
         "delivered_records": report.delivered_records,
         "read_back": v.read,
         "lost": v.lost,
         "duplicated": v.duplicated,
         "out_of_order": v.out_of_order,
-        "seconds": round(seconds, 1),
+        "unexpected": v.unexpected,
+        "corrupt": v.corrupt,
+        "latency_ms": report.latency_ms,
+        "load_s": report.elapsed_s,
+        "verify_s": v.seconds,
+        **timeline.timings(),
     }
-    RESULTS.append(summary)
-    print(f"\nFAULT {json.dumps(summary)}")
+    results.append(summary)
+    text = json.dumps(summary)
+    print(f"\nFAULT {text}")
+    log.info("fault %s", text)
     (tmp_path / f"fault-{name}.json").write_text(json.dumps(summary, indent=2))
-    assert report.fatal == {}, report.fatal
-    assert v.lost == 0
-    assert v.duplicated == 0
-    assert v.out_of_order == 0
-    assert v.foreign == 0
-    assert (
-        v.read
-        == report.delivered_records
-        == cfg.producers * cfg.partitions * cfg.batches * cfg.records
-    )
+    assert report.fatal == {}, summary
+    assert report.answered == report.sent_batches, summary  # every batch had a definite answer
+    assert report.retries > 0, summary  # the fault was felt
+    assert v.lost == 0, summary
+    assert v.duplicated == 0, summary
+    assert v.out_of_order == 0, summary
+    assert v.unexpected == 0, summary
+    assert v.corrupt == 0, summary
+    assert v.read == report.delivered_records == report.sent_records, summary
+    return summary
 
 
-def load_config(urls: list[str], **over: Any) -> LoadConfig:
-    base = {
-        "urls": tuple(urls),
-        "topic": uniq("fault"),
-        "partitions": 2,
-        "producers": 3,
-        "batches": 40,
-        "records": 5,
-        "in_flight": 5,
-        "request_timeout_ms": 4000,
-        "delivery_timeout_s": 150,
-        "progress_every_s": 5,
-    }
-    base.update(over)
-    return LoadConfig(**base)
+def report_topics(timeline: Timeline) -> tuple[str, ...]:
+    return timeline.load.config.topics
 
 
-def test_broker_sigkill_and_restart_under_load(pulsar_control, tmp_path):
+def test_broker_sigkill_and_restart_loses_and_duplicates_nothing(
+    pulsar_control, tmp_path, fault_results
+):
     with ProcessSidecar(pulsar_control, tmp_path, default_partitions=2) as sc:
-        cfg = load_config([sc.url])
-        started = time.monotonic()
-        bg = Background(cfg).start()
-        pulsar_control.kill()
-        time.sleep(1.0)  # the broker stays dead for a moment while requests pile up
-        pulsar_control.start()
-        report = bg.join()
-        check("broker-sigkill", pulsar_control, cfg, report, time.monotonic() - started, tmp_path)
-        assert report.retries > 0  # the fault was felt
+        load = BackgroundLoad(fault_config([sc.url])).start()
+        timeline = Timeline(load)
+        down = False
+        try:
+            timeline.warm_up()
+
+            def kill() -> None:
+                nonlocal down
+                down = True
+                pulsar_control.kill()
+
+            def start() -> None:
+                nonlocal down
+                pulsar_control.start()
+                down = False
+
+            timeline.fault(kill, lambda r: True)
+            timeline.recover(start)
+            report = timeline.finish()
+        finally:
+            load.stop()
+            if down:  # later tests in the session need a broker
+                pulsar_control.start()
+        check("broker-sigkill", pulsar_control, report, timeline, tmp_path, fault_results)
 
 
-def test_sidecar_sigkill_and_restart_under_load(pulsar, tmp_path):
+def test_sidecar_sigkill_and_restart_on_the_same_port_loses_and_duplicates_nothing(
+    pulsar, tmp_path, fault_results
+):
     sc = ProcessSidecar(pulsar, tmp_path, default_partitions=2).start()
+    load = BackgroundLoad(fault_config([sc.url])).start()
+    timeline = Timeline(load)
     try:
-        cfg = load_config([sc.url])
-        started = time.monotonic()
-        bg = Background(cfg).start()
-        sc.kill()
-        time.sleep(0.5)
-        sc.start()
-        report = bg.join()
-        check("sidecar-sigkill", pulsar, cfg, report, time.monotonic() - started, tmp_path)
-        assert report.retries > 0
+        timeline.warm_up()
+        timeline.fault(sc.kill, lambda r: any(k.startswith("http:") for k in r.retry_reasons))
+        timeline.recover(sc.start)
+        report = timeline.finish()
     finally:
+        load.stop()
         sc.stop()
+    check("sidecar-sigkill", pulsar, report, timeline, tmp_path, fault_results)
 
 
-def test_second_sidecar_takes_over_when_the_first_dies(pulsar, tmp_path):
+def test_second_sidecar_serves_the_same_producers_after_the_first_dies(
+    pulsar, tmp_path, fault_results
+):
     first = ProcessSidecar(pulsar, tmp_path, default_partitions=2).start()
     second = ProcessSidecar(pulsar, tmp_path, default_partitions=2).start()
+    # the producers start spread over both URLs; those on the first must move over
+    load = BackgroundLoad(fault_config([first.url, second.url])).start()
+    timeline = Timeline(load)
     try:
-        cfg = load_config([first.url, second.url])
-        started = time.monotonic()
-        bg = Background(cfg).start()
-        first.kill()
-        report = bg.join()
-        check("sidecar-failover", pulsar, cfg, report, time.monotonic() - started, tmp_path)
-        assert report.retries > 0
+        timeline.warm_up()
+        timeline.fault(first.kill, lambda r: r.failovers > 0)
+        timeline.recover(lambda: None)  # nothing comes back: the second sidecar carries on
+        report = timeline.finish()
     finally:
+        load.stop()
         first.stop()
         second.stop()
+    summary = check("sidecar-failover", pulsar, report, timeline, tmp_path, fault_results)
+    assert summary["failovers"] > 0
 
 
-def test_broker_paused_long_enough_to_time_requests_out(pulsar_control, tmp_path):
-    with ProcessSidecar(pulsar_control, tmp_path, default_partitions=2, send_timeout_ms=2000) as sc:
-        cfg = load_config([sc.url], request_timeout_ms=1500)
-        started = time.monotonic()
-        bg = Background(cfg).start()
-        pulsar_control.pause()
+def test_broker_paused_past_the_timeouts_loses_and_duplicates_nothing(
+    pulsar_control, tmp_path, fault_results
+):
+    hold_s = 6.0  # > the request (2 s) and send (1 s) timeouts: both must fire
+    with ProcessSidecar(pulsar_control, tmp_path, default_partitions=2, send_timeout_ms=1000) as sc:
+        load = BackgroundLoad(fault_config([sc.url], request_timeout_ms=2000)).start()
+        timeline = Timeline(load)
+        paused = False
         try:
-            time.sleep(6)  # longer than the request and send timeouts: they must fire
+            timeline.warm_up()
+
+            def pause() -> None:
+                nonlocal paused
+                paused = True
+                pulsar_control.pause()
+
+            timed_out = ("code:7", "http:ReadTimeout")
+            timeline.fault(pause, lambda r: any(k in r.retry_reasons for k in timed_out))
+            # the fault is the pause itself: hold it a while past the first timeouts
+            time.sleep(max(0.0, timeline.fault_at + hold_s - time.monotonic()))
+
+            def resume() -> None:
+                nonlocal paused
+                pulsar_control.resume()
+                paused = False
+
+            timeline.recover(resume)
+            report = timeline.finish()
         finally:
-            pulsar_control.resume()
-        report = bg.join()
-        check("broker-paused", pulsar_control, cfg, report, time.monotonic() - started, tmp_path)
-        assert report.retries > 0
+            load.stop()
+            if paused:
+                pulsar_control.resume()
+        check("broker-paused", pulsar_control, report, timeline, tmp_path, fault_results)
