@@ -1,227 +1,457 @@
-"""Bad input: fuzzing the served OpenAPI and hand-picked extremes. Never a 5xx, never a hang,
-and nothing accepted before is disturbed."""
+"""Bad input: the served OpenAPI fuzzed by schemathesis, hypothesis over every field and
+over whole bodies, and hand-picked extremes. Never a 5xx, never a hang, every answer in
+the documented shape, and the records a control producer wrote before stay exactly as
+they were.
+
+Generated requests carry arbitrary producer ids and epochs, and an epoch seen once
+fences that producer id on every partition (the registry is global per system
+namespace), so the generators run against their own sidecar with their own data and
+system namespaces: they cannot fence a producer id another test is handed later. The
+hand-picked cases use producer ids of their own from the session's shared sidecar.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pulsar as pulsar_client
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import (
     negative_data_rejection,
     positive_data_acceptance,
     use_after_free,
 )
 
+from kop_dedup.errors import BY_CODE
 from tests.helpers import b64, batch, new_pid, read_all, uniq
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
-NS = "persistent://public/kafka"
+FUZZ_NAMESPACE = "kafka-fuzz"
+TIMEOUT = httpx.Timeout(15.0)
+"""No request may take longer: a hang fails the test instead of stalling the suite."""
+PER_BATCH_CODES = {0, 3, 10, 17, 42, 45, 46, 47, 87}
+"""What a produce request with one well-formed-JSON batch may be answered, per batch."""
+
+# -- fixtures --------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def control(sidecar) -> dict[str, Any]:
-    """A producer whose records must come through every fuzz test intact."""
-    with httpx.Client(base_url=sidecar.url, timeout=30) as api:
-        topic, pid = uniq("control"), new_pid(api)
-        r = api.post("/v1/produce", json={"batches": [batch(topic, pid, 0, 5)]})
-    assert r.json()["results"][0]["errorCode"] == 0
-    return {"topic": topic, "pid": pid}
+def fuzz_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
+    """A sidecar for generated producer ids: its own namespaces, a short reorder window
+    (a generated batch ahead of a gap answers 45 after 300 ms) and a 5 s default timeout."""
+    with ThreadSidecar(
+        pulsar,
+        namespace=FUZZ_NAMESPACE,
+        system_namespace="kop-dedup-fuzz-system",
+        reorder_window_ms=300,
+        default_timeout_ms=5000,
+    ) as sc:
+        yield sc
 
 
-def assert_control_intact(pulsar_reader_client, control: dict[str, Any]) -> None:
-    msgs = read_all(pulsar_reader_client, f"{NS}/{control['topic']}-partition-0", expect=5)
-    assert [m.data().decode() for m in msgs] == [f"{control['pid']}:0:{i}" for i in range(5)]
+@pytest.fixture
+def fuzz_api(fuzz_sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=fuzz_sidecar.url, timeout=TIMEOUT) as client:
+        yield client
 
 
-def test_no_endpoint_answers_5xx_or_breaks_its_schema(sidecar):
-    """Schemathesis generates requests from the served OpenAPI; every answer must be a
-    non-5xx that conforms to the spec. (Its pytest plugin does not run under this pytest,
-    so its strategies drive a plain hypothesis test.) The positive/negative acceptance
-    checks are off: per-batch problems are 200 with a Kafka code by design."""
-    api_schema = schemathesis.openapi.from_url(f"{sidecar.url}/openapi.json")
+@dataclass(frozen=True)
+class Control:
+    """Five records one producer wrote before the fuzzing; they must stay exactly so."""
+
+    namespace: str
+    topic: str
+    pid: int
+
+    @classmethod
+    def write(cls, url: str, namespace: str) -> Control:
+        with httpx.Client(base_url=url, timeout=TIMEOUT) as api:
+            topic, pid = uniq("control"), new_pid(api)
+            r = api.post("/v1/produce", json={"batches": [batch(topic, pid, 0, 5)]})
+        assert r.json()["results"][0]["errorCode"] == 0, r.text
+        return cls(namespace, topic, pid)
+
+    def assert_intact(self, reader: pulsar_client.Client) -> None:
+        topic = f"persistent://public/{self.namespace}/{self.topic}-partition-0"
+        msgs = read_all(reader, topic, expect=5)
+        assert [m.data().decode() for m in msgs] == [f"{self.pid}:0:{i}" for i in range(5)]
+
+
+@pytest.fixture(scope="module")
+def controls(sidecar: ThreadSidecar, fuzz_sidecar: ThreadSidecar) -> tuple[Control, ...]:
+    return (
+        Control.write(sidecar.url, "kafka"),
+        Control.write(fuzz_sidecar.url, FUZZ_NAMESPACE),
+    )
+
+
+@pytest.fixture
+def intact(controls: tuple[Control, ...], pulsar_reader_client: pulsar_client.Client) -> Any:
+    """Checks after the test that every control producer's records are intact."""
+    yield
+    for control in controls:
+        control.assert_intact(pulsar_reader_client)
+
+
+def code_name(code: int) -> str:
+    return "NONE" if code == 0 else BY_CODE[code].name
+
+
+def assert_produce_answer(
+    r: httpx.Response, batches: int = 1, also: frozenset[int] = frozenset()
+) -> None:
+    """A 200 has one result per batch, a known code and its name; anything else is a 4xx
+    with a reason."""
+    assert r.status_code < 500, r.text
+    if r.status_code != 200:
+        assert r.status_code in (413, 422), r.text
+        assert r.json()["errorMessage"]
+        return
+    results = r.json()["results"]
+    assert len(results) == batches, r.text
+    for result in results:
+        assert result["errorCode"] in PER_BATCH_CODES | also, result
+        assert result["error"] == code_name(result["errorCode"]), result
+        assert (result["errorCode"] == 0) == (result["messageId"] is not None), result
+
+
+# -- schemathesis over the served OpenAPI ----------------------------------------------
+
+
+def served_schema(url: str) -> Any:
+    """The served OpenAPI, with the 422 that /v1/produce answers but does not document
+    added (see test_produce_documents_its_422), so every other check still applies."""
+    raw = httpx.get(f"{url}/openapi.json", timeout=TIMEOUT).json()
+    responses = raw["paths"]["/v1/produce"]["post"]["responses"]
+    responses.setdefault("422", {"description": "not the documented shape", **_JSON_OBJECT})
+    # and the 400 init-producer-id answers for a body that is not UTF-8
+    # (see test_init_producer_id_answers_an_undecodable_body_in_the_house_shape)
+    responses = raw["paths"]["/v1/init-producer-id"]["post"]["responses"]
+    responses.setdefault("400", {"description": "body not decodable", **_JSON_OBJECT})
+    return schemathesis.openapi.from_dict(raw)
+
+
+_JSON_OBJECT = {"content": {"application/json": {"schema": {"type": "object"}}}}
+
+
+def fuzz_operation(operation: Any, mode: GenerationMode, examples: int, url: str) -> int:
+    """Run schemathesis' checks on ``examples`` generated cases; how many were sent."""
     excluded = [positive_data_acceptance, negative_data_rejection, use_after_free]
-    operations = [op.ok() for op in api_schema.get_all_operations()]
-    assert len(operations) >= 8
-    for operation in operations:
+    sent = 0
 
-        @given(case=operation.as_strategy())
-        @settings(
-            max_examples=20,
-            deadline=None,
-            derandomize=True,
-            suppress_health_check=list(HealthCheck),
-        )
-        def call(case):
-            response = case.call_and_validate(
-                base_url=sidecar.url, timeout=30, excluded_checks=excluded
-            )
-            assert response.status_code < 500
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def call(case: Any) -> None:
+        nonlocal sent
+        response = case.call_and_validate(base_url=url, timeout=15, excluded_checks=excluded)
+        assert response.status_code < 500
+        sent += 1
 
+    try:
         call()
+    except Unsatisfiable:  # nothing to negate (an operation with no parameters or body)
+        assert mode is GenerationMode.NEGATIVE, operation.label
+    return sent
 
+
+@pytest.mark.usefixtures("intact")
+def test_served_openapi_fuzzed_never_answers_5xx_and_conforms(fuzz_sidecar):
+    """Every operation, valid data then invalid data, through schemathesis' own checks
+    (no 5xx; status code, content type, headers and body as documented). Excluded: its
+    acceptance checks, since per-batch problems are a 200 with a Kafka code by design and
+    the stats lookups answer 404 for names nobody produced to; and use-after-free, which
+    assumes REST resources."""
+    schema = served_schema(fuzz_sidecar.url)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 8, [op.label for op in operations]
+    budget = {"POST /v1/produce": (40, 30)}  # (valid, invalid) examples; the rest 12, 8
+    sent = {
+        f"{op.label} {mode.value}": fuzz_operation(op, mode, examples, fuzz_sidecar.url)
+        for op in operations
+        for mode, examples in zip(
+            (GenerationMode.POSITIVE, GenerationMode.NEGATIVE),
+            budget.get(op.label, (12, 8)),
+            strict=True,
+        )
+    }
+    print(f"\nschemathesis: {sum(sent.values())} requests: {json.dumps(sent)}")
+    assert sum(sent.values()) >= 100
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="api/routes.py: /v1/produce parses its body by hand (openapi_extra), so FastAPI "
+    "does not document the 422 it answers for a body that is not the documented shape",
+)
+def test_produce_documents_its_422(sidecar):
+    raw = httpx.get(f"{sidecar.url}/openapi.json", timeout=TIMEOUT).json()
+    assert "422" in raw["paths"]["/v1/produce"]["post"]["responses"]
+
+
+# -- hypothesis: any value in any field, any body ---------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
     ),
     max_leaves=10,
 )
-field_values = st.one_of(
-    st.integers(min_value=-(1 << 70), max_value=1 << 70),
-    st.sampled_from([-1, 0, 2**31 - 1, 2**31, 2**63 - 1, 2**63, -(2**63) - 1, 32767, 32768]),
-    st.text(max_size=10),
-    st.none(),
-    st.booleans(),
-    st.floats(allow_nan=False),
+INT_EDGES = [-(2**63) - 1, -(2**63), -(2**31) - 1, -5, -1, 0, 1, 32767, 32768]
+edge_integers = st.sampled_from([*INT_EDGES, 2**31 - 1, 2**31, 2**63 - 1, 2**63, 10**30])
+field_values = (
+    edge_integers
+    | st.integers(min_value=-(1 << 70), max_value=1 << 70)
+    | st.text(max_size=12)
+    | st.none()
+    | st.booleans()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | json_values
 )
+BATCH_FIELDS = ["topic", "partition", "producerId", "producerEpoch", "baseSequence"]
+batch_fields = st.sampled_from([*BATCH_FIELDS, "lastSequence", "records", "extra"])
+record_fields = st.sampled_from(["key", "value", "headers", "timestamp", "extra"])
 
 
+@pytest.fixture(scope="module")
+def fuzz_pid(fuzz_sidecar: ThreadSidecar) -> int:
+    with httpx.Client(base_url=fuzz_sidecar.url, timeout=TIMEOUT) as api:
+        return new_pid(api)
+
+
+@pytest.mark.usefixtures("intact")
 @given(
-    field=st.sampled_from(
-        [
-            "topic",
-            "partition",
-            "producerId",
-            "producerEpoch",
-            "baseSequence",
-            "lastSequence",
-            "records",
-        ]
-    ),
-    value=field_values | json_values,
+    where=st.sampled_from(["batch", "record", "request"]),
+    field=batch_fields,
+    rfield=record_fields,
+    value=field_values,
 )
 @settings(
-    max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
-)
-def test_any_field_with_any_value_is_a_4xx_or_a_kafka_code(api, field, value):
-    body = batch(uniq("fz"), 7, 0, 1)
-    body[field] = value
-    r = api.post("/v1/produce", json={"batches": [body], "timeoutMs": 3000}, timeout=30)
-    assert r.status_code in (200, 422), r.text
-    if r.status_code == 200:
-        assert r.json()["results"][0]["errorCode"] in {0, 3, 17, 45, 46, 47, 87, 10, 42}
-
-
-@given(raw=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
-@settings(
-    max_examples=60,
+    max_examples=150,
     deadline=None,
     derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    database=None,
+    suppress_health_check=list(HealthCheck),
 )
-def test_garbage_bodies_get_a_4xx(api, raw):
-    r = api.post("/v1/produce", content=raw, headers={"content-type": "application/json"})
-    assert r.status_code in (200, 422), r.text  # 200 only if the garbage was a valid request
-    if r.status_code == 422:
-        assert r.json()["errorMessage"]
+def test_any_value_in_any_field_is_a_4xx_or_a_kafka_code(
+    fuzz_api, fuzz_pid, where, field, rfield, value
+):
+    body: dict[str, Any] = {"batches": [batch(uniq("fz"), fuzz_pid, 0, 2)], "timeoutMs": 3000}
+    if where == "batch":
+        body["batches"][0][field] = value
+    elif where == "record":
+        body["batches"][0]["records"][1][rfield] = value
+    else:
+        body["timeoutMs" if field == "topic" else field] = value
+    timeout = body.get("timeoutMs")
+    short = type(timeout) is int and timeout < 1000  # may well run out: 7, retriable
+    assert_produce_answer(
+        fuzz_api.post("/v1/produce", json=body), also=frozenset({7} if short else ())
+    )
 
 
+@pytest.mark.usefixtures("intact")
+@given(
+    raw=st.binary(max_size=300)
+    | st.text(max_size=300).map(str.encode)
+    | json_values.map(lambda v: json.dumps(v).encode())
+)
+@settings(
+    max_examples=80,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_garbage_bodies_are_a_422_with_a_reason(fuzz_api, raw):
+    for path in ("/v1/produce", "/v1/init-producer-id"):
+        r = fuzz_api.post(path, content=raw, headers={"content-type": "application/json"})
+        assert r.status_code < 500, r.text
+        if path == "/v1/produce":
+            assert_produce_answer(r, batches=len(r.json().get("results", [])))
+        elif r.status_code == 400:  # see the xfail below: FastAPI's own answer
+            with pytest.raises(UnicodeDecodeError):
+                raw.decode()
+        elif r.status_code != 200:
+            assert r.status_code == 422, r.text
+            assert r.json()["errorMessage"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="api/app.py: a body that is not UTF-8 on /v1/init-producer-id gets FastAPI's own "
+    '400 {"detail": "There was an error parsing the body"}: undocumented, and not the '
+    "house error shape (errorCode 42, errorMessage) that /v1/produce answers with a 422",
+)
+def test_init_producer_id_answers_an_undecodable_body_in_the_house_shape(api):
+    r = api.post(
+        "/v1/init-producer-id", content=b"\x80", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["errorMessage"]
+
+
+# -- hand-picked extremes ---------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("intact")
 @pytest.mark.parametrize(
     ("mutate", "code"),
     [
-        (lambda b: b.update(records=[]), 87),
-        (lambda b: b.update(baseSequence=-1, lastSequence=-1), 87),
-        (lambda b: b.update(producerId=-5), 87),
-        (lambda b: b.update(producerEpoch=-1), 87),
-        (lambda b: b.update(lastSequence=b["baseSequence"] + 3), 87),
-        (lambda b: b.update(topic="bad topic!"), 17),
-        (lambda b: b.update(topic="x-partition-1"), 17),
-        (lambda b: b.update(topic="a" * 250), 17),
-        (lambda b: b.update(partition=-1), 3),
-        (lambda b: b.update(partition=99), 3),
-        (lambda b: b["records"][0].update(value="###"), 87),
-        (lambda b: b["records"][0].update(headers=[{"key": "h", "value": "*"}]), 87),
-        (lambda b: b.update(records=[{"value": b64("x")}] * 10_001, lastSequence=10_000), 10),
-    ],
-    ids=[
-        "empty",
-        "negative-seq",
-        "pid-minus-5",
-        "epoch-minus-1",
-        "last-mismatch",
-        "topic-chars",
-        "topic-partition-suffix",
-        "topic-too-long",
-        "partition-negative",
-        "partition-range",
-        "value-not-base64",
-        "header-not-base64",
-        "too-many-records",
+        pytest.param(lambda b: b.update(records=[]), 87, id="zero-records"),
+        pytest.param(lambda b: b.update(baseSequence=-1, lastSequence=-1), 87, id="seq-minus-1"),
+        pytest.param(lambda b: b.update(producerId=-5), 87, id="pid-minus-5"),
+        pytest.param(lambda b: b.update(producerEpoch=-1), 87, id="epoch-minus-1"),
+        pytest.param(lambda b: b.update(lastSequence=b["baseSequence"] + 3), 87, id="last-off"),
+        pytest.param(lambda b: b.update(topic="bad topic!"), 17, id="topic-chars"),
+        pytest.param(lambda b: b.update(topic="x-partition-1"), 17, id="topic-partition-suffix"),
+        pytest.param(lambda b: b.update(topic=""), 17, id="topic-empty"),
+        pytest.param(lambda b: b.update(topic="a" * 250), 17, id="topic-too-long"),
+        pytest.param(lambda b: b.update(partition=-1), 3, id="partition-negative"),
+        pytest.param(lambda b: b.update(partition=99), 3, id="partition-out-of-range"),
+        pytest.param(lambda b: b["records"][0].update(value="###"), 87, id="value-not-base64"),
+        pytest.param(lambda b: b["records"][0].update(key="a=b"), 87, id="key-not-base64"),
+        pytest.param(
+            lambda b: b["records"][0].update(headers=[{"key": "h", "value": "*"}]),
+            87,
+            id="header-not-base64",
+        ),
+        pytest.param(
+            lambda b: b.update(records=[{"value": b64("x")}] * 10_001, lastSequence=10_000),
+            10,
+            id="10001-records",
+        ),
     ],
 )
-def test_bad_batches_get_their_kafka_code(api, pulsar_reader_client, control, mutate, code):
+def test_bad_batches_get_their_kafka_code_and_store_nothing(
+    api, pulsar_reader_client, mutate, code
+):
     body = batch(uniq("bad"), new_pid(api), 0, 1)
     mutate(body)
-    r = api.post("/v1/produce", json={"batches": [body]}, timeout=30)
+    r = api.post("/v1/produce", json={"batches": [body]}, timeout=TIMEOUT)
     assert r.status_code == 200, r.text
     result = r.json()["results"][0]
     assert result["errorCode"] == code, result
+    assert result["error"] == code_name(code)
     assert result["errorMessage"]
-    assert_control_intact(pulsar_reader_client, control)
+    assert result["messageId"] is None
+    if code in (10, 87):  # the topic is valid: it must hold nothing
+        assert not read_all(
+            pulsar_reader_client, f"persistent://public/kafka/{body['topic']}-partition-0"
+        )
 
 
+@pytest.mark.usefixtures("intact")
 @pytest.mark.parametrize(
     "body",
     [
-        {"batches": []},
-        {"batches": [{"topic": "t"}]},
-        {"batches": [batch("t", 1 << 63, 0, 1)]},
-        {"batches": [batch("t", 1, 1 << 31, 1)]},
-        {"batches": [batch("t", 1, 0, 1, epoch=32768)]},
-        {"batches": [batch("t", 1, 0, 1)], "timeoutMs": 0},
-        {"batches": "nope"},
-        [],
-    ],
-    ids=[
-        "no-batches",
-        "missing-fields",
-        "pid-overflow",
-        "seq-overflow",
-        "epoch-overflow",
-        "timeout-zero",
-        "batches-not-list",
-        "not-an-object",
+        pytest.param({"batches": []}, id="no-batches"),
+        pytest.param({"batches": [{"topic": "t"}]}, id="missing-fields"),
+        pytest.param({"batches": [batch("t", 1 << 63, 0, 1)]}, id="pid-int64-overflow"),
+        pytest.param({"batches": [batch("t", -(1 << 63) - 1, 0, 1)]}, id="pid-int64-underflow"),
+        pytest.param({"batches": [batch("t", 1, 1 << 31, 1)]}, id="seq-int32-overflow"),
+        pytest.param({"batches": [batch("t", 1, 0, 1, partition=1 << 31)]}, id="partition-int32"),
+        pytest.param({"batches": [batch("t", 1, 0, 1, epoch=32768)]}, id="epoch-int16-overflow"),
+        pytest.param({"batches": [batch("t", 1, 0, 1)], "timeoutMs": 0}, id="timeout-zero"),
+        pytest.param({"batches": [batch("t", 1, 0, 1)], "timeoutMs": "soon"}, id="timeout-text"),
+        pytest.param({"batches": [batch("t", 1, 0, 1) | {"extra": 1}]}, id="unknown-field"),
+        pytest.param({"batches": "nope"}, id="batches-not-a-list"),
+        pytest.param([], id="not-an-object"),
     ],
 )
 def test_malformed_requests_are_422_with_a_reason(api, body):
-    r = api.post("/v1/produce", json=body)
+    r = api.post("/v1/produce", json=body, timeout=TIMEOUT)
     assert r.status_code == 422, r.text
     assert r.json()["error"] == "INVALID_REQUEST"
     assert r.json()["errorMessage"]
 
 
-def test_huge_bodies_are_413_and_the_limit_is_configurable(pulsar, pulsar_reader_client, control):
+@pytest.mark.usefixtures("intact")
+@pytest.mark.parametrize(
+    "raw", [b"", b"{", b'{"batches": [', b"\xff\xfe", b"null", b"1e999"], ids=repr
+)
+def test_broken_json_is_422(api, raw):
+    r = api.post(
+        "/v1/produce", content=raw, headers={"content-type": "application/json"}, timeout=TIMEOUT
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["errorMessage"]
+
+
+@pytest.mark.usefixtures("intact")
+def test_bodies_over_the_limit_are_413_whether_sized_or_streamed(pulsar):
     with (
         ThreadSidecar(pulsar, max_request_bytes=4096) as sc,
-        httpx.Client(base_url=sc.url, timeout=30) as small,
+        httpx.Client(base_url=sc.url, timeout=TIMEOUT) as small,
     ):
         body = {"batches": [batch(uniq(), 1, 0, 1) | {"records": [{"value": b64("x" * 8000)}]}]}
         r = small.post("/v1/produce", json=body)
-        assert r.status_code == 413
+        assert r.status_code == 413, r.text
         assert "KOP_DEDUP_MAX_REQUEST_BYTES" in r.json()["errorMessage"]
-        # streamed without a length: still refused once it passes the limit
-        chunks = (json.dumps(body).encode()[i : i + 1000] for i in range(0, 9000, 1000))
+        raw = json.dumps(body).encode()
+        chunks = (raw[i : i + 1000] for i in range(0, len(raw), 1000))  # no content-length
         r = small.post("/v1/produce", content=chunks, headers={"content-type": "application/json"})
-        assert r.status_code == 413
-        assert small.get("/healthz").status_code == 200
-    assert_control_intact(pulsar_reader_client, control)
+        assert r.status_code == 413, r.text
+        r = small.post("/v1/init-producer-id", content=b"{" + b" " * 5000 + b"}")
+        assert r.status_code == 413, r.text
+        assert small.get("/healthz").status_code == 200  # and it still serves
 
 
-def test_epoch_and_sequence_extremes(api, pulsar_reader_client, control):
-    topic, pid = uniq(), new_pid(api)
-    top = 2**31 - 1
-    r = api.post("/v1/produce", json={"batches": [batch(topic, pid, top, 1, epoch=32767)]})
-    assert r.json()["results"][0]["errorCode"] == 0
-    r = api.post("/v1/produce", json={"batches": [batch(topic, pid, 0, 1, epoch=32767)]})
-    assert r.json()["results"][0]["errorCode"] == 0  # wrapped to 0
-    r = api.post("/v1/produce", json={"batches": [batch(topic, pid, 0, 1, epoch=32766)]})
-    assert r.json()["results"][0]["errorCode"] == 47
-    assert_control_intact(pulsar_reader_client, control)
+@pytest.mark.usefixtures("intact")
+def test_top_epoch_is_accepted_and_sequences_wrap_from_2147483647_to_0(api, pulsar_reader_client):
+    topic, pid, top = uniq("wrap"), new_pid(api), 2**31 - 1
+    answers = [
+        api.post("/v1/produce", json={"batches": [b]}).json()["results"][0]["errorCode"]
+        for b in (
+            batch(topic, pid, top - 1, 2, epoch=32767),  # ..2147483647
+            batch(topic, pid, 0, 2, epoch=32767),  # wrapped: 0, 1
+            batch(topic, pid, 0, 2, epoch=32767),  # its retry
+            batch(topic, pid, 2, 1, epoch=32766),  # a lower epoch: fenced
+        )
+    ]
+    assert answers == [0, 0, 46, 47]
+    msgs = read_all(pulsar_reader_client, f"persistent://public/kafka/{topic}-partition-0")
+    assert [m.properties()["kafka.sequence"] for m in msgs] == [str(top - 1), str(top), "0", "1"]
+
+
+# -- a known gap, kept visible ----------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="service/sequencer: a producer's first stored batch may start above 0 "
+    "(fresh_start), but a later batch below that start is then judged against the broker's "
+    "high-water mark only and answered 46 DUPLICATE, though it was never stored; a Kafka "
+    "client counts it delivered (Kafka answers 45)",
+)
+def test_batch_below_a_fresh_start_that_was_never_stored_is_not_answered_duplicate(
+    api, pulsar_reader_client
+):
+    topic, pid = uniq("below"), new_pid(api)
+    first = api.post("/v1/produce", json={"batches": [batch(topic, pid, 3, 3)]})
+    assert first.json()["results"][0]["errorCode"] == 0  # after the reorder window
+    late = api.post("/v1/produce", json={"batches": [batch(topic, pid, 0, 3)]})
+    stored = read_all(pulsar_reader_client, f"persistent://public/kafka/{topic}-partition-0")
+    assert [m.data().decode() for m in stored] == [f"{pid}:0:{i}" for i in (3, 4, 5)]
+    assert late.json()["results"][0]["errorCode"] != 46, late.json()
