@@ -162,6 +162,7 @@ class EpochRegistry:
         self._producer: pulsar_async.Producer | None = None
         self._running: asyncio.Future[None] | None = None
         self._queued: asyncio.Future[None] | None = None
+        self._producer_lock = asyncio.Lock()
 
     def _apply(self, key: str, data: bytes) -> None:
         pid, epoch = int(key), int(data)
@@ -208,10 +209,11 @@ class EpochRegistry:
         """Record ``epoch`` for ``producer_id`` durably before anything relies on it."""
         if epoch <= self._highest.get(producer_id, -1):
             return
-        if self._producer is None:
-            self._producer = await self._client.create_producer(
-                self._topic, batching_enabled=False, send_timeout_millis=30_000
-            )
+        async with self._producer_lock:  # concurrent first writers share one producer
+            if self._producer is None:
+                self._producer = await self._client.create_producer(
+                    self._topic, batching_enabled=False, send_timeout_millis=30_000
+                )
         await self._producer.send(str(epoch).encode(), partition_key=str(producer_id))
         self._apply(str(producer_id), str(epoch).encode())
 

@@ -51,19 +51,26 @@ class SequenceState:
     ``persisted``: highest extended sequence the broker has stored (None: none).
     ``sent``: highest extended sequence handed to the Pulsar producer
     (>= ``persisted``; equal when nothing is in flight).
+    ``floor``: the first sequence of a producer that started above 0 (Kafka
+    >= 2.5 lets a producer with no state start anywhere); nothing below it
+    was ever stored, so a batch below it is out of order, not a duplicate,
+    though it lies below the broker's high-water mark.
     """
 
     persisted: int | None
     sent: int | None
+    floor: int | None = None
 
     @classmethod
     def fresh(cls) -> SequenceState:
         return cls(persisted=None, sent=None)
 
     @classmethod
-    def from_broker(cls, last_extended: int | None) -> SequenceState:
+    def from_broker(cls, last_extended: int | None, floor: int | None = None) -> SequenceState:
         """State after (re)connecting: the broker's last sequence for the name."""
-        return cls(persisted=last_extended, sent=last_extended)
+        if last_extended is None:
+            floor = None  # nothing stored: the next batch starts afresh
+        return cls(persisted=last_extended, sent=last_extended, floor=floor)
 
     @property
     def in_flight(self) -> bool:
@@ -78,7 +85,10 @@ class SequenceState:
         first = unwrap(base_sequence, self.sent)
         return first, first + count - 1
 
-    def on_sent(self, last: int) -> None:
+    def on_sent(self, last: int, first: int | None = None) -> None:
+        """``first`` is given for the batch that starts a producer with no state."""
+        if self.sent is None and first:
+            self.floor = first
         self.sent = last if self.sent is None else max(self.sent, last)
 
     def on_persisted(self, last: int) -> None:
@@ -108,7 +118,9 @@ def fresh_start(base_sequence: int, window_over: bool, waiting_starts: list[int]
     return Verdict.SEND if base_sequence <= min(waiting_starts) else Verdict.WAIT
 
 
-def decide(state: SequenceState, first: int, last: int, outstanding: int = 0) -> Verdict:
+def decide(  # noqa: PLR0911 - one return per rule, in the order Kafka's broker checks
+    state: SequenceState, first: int, last: int, outstanding: int = 0
+) -> Verdict:
     """What to do now with a batch whose extended sequences are [first, last].
 
     ``outstanding`` counts batches on the Pulsar producer with no answer yet,
@@ -116,6 +128,8 @@ def decide(state: SequenceState, first: int, last: int, outstanding: int = 0) ->
     """
     if state.sent is None:
         return Verdict.SEND  # no state: a producer may start anywhere (Kafka >= 2.5)
+    if state.floor is not None and first < state.floor:
+        return Verdict.OUT_OF_ORDER  # below where the producer started: never stored
     expected = state.sent + 1
     if first == expected:
         return Verdict.SEND

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from kop_dedup import errors
@@ -74,6 +75,7 @@ class Channel:
         "broken",
         "key",
         "last_used",
+        "opening",
         "producer",
         "state",
         "waiters",
@@ -83,6 +85,8 @@ class Channel:
         self.key = key
         self.state = SequenceState.fresh()
         self.producer: PulsarProducer | None = None
+        self.opening: asyncio.Future[PulsarProducer] | None = None
+        """The producer's creation while it runs (see ProduceService._open)."""
         self.broken = False
         self.last_used = time.monotonic()
         self.waiters = 0
@@ -131,6 +135,9 @@ class ProduceService:
         self.publisher, self.admin, self.registry, self.stats = publisher, admin, registry, stats
         self.channels: dict[ChannelKey, Channel] = {}
         self._latest_epoch: dict[tuple[str, int], int] = {}
+        self._floors: dict[ChannelKey, int] = {}
+        """Where producers that started above sequence 0 started (rare: Kafka clients
+        start at 0 unless their state expired), so nothing below is called stored."""
         """(partition topic, pid) -> the newest epoch that has state there."""
         self._reaper: asyncio.Task[None] | None = None
         self.closing = False
@@ -207,6 +214,9 @@ class ProduceService:
                 errors.NotLeaderOrFollower(f"Pulsar admin unreachable: {exc}"),
                 None,
             )
+        except Exception as exc:  # a Pulsar failure on a path not translated above
+            log.exception("unexpected failure producing to %s-%d", batch.topic, batch.partition)
+            result = BatchResult(batch.topic, batch.partition, translate(exc, "produce"), None)
         elapsed = time.monotonic() - started
         self.stats.record(
             batch.topic, batch.producer_id, result.error_code, len(batch.records), elapsed
@@ -257,14 +267,34 @@ class ProduceService:
         receipt = await self._await_receipt(channel, fut, deadline, None)
         return receipt.message_id
 
-    async def _check_epoch(self, batch: KafkaBatch) -> None:
+    async def _check_epoch(self, channel: Channel, batch: KafkaBatch, deadline: float) -> None:
         """Refuse a fenced epoch; record a newer one durably before it is used.
 
-        With ``strict_fencing`` the registry is caught up first (a coalesced
-        read barrier), so an epoch fenced through any sidecar is refused here.
+        The registry is caught up first (a coalesced read barrier) before every
+        batch with ``strict_fencing``, else when the channel has no producer yet,
+        so an epoch fenced through any sidecar is refused here. Both the catch-up
+        and the durable write are bounded by the batch's deadline, and Pulsar's
+        failures become retriable Kafka codes.
         """
-        if self.settings.strict_fencing:
-            await self.registry.epochs.barrier()
+        try:
+            if self.settings.strict_fencing or channel.producer is None:
+                await self._bounded(self.registry.epochs.barrier(), deadline)
+            await self._fence(batch, deadline)
+        except errors.KafkaError:
+            raise
+        except TimeoutError as exc:
+            raise errors.RequestTimedOut(
+                "reading the producer epochs from Pulsar timed out; retry (it is safe)"
+            ) from exc
+        except Exception as exc:
+            raise translate(exc, "reading the producer epochs") from exc
+
+    @staticmethod
+    async def _bounded(awaitable: Awaitable[None], deadline: float) -> None:
+        """Await a shared or durable operation until ``deadline`` without cancelling it."""
+        await asyncio.wait_for(asyncio.shield(awaitable), max(deadline - time.monotonic(), 0.001))
+
+    async def _fence(self, batch: KafkaBatch, deadline: float) -> None:
         pid, epoch = batch.producer_id, batch.producer_epoch
         verdict = epoch_verdict(self.registry.epochs.highest(pid), epoch)
         if verdict is EpochVerdict.FENCED:
@@ -273,7 +303,7 @@ class ProduceService:
                 f"{self.registry.epochs.highest(pid)} has been seen"
             )
         if verdict is EpochVerdict.NEWER and epoch > 0:
-            await self.registry.epochs.raise_to(pid, epoch)
+            await self._bounded(self.registry.epochs.raise_to(pid, epoch), deadline)
 
     async def _produce_idempotent(
         self, ptopic: str, batch: KafkaBatch, deadline: float
@@ -282,7 +312,7 @@ class ProduceService:
         channel = self._get_channel(key)
         channel.arrived.append(batch.base_sequence)
         try:
-            await self._check_epoch(batch)
+            await self._check_epoch(channel, batch, deadline)
             await self._ensure_open(channel, deadline)
             self._retire_older_epochs(ptopic, batch)
             if not channel.state.has_state and batch.base_sequence != 0:
@@ -319,6 +349,13 @@ class ProduceService:
             if verdict is Verdict.SEND or verdict is Verdict.RESEND_FOR_VERDICT:
                 return await self._send(
                     channel, batch, last, deadline, resend=verdict is Verdict.RESEND_FOR_VERDICT
+                )
+            if verdict is Verdict.OUT_OF_ORDER and state.floor is not None and first < state.floor:
+                raise errors.OutOfOrderSequenceNumber(
+                    f"batch {batch.base_sequence}..{batch.last_sequence} lies below sequence "
+                    f"{self._kafka_seq(state.floor)}, where producer {batch.producer_id} epoch "
+                    f"{batch.producer_epoch} started on {batch.topic}-{batch.partition}; it was "
+                    "never stored"
                 )
             if verdict is Verdict.OUT_OF_ORDER:
                 raise errors.OutOfOrderSequenceNumber(
@@ -358,7 +395,10 @@ class ProduceService:
         producer = channel.producer
         assert producer is not None
         if not resend:
-            channel.state.on_sent(last)
+            first = last - len(batch.records) + 1
+            if not channel.state.has_state and first > 0:
+                self._floors[channel.key] = first  # survives the channel closing idle
+            channel.state.on_sent(last, first)
         fut = producer.send_batch(batch, to_pulsar(last))
         self._latest_epoch[(producer.topic, batch.producer_id)] = batch.producer_epoch
         receipt = await self._await_receipt(channel, fut, deadline, last)
@@ -442,26 +482,56 @@ class ProduceService:
         return channel
 
     async def _open(self, channel: Channel, deadline: float) -> None:
-        ptopic, pid, _epoch = channel.key
-        name = None if pid < 0 else self.naming.producer_name(pid, channel.key[2])
+        """Open the channel's producer, waiting at most until ``deadline``.
+
+        The creation runs as its own task, owned by the channel and never
+        cancelled: a caller that gives up (its deadline passed while the broker
+        was slow) leaves it running, and the next caller awaits the same
+        creation. A creation cancelled half-way would leave a producer that the
+        broker has registered under this name but nobody holds, and every later
+        attempt would be refused ProducerBusy until the connection dies.
+        """
+        task = channel.opening
+        if task is None:
+            task = channel.opening = asyncio.ensure_future(self._create(channel))
+            task.add_done_callback(lambda t: self._opened(channel, t))
         try:
-            if pid >= 0:
-                await self.registry.epochs.catch_up()
-            producer = await asyncio.wait_for(
-                self.publisher.create(ptopic, name), max(deadline - time.monotonic(), 0.001)
-            )
+            await asyncio.wait_for(asyncio.shield(task), max(deadline - time.monotonic(), 0.001))
         except TimeoutError as exc:
-            raise errors.RequestTimedOut(f"creating the Pulsar producer on {ptopic}") from exc
+            raise errors.RequestTimedOut(
+                f"creating the Pulsar producer on {channel.key[0]}; retry (it is safe)"
+            ) from exc
+
+    async def _create(self, channel: Channel) -> PulsarProducer:
+        ptopic, pid, epoch = channel.key
+        name = None if pid < 0 else self.naming.producer_name(pid, epoch)
+        try:
+            return await self.publisher.create(ptopic, name)
         except errors.KafkaError:
             raise
         except Exception as exc:
             raise translate(exc, f"creating producer {name} on {ptopic}") from exc
+
+    def _opened(self, channel: Channel, task: asyncio.Future[PulsarProducer]) -> None:
+        """Adopt a finished creation, whoever still waits for it; close an orphan."""
+        channel.opening = None
+        if task.cancelled() or task.exception() is not None:
+            channel.notify()
+            return
+        producer = task.result()
+        if self.closing or self.channels.get(channel.key) is not channel:
+            asyncio.create_task(producer.close())  # noqa: RUF006 - the channel is gone
+            return
         channel.producer = producer
+        ptopic, pid, epoch = channel.key
         if pid >= 0:
-            channel.state = SequenceState.from_broker(from_pulsar(producer.last_sequence_id()))
+            channel.state = SequenceState.from_broker(
+                from_pulsar(producer.last_sequence_id()), self._floors.get(channel.key)
+            )
             if channel.state.has_state:
                 key = (ptopic, pid)
-                self._latest_epoch[key] = max(self._latest_epoch.get(key, -1), channel.key[2])
+                self._latest_epoch[key] = max(self._latest_epoch.get(key, -1), epoch)
+        channel.notify()
 
     def _retire_older_epochs(self, ptopic: str, batch: KafkaBatch) -> None:
         pid, epoch = batch.producer_id, batch.producer_epoch

@@ -75,8 +75,8 @@ def test_sequence_after_the_wrap_is_in_order():
     assert state.place(0, 1) == (1 << 31, 1 << 31)
 
 
-@given(s.extended, s.counts, s.counts)
-def test_in_order_after_any_stored_mark(stored, _n, m):
+@given(s.extended, s.counts)
+def test_in_order_after_any_stored_mark(stored, m):
     state = persisted_up_to(stored)
     first, last = state.place((stored + 1) % (1 << 31), m)
     assert first == stored + 1
@@ -109,3 +109,25 @@ def test_fresh_start_elsewhere_waits_for_earlier_batches_then_lowest_goes():
     assert fresh_start(8, False, [8]) is Verdict.WAIT
     assert fresh_start(8, True, [4, 8]) is Verdict.WAIT
     assert fresh_start(4, True, [4, 8]) is Verdict.SEND
+
+
+@given(st.integers(min_value=1, max_value=(1 << 31) - 1), s.counts, s.counts)
+def test_a_batch_below_where_a_producer_started_is_out_of_order_not_resent(start, n, m):
+    """Kafka >= 2.5 lets a producer with no state start above 0; what lies below its
+    start was never stored, though it is below the broker's high-water mark: 45, not 46."""
+    state = SequenceState.fresh()
+    first, last = state.place(start, n)
+    state.on_sent(last, first)
+    state.on_persisted(last)
+    assert state.floor == first
+    below = max(first - m, 0)
+    assert decide(state, *state.place(below, min(m, first - below) or 1)) is Verdict.OUT_OF_ORDER
+    assert decide(state, first, last) is Verdict.RESEND_FOR_VERDICT  # stored: the broker says 46
+
+
+def test_a_producer_starting_at_zero_has_no_floor_and_reconnecting_keeps_it():
+    state = SequenceState.fresh()
+    state.on_sent(2, 0)
+    assert state.floor is None
+    assert SequenceState.from_broker(9, floor=5).floor == 5
+    assert SequenceState.from_broker(None, floor=5).floor is None  # nothing stored: afresh
