@@ -195,11 +195,6 @@ def test_served_openapi_fuzzed_never_answers_5xx_and_conforms(fuzz_sidecar):
     assert sum(sent.values()) >= 100
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api/routes.py: /v1/produce parses its body by hand (openapi_extra), so FastAPI "
-    "does not document the 422 it answers for a body that is not the documented shape",
-)
 def test_produce_documents_its_422(sidecar):
     raw = httpx.get(f"{sidecar.url}/openapi.json", timeout=TIMEOUT).json()
     assert "422" in raw["paths"]["/v1/produce"]["post"]["responses"]
@@ -290,20 +285,11 @@ def test_garbage_bodies_are_a_422_with_a_reason(fuzz_api, raw):
         assert r.status_code < 500, r.text
         if path == "/v1/produce":
             assert_produce_answer(r, batches=len(r.json().get("results", [])))
-        elif r.status_code == 400:  # see the xfail below: FastAPI's own answer
-            with pytest.raises(UnicodeDecodeError):
-                raw.decode()
         elif r.status_code != 200:
             assert r.status_code == 422, r.text
             assert r.json()["errorMessage"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api/app.py: a body that is not UTF-8 on /v1/init-producer-id gets FastAPI's own "
-    '400 {"detail": "There was an error parsing the body"}: undocumented, and not the '
-    "house error shape (errorCode 42, errorMessage) that /v1/produce answers with a 422",
-)
 def test_init_producer_id_answers_an_undecodable_body_in_the_house_shape(api):
     r = api.post(
         "/v1/init-producer-id", content=b"\x80", headers={"content-type": "application/json"}
@@ -435,16 +421,9 @@ def test_top_epoch_is_accepted_and_sequences_wrap_from_2147483647_to_0(api, puls
     assert [m.properties()["kafka.sequence"] for m in msgs] == [str(top - 1), str(top), "0", "1"]
 
 
-# -- a known gap, kept visible ----------------------------------------------------------
+# -- a producer that started above 0 ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service/sequencer: a producer's first stored batch may start above 0 "
-    "(fresh_start), but a later batch below that start is then judged against the broker's "
-    "high-water mark only and answered 46 DUPLICATE, though it was never stored; a Kafka "
-    "client counts it delivered (Kafka answers 45)",
-)
 def test_batch_below_a_fresh_start_that_was_never_stored_is_not_answered_duplicate(
     api, pulsar_reader_client
 ):

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kop_dedup import __version__
-from kop_dedup.api.routes import produce_schemas, router
+from kop_dedup.api.routes import body_schemas, router
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
 
@@ -123,7 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             schema = get_openapi(
                 title=app.title, version=app.version, summary=app.summary, routes=app.routes
             )
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(produce_schemas())
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(body_schemas())
             app.openapi_schema = schema
         return app.openapi_schema
 
