@@ -13,6 +13,7 @@ never start one. ``KOP_DEDUP_SKIP_INTEGRATION=1`` skips the integration tests.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import socket
@@ -101,14 +102,14 @@ class Broker:
 
 
 @pytest.fixture(scope="session")
-def pulsar() -> Iterator[Broker]:
+def pulsar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     service, admin = os.environ.get("PULSAR_SERVICE_URL"), os.environ.get("PULSAR_ADMIN_URL")
     if service and admin:
         yield Broker(service, admin, controllable=False)
         return
     if _docker_answers():
-        from testcontainers.core.container import DockerContainer  # noqa: PLC0415
-        from testcontainers.core.waiting_utils import wait_for_logs  # noqa: PLC0415
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.core.waiting_utils import wait_for_logs
 
         container = (
             DockerContainer("apachepulsar/pulsar:4.0.8")
@@ -129,13 +130,18 @@ def pulsar() -> Iterator[Broker]:
                 controllable=False,
             )
         return
-    from kop_dedup.launcher import LocalPulsar  # noqa: PLC0415
+    from kop_dedup.launcher import LocalPulsar
 
     data_dir = Path(tempfile.mkdtemp(prefix="kop-dedup-pulsar-"))
     local = LocalPulsar(broker_port=_free_port(), web_port=_free_port(), data_dir=data_dir)
 
+    kept_log = tmp_path_factory.getbasetemp() / "pulsar.log"
+
     def cleanup() -> None:
         local.stop(timeout=30)
+        # the broker's log outlives its data, next to the sidecars' logs, for post-mortems
+        with contextlib.suppress(OSError):
+            shutil.copy(local.log_file, kept_log)
         shutil.rmtree(data_dir, ignore_errors=True)
 
     atexit.register(cleanup)  # a session that dies mid-way still stops its broker

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import uvicorn
@@ -100,7 +100,7 @@ class ThreadSidecar:
         self.server.should_exit = True
         self.thread.join(timeout=30)
 
-    def __enter__(self) -> ThreadSidecar:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -127,7 +127,7 @@ class ProcessSidecar:
             "KOP_DEDUP_HOST": "127.0.0.1",
         }
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kop_dedup", "serve"],
                 env=env,
                 stdout=log,
@@ -154,7 +154,7 @@ class ProcessSidecar:
                 self.terminate(timeout=20)
             self.kill()
 
-    def __enter__(self) -> ProcessSidecar:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

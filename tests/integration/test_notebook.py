@@ -22,7 +22,9 @@ def test_end_to_end_notebook_runs_unattended(pulsar, tmp_path, monkeypatch):
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute(env=dict(os.environ))
     outputs = "".join(
-        o.get("text", "") for cell in nb.cells if cell.cell_type == "code"
+        o.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
         for o in cell.get("outputs", [])
     )
     assert "audit: OK" in outputs

@@ -42,7 +42,7 @@ def test_non_base64_payload_is_invalid_record():
 
 
 @pytest.mark.parametrize(
-    "field, value",
+    ("field", "value"),
     [
         ("producerId", 1 << 63),
         ("partition", 1 << 31),

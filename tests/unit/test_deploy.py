@@ -25,8 +25,9 @@ def k8s_docs() -> list[dict]:
 
 def sidecar_container(docs: list[dict]) -> dict:
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
-    [container] = [c for c in deployment["spec"]["template"]["spec"]["containers"]
-                   if c["name"] == "kop-dedup"]
+    [container] = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "kop-dedup"
+    ]
     return container
 
 
@@ -40,11 +41,11 @@ def test_kubernetes_manifest_validates_strictly(version):
 
 def test_the_validator_bites_on_a_broken_manifest():
     docs = k8s_docs()
-    broken = copy.deepcopy([d for d in docs if d["kind"] == "Deployment"][0])
+    broken = copy.deepcopy(next(d for d in docs if d["kind"] == "Deployment"))
     sidecar_container([broken])["ports"][0]["containerPort"] = "eight-thousand"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
-    broken = copy.deepcopy([d for d in docs if d["kind"] == "Deployment"][0])
+    broken = copy.deepcopy(next(d for d in docs if d["kind"] == "Deployment"))
     sidecar_container([broken])["readinesProbe"] = {}  # typo: strict mode refuses it
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
@@ -57,7 +58,8 @@ def test_sidecar_probes_resources_and_security():
     assert port == 8090
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert c["resources"]["requests"]
+    assert c["resources"]["limits"]
     assert c["securityContext"]["runAsNonRoot"] is True
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
@@ -98,7 +100,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def test_dockerfile_runs_as_non_root_with_a_healthcheck():
     instructions = dockerfile_instructions()
-    final = instructions[max(i for i, (w, _) in enumerate(instructions) if w == "FROM"):]
+    final = instructions[max(i for i, (w, _) in enumerate(instructions) if w == "FROM") :]
     words = dict(final)
     assert words["USER"] not in {"root", "0"}
     assert "/healthz" in words["HEALTHCHECK"]
@@ -127,9 +129,15 @@ def test_systemd_analyze_finds_no_syntax_errors(tmp_path):
     unit.write_text((DEPLOY / "systemd" / "kop-dedup.service").read_text())
     proc = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", str(unit)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     # the binary and user do not exist on a test machine; syntax errors would say so
-    problems = [line for line in proc.stderr.splitlines()
-                if "Unknown key" in line or "Invalid" in line or "Failed to parse" in line]
+    problems = [
+        line
+        for line in proc.stderr.splitlines()
+        if "Unknown key" in line or "Invalid" in line or "Failed to parse" in line
+    ]
     assert problems == [], proc.stderr

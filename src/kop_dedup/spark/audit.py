@@ -69,8 +69,10 @@ class AuditReport:
         rate = self.records / self.seconds if self.seconds else 0.0
         lines = [
             f"audit: {'OK' if self.ok else 'FAILED'}",
-            f"  records read        {self.records}  "
-            f"({rate:,.0f} records/s over {self.seconds:.1f}s)",
+            (
+                f"  records read        {self.records}  "
+                f"({rate:,.0f} records/s over {self.seconds:.1f}s)"
+            ),
             f"  distinct (topic, partition, producer, epoch, sequence)  {self.distinct}",
             f"  duplicates          {self.duplicates}",
             f"  missing sequences   {self.missing}",
