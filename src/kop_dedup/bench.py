@@ -235,7 +235,7 @@ class _Sidecar:
             "KOP_DEDUP_PULSAR_SERVICE_URL": service_url,
             "KOP_DEDUP_PULSAR_ADMIN_URL": admin_url,
             "KOP_DEDUP_PORT": str(self.port),
-            "KOP_DEDUP_LOG_LEVEL": "WARNING",
+            "KOP_DEDUP_LOG_LEVEL": "INFO",  # the default: what a deployment pays
             "KOP_DEDUP_LOG_FORMAT": "json",
             **{f"KOP_DEDUP_{k.upper()}": str(v) for k, v in settings.items()},
         }
