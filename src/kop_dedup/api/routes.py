@@ -148,6 +148,16 @@ def _json(out: ProduceOut) -> Response:
     return Response(out.model_dump_json(), media_type="application/json")
 
 
+def _init_failed(err: errors.KafkaError) -> InitProducerIdOut:
+    return InitProducerIdOut(
+        errorCode=err.errno,
+        error=err.name,
+        producerId=-1,
+        producerEpoch=-1,
+        errorMessage=err.message,
+    )
+
+
 @router.post(
     "/v1/init-producer-id",
     dependencies=[Authorized],
@@ -162,15 +172,10 @@ async def init_producer_id(
     """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1."""
     timeout = body.transactionTimeoutMs
     if timeout is not None and not 0 < timeout <= MAX_TRANSACTION_TIMEOUT_MS:
-        bad = errors.InvalidTransactionTimeout(
-            f"transactionTimeoutMs must be in 1..{MAX_TRANSACTION_TIMEOUT_MS}, got {timeout}"
-        )
-        return InitProducerIdOut(
-            errorCode=bad.errno,
-            error=bad.name,
-            producerId=-1,
-            producerEpoch=-1,
-            errorMessage=bad.message,
+        return _init_failed(
+            errors.InvalidTransactionTimeout(
+                f"transactionTimeoutMs must be in 1..{MAX_TRANSACTION_TIMEOUT_MS}, got {timeout}"
+            )
         )
     try:
         registry = runtime.registry
@@ -179,21 +184,10 @@ async def init_producer_id(
         else:
             pid, epoch = await registry.transactional.init(body.transactionalId)
     except errors.KafkaError as exc:
-        return InitProducerIdOut(
-            errorCode=exc.errno,
-            error=exc.name,
-            producerId=-1,
-            producerEpoch=-1,
-            errorMessage=exc.message,
-        )
+        return _init_failed(exc)
     except Exception as exc:  # Pulsar trouble: retriable, with the reason
-        err = errors.NotEnoughReplicas(f"the producer-id registry in Pulsar failed: {exc}")
-        return InitProducerIdOut(
-            errorCode=err.errno,
-            error=err.name,
-            producerId=-1,
-            producerEpoch=-1,
-            errorMessage=err.message,
+        return _init_failed(
+            errors.NotEnoughReplicas(f"the producer-id registry in Pulsar failed: {exc}")
         )
     return InitProducerIdOut(errorCode=0, error="NONE", producerId=pid, producerEpoch=epoch)
 
