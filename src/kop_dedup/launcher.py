@@ -219,11 +219,20 @@ class LocalPulsar:
         return pid
 
     def is_ready(self, timeout: float = 2.0) -> bool:
+        """The admin API answers and the broker can store: its health check (a
+        round trip through a heartbeat topic) passes. After an unclean stop the
+        admin API answers seconds before the bookie has recovered its ledgers."""
         try:
             with urllib.request.urlopen(  # noqa: S310 - a loopback http URL we built
                 f"{self.admin_url}/admin/v2/clusters", timeout=timeout
             ) as resp:
-                return "standalone" in json.loads(resp.read() or b"[]")
+                if "standalone" not in json.loads(resp.read() or b"[]"):
+                    return False
+            with urllib.request.urlopen(  # noqa: S310 - a loopback http URL we built
+                f"{self.admin_url}/admin/v2/brokers/health", timeout=max(timeout, 10.0)
+            ) as resp:
+                health: bytes = resp.read()
+                return health.strip() == b"ok"
         except (OSError, ValueError, urllib.error.URLError):
             return False
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import tarfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kop_dedup.launcher import LocalPulsar
 
@@ -56,3 +58,36 @@ def test_distribution_is_unpacked_once_from_the_maven_cache(tmp_path, monkeypatc
     (home / "conf" / "standalone.conf").write_text("changed\n")
     broker.ensure_distribution()  # second call reuses, does not unpack again
     assert (home / "conf" / "standalone.conf").read_text() == "changed\n"
+
+
+class _FakeAdmin(BaseHTTPRequestHandler):
+    """Answers like a broker whose admin API is up; its health check as told."""
+
+    health: tuple[int, bytes] = (200, b"ok")
+
+    def do_GET(self) -> None:
+        status, body = (
+            (200, b'["standalone"]') if self.path == "/admin/v2/clusters" else self.health
+        )
+        self.send_response(status)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_ready_means_the_broker_can_store_not_only_that_its_admin_api_answers(tmp_path):
+    """After an unclean stop the admin API answers seconds before the bookie has recovered:
+    the health check (a round trip through a heartbeat topic) fails with 500 meanwhile."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeAdmin)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        broker = LocalPulsar(web_port=server.server_address[1], cache=tmp_path)
+        _FakeAdmin.health = (500, b"ManagedLedgerException: Error while recovering ledger")
+        assert not broker.is_ready()
+        _FakeAdmin.health = (200, b"ok")
+        assert broker.is_ready()
+    finally:
+        server.shutdown()
