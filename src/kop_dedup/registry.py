@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 1000
 _MUTEX_WAIT_S = 30.0
+_DISCARD_WAIT_S = 5.0
 
 
 class _Mutex:
@@ -122,34 +123,80 @@ class ProducerIdAllocator:
             return block
 
 
+async def _discard(handle: pulsar_async.Reader | pulsar_async.Producer) -> None:
+    """Close a reader or producer we stop using, without waiting on a dead broker."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(handle.close(), _DISCARD_WAIT_S)
+
+
 class _KeyedTable:
-    """A local view of a keyed topic, caught up on demand by one reader."""
+    """A local view of a keyed topic, caught up on demand by one reader.
+
+    A reader that lost its broker (restarted, moved) is replaced by a new one
+    that starts after the last record applied: the client's own reconnection
+    waits out an exponential backoff that can outlast the outage by tens of
+    seconds, and until then every catch-up would fail or wait for the client's
+    operation timeout. The records are keyed and idempotent, so seeing one
+    again would be harmless.
+    """
 
     def __init__(
         self, client: pulsar_async.Client, topic: str, apply: Callable[[str, bytes], None]
     ) -> None:
         self._client, self._topic, self._apply = client, topic, apply
         self._reader: pulsar_async.Reader | None = None
+        self._last: pulsar.MessageId | None = None
         self._lock = asyncio.Lock()
 
     async def catch_up(self) -> None:
-        """Apply every record written so far (by any sidecar)."""
+        """Apply every record written so far (by any sidecar).
+
+        A reader the broker no longer knows (it reports connected, but its
+        subscription went with the old broker) fails once and is replaced at
+        once; a second failure is the caller's.
+        """
         async with self._lock:
-            if self._reader is None:
-                self._reader = await self._client.create_reader(
-                    self._topic, pulsar.MessageId.earliest
-                )
-            while await self._reader.has_message_available():
-                msg = await self._reader.read_next()
+            if self._reader is not None and not self._reader.is_connected():
+                log.info("replacing the disconnected reader of %s", self._topic)
+                await self._drop_reader()
+            try:
+                await self._read_to_end()
+            except pulsar_async.PulsarException as exc:
+                log.info("replacing the reader of %s after %s", self._topic, exc)
+                await self._drop_reader()
                 try:
-                    self._apply(msg.partition_key(), msg.data())
-                except (ValueError, KeyError) as exc:
-                    log.warning("skipping malformed record in %s: %s", self._topic, exc)
+                    await self._read_to_end()
+                except pulsar_async.PulsarException:
+                    await self._drop_reader()  # the next catch-up starts with a fresh one
+                    raise
+
+    async def _read_to_end(self) -> None:
+        if self._reader is None:
+            self._reader = await self._client.create_reader(
+                self._topic, self._last or pulsar.MessageId.earliest
+            )
+        while await self._reader.has_message_available():
+            msg = await self._reader.read_next()
+            try:
+                self._apply(msg.partition_key(), msg.data())
+            except (ValueError, KeyError) as exc:
+                log.warning("skipping malformed record in %s: %s", self._topic, exc)
+            self._last = msg.message_id()
+
+    async def _drop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await _discard(reader)
 
     async def close(self) -> None:
-        if self._reader is not None:
-            await self._reader.close()
-            self._reader = None
+        await self._drop_reader()
+
+
+def _observed(future: asyncio.Future[None]) -> asyncio.Future[None]:
+    """A shared future whose failure is read even when every waiter gave up
+    (their deadlines passed): asyncio would log it as never retrieved."""
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future
 
 
 class EpochRegistry:
@@ -184,11 +231,11 @@ class EpochRegistry:
         next, which is the first that surely started after it.
         """
         if self._running is None:
-            self._running = asyncio.ensure_future(self._run_barrier())
+            self._running = _observed(asyncio.ensure_future(self._run_barrier()))
             await asyncio.shield(self._running)
             return
         if self._queued is None:
-            self._queued = asyncio.ensure_future(self._run_after(self._running))
+            self._queued = _observed(asyncio.ensure_future(self._run_after(self._running)))
         await asyncio.shield(self._queued)
 
     async def _run_barrier(self) -> None:
@@ -202,7 +249,7 @@ class EpochRegistry:
             await running
         self._queued = None
         if self._running is None:
-            self._running = asyncio.ensure_future(self._run_barrier())
+            self._running = _observed(asyncio.ensure_future(self._run_barrier()))
         await self._running
 
     async def raise_to(self, producer_id: int, epoch: int) -> None:
@@ -210,11 +257,18 @@ class EpochRegistry:
         if epoch <= self._highest.get(producer_id, -1):
             return
         async with self._producer_lock:  # concurrent first writers share one producer
+            if self._producer is not None and not self._producer.is_connected():
+                # as with the reader: a new producer connects at once, the old one
+                # only after its backoff; epoch records are idempotent
+                log.info("replacing the disconnected epoch producer on %s", self._topic)
+                old, self._producer = self._producer, None
+                await _discard(old)
             if self._producer is None:
                 self._producer = await self._client.create_producer(
                     self._topic, batching_enabled=False, send_timeout_millis=30_000
                 )
-        await self._producer.send(str(epoch).encode(), partition_key=str(producer_id))
+            producer = self._producer
+        await producer.send(str(epoch).encode(), partition_key=str(producer_id))
         self._apply(str(producer_id), str(epoch).encode())
 
     async def close(self) -> None:
