@@ -298,3 +298,48 @@ def test_auth_tokens_guard_produce_but_not_health(pulsar, tmp_path):
         r = api.post("/v1/init-producer-id", json={}, headers=good)
         assert r.status_code == 200
         assert r.json()["errorCode"] == 0
+
+
+def test_requests_over_the_in_flight_byte_budget_wait_for_earlier_ones(pulsar):
+    """KOP_DEDUP_MAX_INFLIGHT_BYTES: a request whose body does not fit next to those in
+    flight waits (and is counted as waiting) until they are answered, then is served."""
+    topic = uniq("budget")
+    with (
+        ThreadSidecar(pulsar, reorder_window_ms=1500, max_inflight_bytes=1024) as sc,
+        httpx.Client(base_url=sc.url, timeout=30) as api,
+    ):
+        held_pid, other_pid = new_pid(api), new_pid(api)
+        first = api.post("/v1/produce", json={"batches": [batch(topic, held_pid, 0, 1)]})
+        assert first.json()["results"][0]["errorCode"] == 0
+        # ahead of a gap: held for the reorder window, then 45
+        held = json.dumps({"batches": [batch(topic, held_pid, 5, 12)]}).encode()
+        other = json.dumps({"batches": [batch(topic, other_pid, 0, 12)]}).encode()
+        assert max(len(held), len(other)) <= 1024 < len(held) + len(other)
+        done: dict[str, tuple[float, int]] = {}
+
+        def post(name: str, body: bytes) -> None:
+            with httpx.Client(base_url=sc.url, timeout=30) as client:
+                r = client.post(
+                    "/v1/produce", content=body, headers={"content-type": "application/json"}
+                )
+            done[name] = (time.monotonic(), r.json()["results"][0]["errorCode"])
+
+        threads = [threading.Thread(target=post, args=("held", held))]
+        threads[0].start()
+        time.sleep(0.3)  # the held request is in (its body read, its batch waiting)
+        threads.append(threading.Thread(target=post, args=("other", other)))
+        threads[1].start()
+        time.sleep(0.3)
+        gauges = {
+            line.split()[0]: float(line.split()[1])
+            for line in api.get("/metrics").text.splitlines()
+            if line.startswith("kop_dedup_") and " " in line
+        }
+        for t in threads:
+            t.join(timeout=30)
+    assert gauges["kop_dedup_requests_waiting_for_memory"] == 1, gauges
+    assert gauges["kop_dedup_inflight_request_bytes"] == len(held), gauges
+    assert (done["held"][1], done["other"][1]) == (45, 0), done
+    assert done["other"][0] >= done["held"][0], (
+        "the second request was served before the first let go"
+    )

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kop_dedup import __version__
+from kop_dedup.admission import ByteBudget
 from kop_dedup.api.routes import body_schemas, router
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.admission = ByteBudget(settings.max_inflight_bytes)
     app.state.tokens = settings.http_tokens()
     app.include_router(router)
 

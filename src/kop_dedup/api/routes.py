@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from kop_dedup import errors
+from kop_dedup.admission import ByteBudget
 from kop_dedup.api.deps import Authorized, RuntimeDep
 from kop_dedup.api.models import (
     BatchIn,
@@ -81,23 +82,33 @@ def body_schemas() -> dict[str, Any]:
     return out
 
 
-def parsed_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
+def parsed_body(model: type[M], *, budgeted: bool = False) -> Callable[[Request], AsyncIterator[M]]:
     """A dependency that parses and validates the body in one pass with pydantic.
 
     Faster than FastAPI's json.loads + dict walk on the hot path, and every
     body problem (not JSON, not UTF-8, wrong shape) becomes one 422 in the
     house shape: FastAPI's own parser answers a body that is not UTF-8 with a
     bare 400.
+
+    ``budgeted``: the body's bytes are held from the in-flight budget
+    (``KOP_DEDUP_MAX_INFLIGHT_BYTES``) from before it is parsed until the
+    request is done; the request waits for them. A raw body costs its size,
+    its parsed records many times that, so the wait comes after the read:
+    a client that is slow to send, or not authorized, holds no budget.
     """
 
-    async def parse(request: Request) -> M:
+    async def parse(request: Request) -> AsyncIterator[M]:
         raw = await request.body()
-        try:
-            return model.model_validate_json(raw)
-        except ValidationError as exc:
-            raise RequestValidationError(
-                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-            ) from exc
+        budget: ByteBudget = request.app.state.admission
+        share = len(raw) if budgeted else 0
+        async with budget.hold(share):
+            try:
+                parsed = model.model_validate_json(raw)
+            except ValidationError as exc:
+                raise RequestValidationError(
+                    [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+                ) from exc
+            yield parsed
 
     return parse
 
@@ -111,7 +122,7 @@ def parsed_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
     responses={**_TOO_LARGE, **_INVALID},
 )
 async def produce(
-    body: Annotated[ProduceIn, Depends(parsed_body(ProduceIn))], runtime: RuntimeDep
+    body: Annotated[ProduceIn, Depends(parsed_body(ProduceIn, budgeted=True))], runtime: RuntimeDep
 ) -> Response:
     """Publish Kafka record batches; one result per batch, in request order.
 
@@ -254,12 +265,15 @@ async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
     tags=["stats"],
     responses={200: {"content": {"text/plain": {}}}},
 )
-async def metrics(runtime: RuntimeDep) -> PlainTextResponse:
+async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     """Prometheus text exposition."""
+    admission: ByteBudget = request.app.state.admission
     gauges = {
         "open_producers": float(runtime.service.open_producers()),
         "channels": float(len(runtime.service.channels)),
         "waiting_batches": float(runtime.service.waiting_batches()),
+        "inflight_request_bytes": float(admission.in_use),
+        "requests_waiting_for_memory": float(admission.waiting),
     }
     return PlainTextResponse(
         runtime.stats.prometheus(gauges), media_type="text/plain; version=0.0.4"
