@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 BLOCK_SIZE = 1000
 _MUTEX_WAIT_S = 30.0
 _DISCARD_WAIT_S = 5.0
+_PROBE_WAIT_S = 5.0
 
 
 class _Mutex:
@@ -152,8 +153,9 @@ class _KeyedTable:
         """Apply every record written so far (by any sidecar).
 
         A reader the broker no longer knows (it reports connected, but its
-        subscription went with the old broker) fails once and is replaced at
-        once; a second failure is the caller's.
+        subscription went with the old broker) fails, or does not answer within
+        ``_PROBE_WAIT_S``, once and is replaced at once; a second failure is the
+        caller's.
         """
         async with self._lock:
             if self._reader is not None and not self._reader.is_connected():
@@ -161,12 +163,12 @@ class _KeyedTable:
                 await self._drop_reader()
             try:
                 await self._read_to_end()
-            except pulsar_async.PulsarException as exc:
-                log.info("replacing the reader of %s after %s", self._topic, exc)
+            except (pulsar_async.PulsarException, TimeoutError) as exc:
+                log.info("replacing the reader of %s after %r", self._topic, exc)
                 await self._drop_reader()
                 try:
                     await self._read_to_end()
-                except pulsar_async.PulsarException:
+                except (pulsar_async.PulsarException, TimeoutError):
                     await self._drop_reader()  # the next catch-up starts with a fresh one
                     raise
 
@@ -175,7 +177,9 @@ class _KeyedTable:
             self._reader = await self._client.create_reader(
                 self._topic, self._last or pulsar.MessageId.earliest
             )
-        while await self._reader.has_message_available():
+        # a reader whose connection is gone can wait out the client's whole operation
+        # timeout here (30 s, as long as a request): give up sooner and replace it
+        while await asyncio.wait_for(self._reader.has_message_available(), _PROBE_WAIT_S):
             msg = await self._reader.read_next()
             try:
                 self._apply(msg.partition_key(), msg.data())
