@@ -418,9 +418,9 @@ def _best(cells: list[Cell], mode: str, size: int, prods: int) -> Cell | None:
 
 
 def _half_load(args: argparse.Namespace, sc: _Sidecar, cells: list[Cell]) -> dict[str, Any]:
-    size, prods = 100, max(p for p in args.producers if p <= 8)
-    peak = _best(cells, "sidecar", size, prods)
-    if peak is None:
+    size, prods = 100, max((p for p in args.producers if p <= 8), default=None)
+    peak = None if prods is None else _best(cells, "sidecar", size, prods)
+    if prods is None or peak is None:  # no 100-record cell with at most 8 producers
         return {}
     rate = peak.records_per_s / 2
     topic = f"bench-{uuid.uuid4().hex[:8]}"
