@@ -4,14 +4,15 @@ The sidecar holds every record of a produce request in memory until Pulsar has
 answered for it, and Python needs many times a record's wire size for it
 (about 20x for 100-byte values). Without a bound, many producers with large
 batches in flight can take the process past its memory limit. A request waits
-for its share of the budget before its body is read (the client is held back
-by TCP flow control meanwhile), like Kafka's broker muting connections when
-its request memory pool (``queued.max.request.bytes``) is used up.
+for its share of the budget after its body is read and before it is parsed
+(the raw body costs its size, the parsed records many times that), much as
+Kafka's broker stops reading requests when its request memory pool
+(``queued.max.request.bytes``) is used up.
 
 >>> budget = ByteBudget(100)
 >>> async def serve():
 ...     async with budget.hold(60):
-...         ...  # read, parse and publish the body
+...         ...  # parse and publish the body that was read
 
 Waiters are admitted strictly in arrival order, so a large request is not
 starved by a stream of small ones. A request larger than the whole budget is

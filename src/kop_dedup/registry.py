@@ -161,16 +161,16 @@ class _KeyedTable:
             if self._reader is not None and not self._reader.is_connected():
                 log.info("replacing the disconnected reader of %s", self._topic)
                 await self._drop_reader()
-            try:
-                await self._read_to_end()
-            except (pulsar_async.PulsarException, TimeoutError) as exc:
-                log.info("replacing the reader of %s after %r", self._topic, exc)
-                await self._drop_reader()
+            for may_retry in (True, False):
                 try:
                     await self._read_to_end()
-                except (pulsar_async.PulsarException, TimeoutError):
-                    await self._drop_reader()  # the next catch-up starts with a fresh one
-                    raise
+                except (pulsar_async.PulsarException, TimeoutError) as exc:
+                    await self._drop_reader()  # the retry, or the next catch-up, starts afresh
+                    if not may_retry:
+                        raise
+                    log.info("replacing the reader of %s after %r", self._topic, exc)
+                else:
+                    return
 
     async def _read_to_end(self) -> None:
         if self._reader is None:
@@ -235,12 +235,15 @@ class EpochRegistry:
         next, which is the first that surely started after it.
         """
         if self._running is None:
-            self._running = _observed(asyncio.ensure_future(self._run_barrier()))
-            await asyncio.shield(self._running)
+            await asyncio.shield(self._start_barrier())
             return
         if self._queued is None:
             self._queued = _observed(asyncio.ensure_future(self._run_after(self._running)))
         await asyncio.shield(self._queued)
+
+    def _start_barrier(self) -> asyncio.Future[None]:
+        self._running = _observed(asyncio.ensure_future(self._run_barrier()))
+        return self._running
 
     async def _run_barrier(self) -> None:
         try:
@@ -252,9 +255,7 @@ class EpochRegistry:
         with contextlib.suppress(Exception):
             await running
         self._queued = None
-        if self._running is None:
-            self._running = _observed(asyncio.ensure_future(self._run_barrier()))
-        await self._running
+        await (self._running if self._running is not None else self._start_barrier())
 
     async def raise_to(self, producer_id: int, epoch: int) -> None:
         """Record ``epoch`` for ``producer_id`` durably before anything relies on it."""

@@ -135,10 +135,10 @@ class ProduceService:
         self.publisher, self.admin, self.registry, self.stats = publisher, admin, registry, stats
         self.channels: dict[ChannelKey, Channel] = {}
         self._latest_epoch: dict[tuple[str, int], int] = {}
+        """(partition topic, pid) -> the newest epoch that has state there."""
         self._floors: dict[ChannelKey, int] = {}
         """Where producers that started above sequence 0 started (rare: Kafka clients
         start at 0 unless their state expired), so nothing below is called stored."""
-        """(partition topic, pid) -> the newest epoch that has state there."""
         self._reaper: asyncio.Task[None] | None = None
         self.closing = False
 
@@ -296,7 +296,7 @@ class ProduceService:
             raise translate(exc, "reading the producer epochs") from exc
 
     @staticmethod
-    async def _bounded(awaitable: Awaitable[None], deadline: float) -> None:
+    async def _bounded(awaitable: Awaitable[object], deadline: float) -> None:
         """Await a shared or durable operation until ``deadline`` without cancelling it."""
         await asyncio.wait_for(asyncio.shield(awaitable), max(deadline - time.monotonic(), 0.001))
 
@@ -401,10 +401,9 @@ class ProduceService:
         producer = channel.producer
         assert producer is not None
         if not resend:
-            first = last - len(batch.records) + 1
-            if not channel.state.has_state and first > 0:
-                self._floors[channel.key] = first  # survives the channel closing idle
-            channel.state.on_sent(last, first)
+            channel.state.on_sent(last, first=last - len(batch.records) + 1)
+            if channel.state.floor is not None:  # kept here: survives the channel closing idle
+                self._floors[channel.key] = channel.state.floor
         fut = producer.send_batch(batch, to_pulsar(last))
         self._latest_epoch[(producer.topic, batch.producer_id)] = batch.producer_epoch
         receipt = await self._await_receipt(channel, fut, deadline, last)
@@ -502,7 +501,7 @@ class ProduceService:
             task = channel.opening = asyncio.ensure_future(self._create(channel))
             task.add_done_callback(lambda t: self._opened(channel, t))
         try:
-            await asyncio.wait_for(asyncio.shield(task), max(deadline - time.monotonic(), 0.001))
+            await self._bounded(task, deadline)
         except TimeoutError as exc:
             raise errors.RequestTimedOut(
                 f"creating the Pulsar producer on {channel.key[0]}; retry (it is safe)"

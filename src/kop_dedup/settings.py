@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     max_batch_bytes: int = Field(default=1 << 20, ge=1, le=4 << 20)
     max_request_bytes: int = Field(default=16 << 20, ge=1024)
     max_inflight_bytes: int = Field(default=32 << 20, ge=1024)
-    """Produce request bodies held at once; more wait before their body is read."""
+    """Produce request bodies held at once; more wait, once read, before they are parsed."""
     max_batches_per_request: int = Field(default=1_000, ge=1)
     producer_idle_seconds: float = Field(default=300.0, gt=0)
     max_open_producers: int = Field(default=2_000, ge=1)
