@@ -9,8 +9,9 @@
 * ``start`` writes a standalone.conf for this instance into its data dir
   (dedup and the transaction coordinator on, topics never deleted, infinite
   retention, small caches, loopback only), starts ``bin/pulsar standalone
-  -nfw -nss`` in its own process group and waits until the admin API lists
-  the ``standalone`` cluster. On failure it raises with the broker log's tail.
+  -nfw -nss`` on the embedded ZooKeeper in its own process group and waits
+  until the admin API lists the ``standalone`` cluster and the broker's
+  health check passes. On failure it raises with the broker log's tail.
 * ``stop`` sends SIGTERM to the group, then SIGKILL after a bound.
 
 Two instances never collide when their ports and data dirs differ; the data
@@ -31,6 +32,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -66,6 +68,12 @@ _OVERRIDES = {
     "numIOThreads": "2",
     "numHttpServerThreads": "4",
 }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class BrokerError(RuntimeError):
@@ -126,6 +134,35 @@ class LocalPulsar:
     @property
     def pid_file(self) -> Path:
         return self.data / "pulsar.pid"
+
+    def internal_ports(self) -> dict[str, int]:
+        """The embedded ZooKeeper's and bookie's ports: free ones picked at the first
+        start and kept in the data dir, since the bookie's identity (and every ledger's
+        ensemble) is its address and must not change across restarts."""
+        path = self.data / "ports.json"
+        with contextlib.suppress(OSError, ValueError):
+            ports: dict[str, int] = json.loads(path.read_text())
+            if {"zookeeper", "bookie"} <= ports.keys():
+                return ports
+        ports = {"zookeeper": _free_port(), "bookie": _free_port()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(ports))
+        return ports
+
+    def metadata_store(self) -> str:
+        """``zookeeper`` for a new data dir; ``rocksdb`` for one an older launcher made.
+
+        Standalone's default RocksDB metadata store can livelock after an unclean
+        stop: the stale bookie registration it deletes at start invalidates the
+        new registration lock, which then deletes and recreates itself hundreds of
+        times a second (apache/pulsar#17759), and ledger creation fails
+        ("Not enough non-faulty bookies") until the broker is stopped. The
+        embedded ZooKeeper registers the bookie through BookKeeper's own driver.
+        """
+        rocksdb = self.data / "metadata"
+        if rocksdb.is_dir() and any(rocksdb.iterdir()):
+            return "rocksdb"
+        return "zookeeper"
 
     def tarball(self) -> Path:
         m2 = Path(os.environ.get("MAVEN_REPO") or Path.home() / ".m2" / "repository")
@@ -252,6 +289,25 @@ class LocalPulsar:
             "PULSAR_LOG_DIR": str(self.data / "logs"),
             "PULSAR_STANDALONE_CONF": str(conf),
         }
+        store = self.metadata_store()
+        if store == "zookeeper":
+            ports = self.internal_ports()
+            env["PULSAR_STANDALONE_USE_ZOOKEEPER"] = "1"
+            store_args = [
+                "--zookeeper-dir",
+                str(self.data / "zookeeper"),
+                "--zookeeper-port",
+                str(ports["zookeeper"]),
+                "--bookkeeper-port",
+                str(ports["bookie"]),
+            ]
+        else:
+            log.warning(
+                "%s holds a RocksDB metadata store (made by an older kop-dedup); it may "
+                "livelock after an unclean stop: `kop-dedup pulsar wipe` moves to ZooKeeper",
+                self.data,
+            )
+            store_args = ["--metadata-dir", str(self.data / "metadata")]
         started = time.monotonic()
         with self.log_file.open("ab") as out:
             proc = subprocess.Popen(  # noqa: S603 - the distribution's own launcher script
@@ -266,8 +322,7 @@ class LocalPulsar:
                     "127.0.0.1",
                     "--bookkeeper-dir",
                     str(self.data / "bookkeeper"),
-                    "--metadata-dir",
-                    str(self.data / "metadata"),
+                    *store_args,
                 ],
                 cwd=self.data,
                 env=env,

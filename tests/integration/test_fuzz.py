@@ -407,8 +407,8 @@ def test_bodies_over_the_limit_are_413_whether_sized_or_streamed(pulsar):
 @pytest.mark.usefixtures("intact")
 def test_top_epoch_is_accepted_and_sequences_wrap_from_2147483647_to_0(api, pulsar_reader_client):
     topic, pid, top = uniq("wrap"), new_pid(api), 2**31 - 1
-    answers = [
-        api.post("/v1/produce", json={"batches": [b]}).json()["results"][0]["errorCode"]
+    results = [
+        api.post("/v1/produce", json={"batches": [b]}).json()["results"][0]
         for b in (
             batch(topic, pid, top - 1, 2, epoch=32767),  # ..2147483647
             batch(topic, pid, 0, 2, epoch=32767),  # wrapped: 0, 1
@@ -416,7 +416,9 @@ def test_top_epoch_is_accepted_and_sequences_wrap_from_2147483647_to_0(api, puls
             batch(topic, pid, 2, 1, epoch=32766),  # a lower epoch: fenced
         )
     ]
-    assert answers == [0, 0, 46, 47]
+    assert [r["errorCode"] for r in results] == [0, 0, 46, 47], [
+        (r["errorCode"], r["errorMessage"]) for r in results
+    ]
     msgs = read_all(pulsar_reader_client, f"persistent://public/kafka/{topic}-partition-0")
     assert [m.properties()["kafka.sequence"] for m in msgs] == [str(top - 1), str(top), "0", "1"]
 

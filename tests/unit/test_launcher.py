@@ -4,7 +4,9 @@ import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from kop_dedup.launcher import LocalPulsar
+import pytest
+
+from kop_dedup.launcher import BrokerError, LocalPulsar
 
 
 def fake_distribution(tmp_path, conf: str) -> LocalPulsar:
@@ -91,3 +93,53 @@ def test_ready_means_the_broker_can_store_not_only_that_its_admin_api_answers(tm
         assert broker.is_ready()
     finally:
         server.shutdown()
+
+
+def recording_distribution(tmp_path) -> LocalPulsar:
+    """A distribution whose bin/pulsar records how it was started, then fails."""
+    broker = fake_distribution(tmp_path, "brokerServicePort=6650\n")
+    script = broker.home / "bin" / "pulsar"
+    script.parent.mkdir(parents=True)
+    script.write_text(
+        '#!/bin/sh\necho "zk=$PULSAR_STANDALONE_USE_ZOOKEEPER $*" >> "$PWD/started"\nexit 3\n'
+    )
+    script.chmod(0o755)
+    return broker
+
+
+def started_with(broker: LocalPulsar) -> list[str]:
+    with pytest.raises(BrokerError, match="exited with 3"):
+        broker.start(timeout=10)
+    return (broker.data / "started").read_text().splitlines()[-1].split()
+
+
+def option(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_a_new_data_dir_runs_on_zookeeper_with_its_internal_ports_kept(tmp_path):
+    """RocksDB metadata can livelock after a SIGKILL (the bookie's registration lock
+    deletes and recreates itself forever), so new data dirs use the embedded ZooKeeper,
+    on ports of their own that stay the same across restarts (the bookie's address is
+    its identity in every ledger)."""
+    broker = recording_distribution(tmp_path)
+    first = started_with(broker)
+    assert first[0] == "zk=1"
+    assert "--metadata-dir" not in first
+    assert option(first, "--zookeeper-dir") == str(broker.data / "zookeeper")
+    ports = {option(first, "--zookeeper-port"), option(first, "--bookkeeper-port")}
+    assert len(ports) == 2
+    assert not ports & {"2181", "3181"}  # the defaults, which a second broker would share
+    again = started_with(broker)
+    assert {option(again, "--zookeeper-port"), option(again, "--bookkeeper-port")} == ports
+
+
+def test_a_data_dir_with_rocksdb_metadata_keeps_it(tmp_path):
+    """Data an older launcher stored under RocksDB metadata stays readable."""
+    broker = recording_distribution(tmp_path)
+    (broker.data / "metadata").mkdir(parents=True)
+    (broker.data / "metadata" / "CURRENT").write_text("MANIFEST-000001\n")
+    args = started_with(broker)
+    assert args[0] == "zk="
+    assert option(args, "--metadata-dir") == str(broker.data / "metadata")
+    assert "--zookeeper-port" not in args
