@@ -339,9 +339,15 @@ class ProduceService:
     async def _sequence(
         self, channel: Channel, batch: KafkaBatch, deadline: float, gap_deadline: float
     ) -> str | None:
-        """Wait for the batch's turn, send it, and turn the receipt into an answer."""
+        """Wait for the batch's turn, send it, and turn the receipt into an answer.
+
+        Each turn reads the clock once: the verdict and how long to wait must agree
+        on whether the reorder window is over. (They read it separately once, and a
+        turn that began a hair before the window's end, as asyncio's timers may
+        wake, decided "wait for the window" and then waited for the deadline.)
+        """
         while True:
-            channel.last_used = time.monotonic()
+            now = channel.last_used = time.monotonic()
             if channel.broken:
                 await self._reset(channel, deadline)
                 continue
@@ -350,8 +356,7 @@ class ProduceService:
             if state.has_state:
                 verdict = decide(state, first, last, channel.outstanding)
             else:
-                window_over = time.monotonic() >= gap_deadline
-                verdict = fresh_start(batch.base_sequence, window_over, channel.arrived)
+                verdict = fresh_start(batch.base_sequence, now >= gap_deadline, channel.arrived)
             if verdict is Verdict.SEND or verdict is Verdict.RESEND_FOR_VERDICT:
                 return await self._send(
                     channel, batch, last, deadline, resend=verdict is Verdict.RESEND_FOR_VERDICT
@@ -373,7 +378,6 @@ class ProduceService:
                     "the sidecar is shutting down; retry the batch on another (it is safe)"
                 )
             gap = not state.has_state or first > (state.sent if state.sent is not None else first)
-            now = time.monotonic()
             expected = self._kafka_seq((state.sent or 0) + 1)
             if gap and state.has_state and now >= gap_deadline and expected not in channel.arrived:
                 raise errors.OutOfOrderSequenceNumber(
