@@ -46,12 +46,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _docker_answers() -> bool:
     sock_path = "/var/run/docker.sock"
     host = os.environ.get("DOCKER_HOST", "")
@@ -131,10 +125,10 @@ def pulsar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
                 controllable=False,
             )
         return
-    from kop_dedup.launcher import LocalPulsar
+    from kop_dedup.launcher import LocalPulsar, free_port
 
     data_dir = Path(tempfile.mkdtemp(prefix="kop-dedup-pulsar-"))
-    local = LocalPulsar(broker_port=_free_port(), web_port=_free_port(), data_dir=data_dir)
+    local = LocalPulsar(broker_port=free_port(), web_port=free_port(), data_dir=data_dir)
 
     kept_log = tmp_path_factory.getbasetemp() / "pulsar.log"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,13 +21,8 @@ import httpx
 import uvicorn
 
 from kop_dedup.api import create_app
+from kop_dedup.launcher import free_port
 from kop_dedup.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(

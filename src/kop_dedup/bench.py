@@ -224,11 +224,9 @@ async def _direct_cell(
 
 class _Sidecar:
     def __init__(self, service_url: str, admin_url: str, **settings: Any) -> None:
-        import socket  # noqa: PLC0415
+        from kop_dedup.launcher import free_port  # noqa: PLC0415
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
             **os.environ,

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_VERSION", "BrokerError", "LocalPulsar", "add_cli", "cache_dir"]
+__all__ = ["DEFAULT_VERSION", "BrokerError", "LocalPulsar", "add_cli", "cache_dir", "free_port"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,8 @@ _OVERRIDES = {
 }
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -144,7 +145,7 @@ class LocalPulsar:
             ports: dict[str, int] = json.loads(path.read_text())
             if {"zookeeper", "bookie"} <= ports.keys():
                 return ports
-        ports = {"zookeeper": _free_port(), "bookie": _free_port()}
+        ports = {"zookeeper": free_port(), "bookie": free_port()}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(ports))
         return ports
