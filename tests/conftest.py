@@ -3,7 +3,7 @@
 Where the broker comes from, in order:
 1. ``PULSAR_SERVICE_URL`` and ``PULSAR_ADMIN_URL`` when both are set (not controllable);
 2. a testcontainers Pulsar container when a Docker daemon answers;
-3. the project's own launcher (``kop_dedup.launcher.LocalPulsar``) on free ports
+3. the project's own launcher (``kop_dedup_tools.launcher.LocalPulsar``) on free ports
    with a fresh data dir, stopped and wiped when the session ends.
 
 Tests that need the broker carry the ``integration`` marker; the unit tests
@@ -125,7 +125,7 @@ def pulsar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
                 controllable=False,
             )
         return
-    from kop_dedup.launcher import LocalPulsar, free_port
+    from kop_dedup_tools.launcher import LocalPulsar, free_port
 
     data_dir = Path(tempfile.mkdtemp(prefix="kop-dedup-pulsar-"))
     local = LocalPulsar(broker_port=free_port(), web_port=free_port(), data_dir=data_dir)

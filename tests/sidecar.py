@@ -20,9 +20,9 @@ from typing import Any, Self
 import httpx
 import uvicorn
 
-from kop_dedup.api import create_app
-from kop_dedup.launcher import free_port
 from kop_dedup.settings import Settings
+from kop_dedup.transports.http import create_app
+from kop_dedup_tools.launcher import free_port
 
 
 def wait_ready(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from kop_dedup.batch import SEQ_MODULUS, Header, KafkaRecord
+from kop_dedup.protocol.records import SEQ_MODULUS, Header, KafkaRecord
 
 sequences = st.integers(min_value=0, max_value=SEQ_MODULUS - 1)
 """Any legal Kafka sequence."""

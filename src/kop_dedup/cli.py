@@ -17,11 +17,11 @@ __all__ = ["main"]
 
 # subcommand modules: each has add_cli(subparsers) that sets func=handler(args) -> int
 _COMMANDS = (
-    "kop_dedup.server",
-    "kop_dedup.launcher",
+    "kop_dedup.transports.http.server",
+    "kop_dedup_tools.launcher",
     "kop_dedup.spark.cli",
-    "kop_dedup.load",
-    "kop_dedup.bench",
+    "kop_dedup_tools.load",
+    "kop_dedup_tools.bench",
 )
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 
-from kop_dedup.admin import PulsarAdmin
-from kop_dedup.naming import Naming
-from kop_dedup.publisher import Publisher
-from kop_dedup.registry import Registry
-from kop_dedup.service import ProduceService
+from kop_dedup.coordination.registry import Registry
+from kop_dedup.observability.stats import Stats
+from kop_dedup.produce.service import ProduceService
+from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.naming import Naming
+from kop_dedup.pulsar.producers import Publisher
 from kop_dedup.settings import Settings
-from kop_dedup.stats import Stats
 
 __all__ = ["DeduplicationOff", "Runtime"]
 

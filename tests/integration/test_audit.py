@@ -15,8 +15,8 @@ import httpx
 import pulsar as pulsar_client
 import pytest
 
-from kop_dedup.batch import KafkaRecord
-from kop_dedup.wire import encode_key, encode_properties
+from kop_dedup.protocol.records import KafkaRecord
+from kop_dedup.pulsar.wire import encode_key, encode_properties
 from tests.helpers import batch, new_pid, uniq
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

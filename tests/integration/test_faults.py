@@ -1,6 +1,6 @@
 """Faults that really happen, under load: nothing lost, nothing duplicated, nothing reordered.
 
-The load driver (kop_dedup.load) plays idempotent Kafka producers that retry
+The load driver (kop_dedup_tools.load) plays idempotent Kafka producers that retry
 every batch with the same producer id, epoch and sequences until a definite
 answer. While it runs, the broker is SIGKILLed and restarted or paused past
 the request timeouts, or a sidecar process is SIGKILLed and restarted or
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kop_dedup.load import BackgroundLoad, LoadConfig, LoadReport, verify
+from kop_dedup_tools.load import BackgroundLoad, LoadConfig, LoadReport, verify
 from tests.helpers import batch, new_pid, read_all, uniq
 from tests.sidecar import ProcessSidecar, ThreadSidecar
 

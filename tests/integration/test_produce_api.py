@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kop_dedup.wire import PROP_EPOCH, PROP_HEADERS, PROP_PRODUCER_ID, PROP_SEQUENCE
+from kop_dedup.pulsar.wire import PROP_EPOCH, PROP_HEADERS, PROP_PRODUCER_ID, PROP_SEQUENCE
 from tests.helpers import b64, batch, new_pid, read_all, uniq
 from tests.sidecar import ThreadSidecar
 

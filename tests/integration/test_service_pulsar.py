@@ -13,7 +13,7 @@ import time
 import pytest
 
 from kop_dedup import errors
-from kop_dedup.batch import KafkaBatch, KafkaRecord
+from kop_dedup.protocol.records import KafkaBatch, KafkaRecord
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
 from tests.helpers import read_all, uniq

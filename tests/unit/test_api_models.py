@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kop_dedup.api.models import BatchIn, ProduceIn, to_batch
 from kop_dedup.errors import InvalidRecord
-from kop_dedup.stats import Stats, outcome_for
+from kop_dedup.observability.stats import Stats, outcome_for
+from kop_dedup.transports.http.models import BatchIn, ProduceIn, to_batch
 
 
 def batch_json(**over):

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kop_dedup.batch import (
+from kop_dedup.errors import InvalidRecord, MessageTooLarge
+from kop_dedup.protocol.records import (
     SEQ_MODULUS,
     KafkaBatch,
     check_shape,
@@ -15,7 +16,6 @@ from kop_dedup.batch import (
     to_pulsar,
     unwrap,
 )
-from kop_dedup.errors import InvalidRecord, MessageTooLarge
 from tests import strategies as s
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from kop_dedup.bench import Cell, percentile, render_table
+from kop_dedup_tools.bench import Cell, percentile, render_table
 
 
 def test_percentile_interpolates_and_handles_edges():

@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kop_dedup.launcher import BrokerError, LocalPulsar
+from kop_dedup_tools.launcher import BrokerError, LocalPulsar
 
 
 def fake_distribution(tmp_path, conf: str) -> LocalPulsar:

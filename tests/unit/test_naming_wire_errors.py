@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 
 from kop_dedup import errors
-from kop_dedup.batch import Header, KafkaRecord
-from kop_dedup.naming import Naming, validate_topic
-from kop_dedup.wire import DecodedRecord, decode_key, encode_key, encode_properties
+from kop_dedup.protocol.records import Header, KafkaRecord
+from kop_dedup.pulsar.naming import Naming, validate_topic
+from kop_dedup.pulsar.wire import DecodedRecord, decode_key, encode_key, encode_properties
 from tests import strategies as s
 
 NAMES = Naming("public", "kafka", "kop")

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kop_dedup.sequencer import (
+from kop_dedup.protocol.rules import (
     EpochVerdict,
     SequenceState,
     Verdict,

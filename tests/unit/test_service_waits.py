@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from kop_dedup import service as service_module
-from kop_dedup.batch import KafkaBatch, KafkaRecord
-from kop_dedup.service import Channel, ProduceService
+from kop_dedup.produce import service as service_module
+from kop_dedup.produce.service import Channel, ProduceService
+from kop_dedup.protocol.records import KafkaBatch, KafkaRecord
 
 
 @pytest.fixture

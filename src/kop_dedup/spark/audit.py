@@ -5,7 +5,7 @@
 ...                admin_url="http://127.0.0.1:8080")
 >>> report.ok, report.records, report.duplicates, report.missing
 
-Each Pulsar message becomes a Kafka record again (see kop_dedup.wire) with its
+Each Pulsar message becomes a Kafka record again (see kop_dedup.pulsar.wire) with its
 idempotence key (topic, partition, producer id, epoch, sequence). A key read
 more than once is a duplicate; a sequence missing between the lowest and the
 highest read for one (topic, partition, producer id, epoch) is a gap. Batches
@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
-from kop_dedup.wire import (
+from kop_dedup.pulsar.wire import (
     PROP_EPOCH,
     PROP_HEADERS,
     PROP_KEY_ENCODING,

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kop_dedup.launcher import cache_dir
+from kop_dedup import resources
+from kop_dedup.resources import cache_dir
 
 __all__ = ["CONNECTOR_VERSION", "connector_jars", "spark_session"]
 
-_DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
-_POM = _DEPLOY / "spark" / "pom.xml"
+_POM = resources.path("spark-jars-pom.xml")
 CONNECTOR_VERSION = re.search(
     r"<connector.version>([^<]+)</connector.version>", _POM.read_text()
 ).group(1)  # type: ignore[union-attr]
@@ -49,7 +49,7 @@ def connector_jars(*, quiet: bool = False) -> list[Path]:
             "-B",
             "-q",
             "-s",
-            str(_DEPLOY / "pulsar" / "maven-settings.xml"),
+            str(resources.path("maven-settings.xml")),
             "-f",
             str(_POM),
             "dependency:copy-dependencies",

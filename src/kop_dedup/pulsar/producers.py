@@ -34,9 +34,9 @@ import pulsar
 import pulsar.asyncio as pulsar_async
 
 from kop_dedup import errors
-from kop_dedup.batch import SEQ_MODULUS as _SEQ_MODULUS
-from kop_dedup.batch import KafkaBatch, KafkaRecord
-from kop_dedup.wire import PROP_KEY_ENCODING, PROP_SEQUENCE, encode_key, encode_properties
+from kop_dedup.protocol.records import SEQ_MODULUS as _SEQ_MODULUS
+from kop_dedup.protocol.records import KafkaBatch, KafkaRecord
+from kop_dedup.pulsar.wire import PROP_KEY_ENCODING, PROP_SEQUENCE, encode_key, encode_properties
 
 __all__ = [
     "BatchReceipt",

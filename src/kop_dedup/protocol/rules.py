@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from kop_dedup.batch import unwrap
+from kop_dedup.protocol.records import unwrap
 
 __all__ = ["EpochVerdict", "SequenceState", "Verdict", "decide", "epoch_verdict", "fresh_start"]
 

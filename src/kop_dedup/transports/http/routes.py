@@ -13,9 +13,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from kop_dedup import errors
-from kop_dedup.admission import ByteBudget
-from kop_dedup.api.deps import Authorized, RuntimeDep
-from kop_dedup.api.models import (
+from kop_dedup.produce.service import BatchResult
+from kop_dedup.transports.http.admission import ByteBudget
+from kop_dedup.transports.http.deps import Authorized, RuntimeDep
+from kop_dedup.transports.http.models import (
     BatchIn,
     BatchOut,
     InitProducerIdIn,
@@ -24,7 +25,6 @@ from kop_dedup.api.models import (
     ProduceOut,
     to_batch,
 )
-from kop_dedup.service import BatchResult
 
 __all__ = ["body_schemas", "router"]
 

@@ -194,8 +194,8 @@ async def _direct_cell(
     value_size: int,
     rate: float | None = None,
 ) -> Cell:
-    from kop_dedup.batch import KafkaBatch, KafkaRecord  # noqa: PLC0415
-    from kop_dedup.publisher import Publisher  # noqa: PLC0415
+    from kop_dedup.protocol.records import KafkaBatch, KafkaRecord  # noqa: PLC0415
+    from kop_dedup.pulsar.producers import Publisher  # noqa: PLC0415
 
     pub = Publisher(service_url, send_timeout_ms=30_000)
     records = tuple(KafkaRecord(key=None, value=v) for v in _values(batch_size, value_size))
@@ -224,7 +224,7 @@ async def _direct_cell(
 
 class _Sidecar:
     def __init__(self, service_url: str, admin_url: str, **settings: Any) -> None:
-        from kop_dedup.launcher import free_port  # noqa: PLC0415
+        from kop_dedup_tools.launcher import free_port  # noqa: PLC0415
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -3,7 +3,7 @@
 ``kop-dedup pulsar start|stop|status|wipe|fetch`` drives :class:`LocalPulsar`:
 
 * ``fetch`` resolves ``org.apache.pulsar:pulsar-server-distribution:<v>:tar.gz:bin``
-  with Maven (into ``~/.m2``, through ``deploy/pulsar/maven-settings.xml`` which
+  with Maven (into ``~/.m2``, through the packaged ``kop_dedup/resources/maven-settings.xml``, which
   mirrors every repository to Central) and unpacks it once into the cache
   (``$KOP_DEDUP_CACHE`` or ``~/.cache/kop-dedup``); later starts reuse it.
 * ``start`` writes a standalone.conf for this instance into its data dir
@@ -44,12 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kop_dedup import resources
+from kop_dedup.resources import cache_dir
+
 __all__ = ["DEFAULT_VERSION", "BrokerError", "LocalPulsar", "add_cli", "cache_dir", "free_port"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_VERSION = "4.0.8"
-_REPO_DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "pulsar"
 
 # What differs from the distribution's standalone.conf, and why.
 _OVERRIDES = {
@@ -79,10 +81,6 @@ def free_port() -> int:
 
 class BrokerError(RuntimeError):
     """The broker could not be fetched, started or stopped; the message says why."""
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("KOP_DEDUP_CACHE") or Path.home() / ".cache" / "kop-dedup")
 
 
 @contextlib.contextmanager
@@ -204,7 +202,7 @@ class LocalPulsar:
             "-B",
             "-q",
             "-s",
-            str(_REPO_DEPLOY / "maven-settings.xml"),
+            str(resources.path("maven-settings.xml")),
             "dependency:get",
             f"-Dartifact={artifact}",
             "-Dtransitive=false",

@@ -53,8 +53,8 @@ from typing import Any, Self
 
 import httpx
 
-from kop_dedup.batch import SEQ_MODULUS, unwrap
-from kop_dedup.wire import PROP_PRODUCER_ID, PROP_SEQUENCE
+from kop_dedup.protocol.records import SEQ_MODULUS, unwrap
+from kop_dedup.pulsar.wire import PROP_PRODUCER_ID, PROP_SEQUENCE
 
 __all__ = [
     "RETRIABLE_CODES",

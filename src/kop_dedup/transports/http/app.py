@@ -20,10 +20,10 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kop_dedup import __version__
-from kop_dedup.admission import ByteBudget
-from kop_dedup.api.routes import body_schemas, router
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
+from kop_dedup.transports.http.admission import ByteBudget
+from kop_dedup.transports.http.routes import body_schemas, router
 
 __all__ = ["create_app"]
 

@@ -22,9 +22,9 @@ log = logging.getLogger(__name__)
 def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
     import uvicorn  # noqa: PLC0415
 
-    from kop_dedup.api import create_app  # noqa: PLC0415
-    from kop_dedup.logs import configure  # noqa: PLC0415
+    from kop_dedup.observability.logs import configure  # noqa: PLC0415
     from kop_dedup.settings import Settings  # noqa: PLC0415
+    from kop_dedup.transports.http import create_app  # noqa: PLC0415
 
     settings = settings or Settings()
     configure(settings.log_format, settings.log_level)

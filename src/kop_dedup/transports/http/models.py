@@ -14,8 +14,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kop_dedup.batch import Header, KafkaBatch, KafkaRecord
 from kop_dedup.errors import InvalidRecord
+from kop_dedup.protocol.records import Header, KafkaBatch, KafkaRecord
 
 __all__ = [
     "BatchIn",

@@ -33,7 +33,7 @@ import pulsar
 import pulsar.asyncio as pulsar_async
 
 from kop_dedup import errors
-from kop_dedup.batch import MAX_EPOCH
+from kop_dedup.protocol.records import MAX_EPOCH
 
 __all__ = ["EpochRegistry", "ProducerIdAllocator", "Registry", "TransactionalIds"]
 

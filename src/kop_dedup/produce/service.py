@@ -20,18 +20,10 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from kop_dedup import errors
-from kop_dedup.admin import AdminError, PulsarAdmin
-from kop_dedup.batch import KafkaBatch, check_shape, from_pulsar, to_pulsar
-from kop_dedup.naming import Naming, validate_topic
-from kop_dedup.publisher import (
-    BatchReceipt,
-    Publisher,
-    PulsarProducer,
-    failure_result,
-    translate,
-)
-from kop_dedup.registry import Registry
-from kop_dedup.sequencer import (
+from kop_dedup.coordination.registry import Registry
+from kop_dedup.observability.stats import Stats
+from kop_dedup.protocol.records import KafkaBatch, check_shape, from_pulsar, to_pulsar
+from kop_dedup.protocol.rules import (
     EpochVerdict,
     SequenceState,
     Verdict,
@@ -39,8 +31,16 @@ from kop_dedup.sequencer import (
     epoch_verdict,
     fresh_start,
 )
+from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
+from kop_dedup.pulsar.naming import Naming, validate_topic
+from kop_dedup.pulsar.producers import (
+    BatchReceipt,
+    Publisher,
+    PulsarProducer,
+    failure_result,
+    translate,
+)
 from kop_dedup.settings import Settings
-from kop_dedup.stats import Stats
 
 __all__ = ["BatchResult", "Channel", "ProduceService"]
 

@@ -31,7 +31,7 @@ import binascii
 import json
 from dataclasses import dataclass
 
-from kop_dedup.batch import Header, KafkaRecord
+from kop_dedup.protocol.records import Header, KafkaRecord
 
 __all__ = [
     "PROP_EPOCH",

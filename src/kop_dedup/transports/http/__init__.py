@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from kop_dedup.api.app import create_app
+from kop_dedup.transports.http.app import create_app
 
 __all__ = ["create_app"]

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from kop_dedup import errors
-from kop_dedup.naming import Naming
+from kop_dedup.pulsar.naming import Naming
 
 __all__ = ["AdminError", "PulsarAdmin"]
 

@@ -1,0 +1,1 @@
+"""Stats, metrics and logs."""

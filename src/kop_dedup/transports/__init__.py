@@ -1,0 +1,1 @@
+"""Transports: how clients reach the service. Nothing outside this package imports it."""
