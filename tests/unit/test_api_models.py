@@ -4,7 +4,6 @@ import pytest
 from pydantic import ValidationError
 
 from kop_dedup.errors import InvalidRecord
-from kop_dedup.observability.stats import Stats, outcome_for
 from kop_dedup.transports.http.models import BatchIn, ProduceIn, to_batch
 
 
@@ -60,17 +59,3 @@ def test_unknown_fields_and_empty_batch_list_are_refused():
         BatchIn.model_validate(batch_json(surprise=1))
     with pytest.raises(ValidationError):
         ProduceIn.model_validate({"batches": []})
-
-
-def test_stats_count_outcomes_and_render_prometheus():
-    stats = Stats()
-    stats.record("t", 1, 0, 3, 0.002)
-    stats.record("t", 1, 46, 3, 0.001)
-    stats.record("t", -1, 7, 1, 0.5)
-    assert stats.total.batches["accepted"] == 1
-    assert stats.by_producer[1].records["duplicate"] == 3
-    assert -1 not in stats.by_producer
-    text = stats.prometheus({"open_producers": 2})
-    assert 'kop_dedup_batches_total{topic="t",outcome="failed"} 1' in text
-    assert "kop_dedup_batch_latency_seconds_count 3" in text
-    assert outcome_for(47) == "fenced"

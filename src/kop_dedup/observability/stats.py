@@ -1,5 +1,19 @@
 """Counters and a latency histogram, as JSON for REST and as Prometheus text.
 
+The produce service calls two methods, from the event loop only:
+
+>>> stats = Stats()
+>>> stats.record("orders", 17, 0, None, records=3, seconds=0.002)
+>>> stats.record("orders", 17, 0, errors.DuplicateSequenceNumber(), records=3, seconds=0.001)
+>>> stats.dedup_state_lost("orders", 17, 0, first_sequence=0, last_sequence=2)
+>>> stats.totals()["batches"]["duplicate"], stats.totals()["dedupStateLost"]
+(1, 1)
+
+``record`` counts one batch answer; its outcome (:data:`OUTCOMES`) is derived
+from the error's class in :mod:`kop_dedup.errors`, never from a literal code.
+``dedup_state_lost`` counts a resend the broker stored again because its
+deduplication state for the producer name was gone.
+
 Outcomes are counted per Kafka topic and per producer id. Prometheus gets
 per-topic series only (producer ids are unbounded label values); the REST
 endpoint answers per producer id.
@@ -11,39 +25,60 @@ import bisect
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["OUTCOMES", "Counters", "Stats"]
+from kop_dedup import errors
+
+__all__ = ["OUTCOMES", "Counters", "Stats", "outcome_for"]
 
 OUTCOMES = ("accepted", "duplicate", "out_of_order", "fenced", "invalid", "failed")
 _BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# Which outcome an error class falls in; a subclass falls where its nearest listed
+# ancestor does, anything unlisted is "failed".
+_OUTCOME_OF: dict[type[errors.KafkaError], str] = {
+    errors.DuplicateSequenceNumber: "duplicate",
+    errors.OutOfOrderSequenceNumber: "out_of_order",
+    errors.InvalidProducerEpoch: "fenced",
+    errors.ProducerFenced: "fenced",
+    errors.InvalidRecord: "invalid",
+    errors.MessageTooLarge: "invalid",
+    errors.InvalidTopic: "invalid",
+    errors.UnknownTopicOrPartition: "invalid",
+    errors.InvalidRequest: "invalid",
+}
+
+
+def outcome_for(error: errors.KafkaError | None) -> str:
+    """Which counter an answer falls in: ``None`` (stored) is "accepted".
+
+    >>> outcome_for(errors.ProducerFenced())
+    'fenced'
+    """
+    if error is None:
+        return "accepted"
+    for cls in type(error).__mro__:
+        outcome = _OUTCOME_OF.get(cls)
+        if outcome is not None:
+            return outcome
+    return "failed"
 
 
 @dataclass(slots=True)
 class Counters:
     batches: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     records: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    dedup_state_lost: int = 0
+    """Resends the broker stored again (see :meth:`Stats.dedup_state_lost`)."""
 
     def add(self, outcome: str, records: int) -> None:
         self.batches[outcome] += 1
         self.records[outcome] += records
 
-    def to_dict(self) -> dict[str, dict[str, int]]:
-        return {"batches": dict(self.batches), "records": dict(self.records)}
-
-
-def outcome_for(error_code: int) -> str:
-    """Which counter a Kafka error code falls in."""
-    return {
-        0: "accepted",
-        46: "duplicate",
-        45: "out_of_order",
-        47: "fenced",
-        90: "fenced",
-        87: "invalid",
-        10: "invalid",
-        17: "invalid",
-        3: "invalid",
-        42: "invalid",
-    }.get(error_code, "failed")
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "batches": dict(self.batches),
+            "records": dict(self.records),
+            "dedupStateLost": self.dedup_state_lost,
+        }
 
 
 class Stats:
@@ -54,12 +89,23 @@ class Stats:
         self.by_producer: dict[int, Counters] = {}
         self._latency_counts = [0] * (len(_BUCKETS_S) + 1)
         self._latency_sum = 0.0
-        self.http_requests = 0
+        self.last_dedup_state_lost: dict[str, object] | None = None
 
     def record(
-        self, topic: str, producer_id: int, error_code: int, records: int, seconds: float
+        self,
+        topic: str,
+        producer_id: int,
+        producer_epoch: int,  # noqa: ARG002 (the per-producer highest epoch comes next)
+        error: errors.KafkaError | None,
+        records: int,
+        seconds: float,
     ) -> None:
-        outcome = outcome_for(error_code)
+        """Count one batch answer: ``error`` None when it was stored.
+
+        ``topic`` is the name as the client sent it, valid or not;
+        ``producer_id`` < 0 (a non-idempotent batch) counts in no producer's stats.
+        """
+        outcome = outcome_for(error)
         self.total.add(outcome, records)
         self.by_topic.setdefault(topic, Counters()).add(outcome, records)
         if producer_id >= 0:
@@ -67,12 +113,39 @@ class Stats:
         self._latency_counts[bisect.bisect_left(_BUCKETS_S, seconds)] += 1
         self._latency_sum += seconds
 
+    def dedup_state_lost(
+        self,
+        topic: str,
+        producer_id: int,
+        producer_epoch: int,
+        first_sequence: int,
+        last_sequence: int,
+    ) -> None:
+        """Count a resend the broker stored again: its dedup state for the name was gone.
+
+        The caller logs the ERROR line; this counts it in the totals, the topic's
+        counters and the producer's, and keeps the latest one for ``/v1/stats``.
+        """
+        self.last_dedup_state_lost = {
+            "topic": topic,
+            "producerId": producer_id,
+            "producerEpoch": producer_epoch,
+            "firstSequence": first_sequence,
+            "lastSequence": last_sequence,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        self.total.dedup_state_lost += 1
+        self.by_topic.setdefault(topic, Counters()).dedup_state_lost += 1
+        if producer_id >= 0:
+            self.by_producer.setdefault(producer_id, Counters()).dedup_state_lost += 1
+
     def totals(self) -> dict[str, object]:
         return {
             "uptimeSeconds": round(time.time() - self.started, 3),
             **self.total.to_dict(),
             "topics": len(self.by_topic),
             "producers": len(self.by_producer),
+            "lastDedupStateLost": self.last_dedup_state_lost,
         }
 
     def prometheus(self, gauges: dict[str, float]) -> str:
@@ -94,6 +167,17 @@ class Stats:
                 f'kop_dedup_records_total{{topic="{topic}",outcome="{o}"}} {c.records[o]}'
                 for o in OUTCOMES
             )
+        lines += [
+            (
+                "# HELP kop_dedup_dedup_state_lost_total Resends the broker stored again "
+                "(its deduplication state for the producer was gone)."
+            ),
+            "# TYPE kop_dedup_dedup_state_lost_total counter",
+        ]
+        lines.extend(
+            f'kop_dedup_dedup_state_lost_total{{topic="{topic}"}} {c.dedup_state_lost}'
+            for topic, c in sorted(self.by_topic.items())
+        )
         lines += [
             "# HELP kop_dedup_batch_latency_seconds Time to answer one batch.",
             "# TYPE kop_dedup_batch_latency_seconds histogram",

@@ -219,7 +219,12 @@ class ProduceService:
             result = BatchResult(batch.topic, batch.partition, translate(exc, "produce"), None)
         elapsed = time.monotonic() - started
         self.stats.record(
-            batch.topic, batch.producer_id, result.error_code, len(batch.records), elapsed
+            batch.topic,
+            batch.producer_id,
+            batch.producer_epoch,
+            result.error,
+            len(batch.records),
+            elapsed,
         )
         # every answer other than NONE at INFO; stored batches only at DEBUG: a JSON
         # line per stored batch cost about 5% of the sidecar's CPU under load
