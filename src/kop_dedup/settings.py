@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     producer_idle_seconds: float = Field(default=300.0, gt=0)
     max_open_producers: int = Field(default=2_000, ge=1)
 
+    # -- stats and metrics
+    stats_max_topics: int = Field(default=1_000, ge=1)
+    """Topic names counted by name in /v1/stats and /metrics (a label each); batches to
+    further names are counted under ``~other``, to invalid names under ``~invalid``."""
+
     # -- HTTP
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kop_dedup import errors
-from kop_dedup.observability.stats import OUTCOMES, Stats, outcome_for
+from kop_dedup.observability.metrics import escape_label_value, render
+from kop_dedup.observability.stats import (
+    INVALID_TOPIC,
+    OTHER_TOPICS,
+    OUTCOMES,
+    Stats,
+    outcome_for,
+)
 
 
 def test_stats_count_outcomes_and_render_prometheus():
@@ -16,7 +26,7 @@ def test_stats_count_outcomes_and_render_prometheus():
     assert stats.total.batches["accepted"] == 1
     assert stats.by_producer[1].records["duplicate"] == 3
     assert -1 not in stats.by_producer
-    text = stats.prometheus({"open_producers": 2})
+    text = render(stats, {"open_producers": 2})
     assert 'kop_dedup_batches_total{topic="t",outcome="failed"} 1' in text
     assert "kop_dedup_batch_latency_seconds_count 3" in text
     assert "kop_dedup_open_producers 2" in text
@@ -65,7 +75,7 @@ def test_lost_dedup_state_is_counted_in_totals_topic_producer_and_metrics():
     assert stats.totals()["dedupStateLost"] == 3
     assert stats.by_topic["orders"].to_dict()["dedupStateLost"] == 2
     assert stats.by_producer[17].dedup_state_lost == 2
-    text = stats.prometheus({})
+    text = render(stats, {})
     assert 'kop_dedup_dedup_state_lost_total{topic="orders"} 2' in text
     assert 'kop_dedup_dedup_state_lost_total{topic="other"} 1' in text
     assert "# TYPE kop_dedup_dedup_state_lost_total counter" in text
@@ -82,3 +92,103 @@ def test_the_latest_lost_dedup_state_names_producer_topic_and_sequences():
         "producerEpoch": 2,
     }
     assert (last["firstSequence"], last["lastSequence"]) == (10, 14)
+
+
+# -- item 5: metrics cannot be broken from outside ---------------------------------------
+
+HOSTILE = [
+    'bad"} 1\nfake_metric{x="',
+    "back\\slash",
+    'quote"',
+    "new\nline",
+    "fake_metric 1",
+    "# TYPE fake_metric counter",
+    "",
+    "..",
+    "x" * 250,
+    "with-partition-3",
+    "ümlaut",
+]
+FAMILIES = {
+    "kop_dedup_batches",
+    "kop_dedup_records",
+    "kop_dedup_dedup_state_lost",
+    "kop_dedup_batch_latency_seconds",
+    "kop_dedup_open_producers",
+}
+
+
+def parse(text: str) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def topics_in(family: Any) -> set[str]:
+    return {s.labels["topic"] for s in family.samples}
+
+
+def test_hostile_topic_names_inject_nothing_into_the_exposition():
+    stats = Stats()
+    stats.record("orders", 1, 0, None, 2, 0.01)
+    for name in HOSTILE:
+        stats.record(name, 1, 0, errors.InvalidTopic(), 1, 0.0)
+        stats.dedup_state_lost(name, 1, 0, 0, 0)
+    families = parse(render(stats, {"open_producers": 1.0}))
+    assert set(families) == FAMILIES
+    assert topics_in(families["kop_dedup_batches"]) == {"orders", INVALID_TOPIC}
+    assert topics_in(families["kop_dedup_dedup_state_lost"]) == {"orders", INVALID_TOPIC}
+    invalid = {
+        s.labels["outcome"]: s.value
+        for s in families["kop_dedup_batches"].samples
+        if s.labels["topic"] == INVALID_TOPIC
+    }
+    assert invalid["invalid"] == len(HOSTILE)
+    assert stats.totals()["topics"] == 1
+
+
+def test_label_values_are_escaped_per_the_text_format():
+    assert escape_label_value('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
+    # round trip through a real parser, for a value validation would never let through
+    line = f'm{{topic="{escape_label_value(HOSTILE[0])}"}} 1\n'
+    (family,) = text_string_to_metric_families(line)
+    assert family.samples[0].labels == {"topic": HOSTILE[0]}
+
+
+def test_topic_labels_are_bounded_and_the_rest_counted_under_other():
+    stats = Stats(max_topics=3)
+    for i in range(1000):
+        stats.record(f"t{i}", i, 0, None, 1, 0.001)
+    stats.record("t0", 0, 0, None, 1, 0.001)  # counted by name: it came first
+    stats.record("never-seen", 0, 0, None, 1, 0.001)
+    families = parse(render(stats, {}))
+    assert set(families) == FAMILIES - {"kop_dedup_open_producers"}
+    assert topics_in(families["kop_dedup_records"]) == {"t0", "t1", "t2", OTHER_TOPICS}
+    assert stats.by_topic["t0"].records["accepted"] == 2
+    assert stats.by_topic[OTHER_TOPICS].records["accepted"] == 998
+    assert len(families["kop_dedup_records"].samples) == 4 * len(OUTCOMES)
+    assert stats.totals()["topics"] == 3
+    assert stats.topic_label("t1") == "t1"
+    assert stats.topic_label("t999") == OTHER_TOPICS
+    assert stats.topic_label('x"') == INVALID_TOPIC
+
+
+def test_a_client_cannot_write_into_the_fixed_labels_by_naming_them():
+    stats = Stats(max_topics=1)
+    stats.record("a", 1, 0, None, 1, 0.0)
+    stats.record("b", 1, 0, None, 1, 0.0)  # -> ~other
+    stats.record(OTHER_TOPICS, 1, 0, errors.InvalidTopic(), 1, 0.0)  # not a valid name
+    assert stats.by_topic[OTHER_TOPICS].batches["accepted"] == 1
+    assert stats.by_topic[OTHER_TOPICS].batches["invalid"] == 0
+    assert stats.by_topic[INVALID_TOPIC].batches["invalid"] == 1
+
+
+def test_the_exposition_parses_and_carries_every_counter_and_gauge():
+    stats = Stats()
+    stats.record("orders", 1, 0, None, 3, 0.002)
+    stats.record("orders", 1, 0, errors.OutOfOrderSequenceNumber(), 2, 7.0)
+    families = parse(render(stats, {"waiting_batches": 4.0, "channels": 2.0}))
+    records = {s.labels["outcome"]: s.value for s in families["kop_dedup_records"].samples}
+    assert records == {**dict.fromkeys(OUTCOMES, 0), "accepted": 3, "out_of_order": 2}
+    hist = {s.name: s for s in families["kop_dedup_batch_latency_seconds"].samples}
+    assert hist["kop_dedup_batch_latency_seconds_count"].value == 2
+    assert families["kop_dedup_waiting_batches"].samples[0].value == 4.0
+    assert families["kop_dedup_channels"].type == "gauge"

@@ -15,8 +15,16 @@ from the error's class in :mod:`kop_dedup.errors`, never from a literal code.
 deduplication state for the producer name was gone.
 
 Outcomes are counted per Kafka topic and per producer id. Prometheus gets
-per-topic series only (producer ids are unbounded label values); the REST
-endpoint answers per producer id.
+per-topic series only (producer ids are unbounded label values; see
+:mod:`kop_dedup.observability.metrics`); the REST endpoint answers per
+producer id.
+
+Topic names come from clients, so they are bounded before they are counted:
+a name that is not a valid Kafka topic is counted under :data:`INVALID_TOPIC`,
+and once ``max_topics`` valid names are counted, further names are counted
+under :data:`OTHER_TOPICS`. Neither label can be a Kafka topic name (``~`` is
+outside Kafka's alphabet). A counted name is never dropped: a Prometheus
+counter that vanished and came back would read as a reset.
 """
 
 from __future__ import annotations
@@ -26,8 +34,15 @@ import time
 from dataclasses import dataclass, field
 
 from kop_dedup import errors
+from kop_dedup.pulsar.naming import validate_topic
 
-__all__ = ["OUTCOMES", "Counters", "Stats", "outcome_for"]
+__all__ = ["INVALID_TOPIC", "OTHER_TOPICS", "OUTCOMES", "Counters", "Stats", "outcome_for"]
+
+INVALID_TOPIC = "~invalid"
+"""The one topic label under which batches to invalid topic names are counted."""
+OTHER_TOPICS = "~other"
+"""The topic label for valid names beyond ``max_topics``."""
+_FIXED_LABELS = frozenset({INVALID_TOPIC, OTHER_TOPICS})
 
 OUTCOMES = ("accepted", "duplicate", "out_of_order", "fenced", "invalid", "failed")
 _BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -82,14 +97,40 @@ class Counters:
 
 
 class Stats:
-    def __init__(self) -> None:
+    def __init__(self, *, max_topics: int = 1_000) -> None:
         self.started = time.time()
+        self.max_topics = max_topics
         self.total = Counters()
         self.by_topic: dict[str, Counters] = {}
+        """Counters by topic label: at most ``max_topics`` names and the two fixed labels."""
+        self._named_topics = 0
         self.by_producer: dict[int, Counters] = {}
         self._latency_counts = [0] * (len(_BUCKETS_S) + 1)
-        self._latency_sum = 0.0
+        self.latency_sum = 0.0
         self.last_dedup_state_lost: dict[str, object] | None = None
+
+    def topic_label(self, topic: str) -> str | None:
+        """The label ``topic`` is (or would be) counted under; None: not counted yet.
+
+        Pure lookup: counts nothing.
+        """
+        if topic in self.by_topic and topic not in _FIXED_LABELS:
+            return topic
+        try:
+            validate_topic(topic)
+        except errors.InvalidTopic:
+            return INVALID_TOPIC
+        return OTHER_TOPICS if self._named_topics >= self.max_topics else None
+
+    def _topic(self, topic: str) -> Counters:
+        counters = self.by_topic.get(topic)
+        if counters is not None and topic not in _FIXED_LABELS:
+            return counters
+        label = self.topic_label(topic)
+        if label is None:
+            label = topic
+            self._named_topics += 1
+        return self.by_topic.setdefault(label, Counters())
 
     def record(
         self,
@@ -102,16 +143,17 @@ class Stats:
     ) -> None:
         """Count one batch answer: ``error`` None when it was stored.
 
-        ``topic`` is the name as the client sent it, valid or not;
-        ``producer_id`` < 0 (a non-idempotent batch) counts in no producer's stats.
+        ``topic`` is the name as the client sent it, valid or not (see the module
+        docstring for how names are bounded); ``producer_id`` < 0 (a non-idempotent
+        batch) counts in no producer's stats.
         """
         outcome = outcome_for(error)
         self.total.add(outcome, records)
-        self.by_topic.setdefault(topic, Counters()).add(outcome, records)
+        self._topic(topic).add(outcome, records)
         if producer_id >= 0:
             self.by_producer.setdefault(producer_id, Counters()).add(outcome, records)
         self._latency_counts[bisect.bisect_left(_BUCKETS_S, seconds)] += 1
-        self._latency_sum += seconds
+        self.latency_sum += seconds
 
     def dedup_state_lost(
         self,
@@ -127,7 +169,7 @@ class Stats:
         counters and the producer's, and keeps the latest one for ``/v1/stats``.
         """
         self.last_dedup_state_lost = {
-            "topic": topic,
+            "topic": topic if self.topic_label(topic) != INVALID_TOPIC else INVALID_TOPIC,
             "producerId": producer_id,
             "producerEpoch": producer_epoch,
             "firstSequence": first_sequence,
@@ -135,60 +177,21 @@ class Stats:
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         self.total.dedup_state_lost += 1
-        self.by_topic.setdefault(topic, Counters()).dedup_state_lost += 1
+        self._topic(topic).dedup_state_lost += 1
         if producer_id >= 0:
             self.by_producer.setdefault(producer_id, Counters()).dedup_state_lost += 1
+
+    def latency_buckets(self) -> list[tuple[str, int]]:
+        """(upper bound as the text format writes it, count in that bucket alone)."""
+        bounds = [repr(b) for b in _BUCKETS_S] + ["+Inf"]
+        return list(zip(bounds, self._latency_counts, strict=True))
 
     def totals(self) -> dict[str, object]:
         return {
             "uptimeSeconds": round(time.time() - self.started, 3),
             **self.total.to_dict(),
-            "topics": len(self.by_topic),
+            "topics": self._named_topics,
+            "maxTopics": self.max_topics,
             "producers": len(self.by_producer),
             "lastDedupStateLost": self.last_dedup_state_lost,
         }
-
-    def prometheus(self, gauges: dict[str, float]) -> str:
-        lines = [
-            "# HELP kop_dedup_batches_total Kafka batches by outcome and topic.",
-            "# TYPE kop_dedup_batches_total counter",
-        ]
-        for topic, c in sorted(self.by_topic.items()):
-            lines.extend(
-                f'kop_dedup_batches_total{{topic="{topic}",outcome="{o}"}} {c.batches[o]}'
-                for o in OUTCOMES
-            )
-        lines += [
-            "# HELP kop_dedup_records_total Kafka records by outcome and topic.",
-            "# TYPE kop_dedup_records_total counter",
-        ]
-        for topic, c in sorted(self.by_topic.items()):
-            lines.extend(
-                f'kop_dedup_records_total{{topic="{topic}",outcome="{o}"}} {c.records[o]}'
-                for o in OUTCOMES
-            )
-        lines += [
-            (
-                "# HELP kop_dedup_dedup_state_lost_total Resends the broker stored again "
-                "(its deduplication state for the producer was gone)."
-            ),
-            "# TYPE kop_dedup_dedup_state_lost_total counter",
-        ]
-        lines.extend(
-            f'kop_dedup_dedup_state_lost_total{{topic="{topic}"}} {c.dedup_state_lost}'
-            for topic, c in sorted(self.by_topic.items())
-        )
-        lines += [
-            "# HELP kop_dedup_batch_latency_seconds Time to answer one batch.",
-            "# TYPE kop_dedup_batch_latency_seconds histogram",
-        ]
-        cumulative = 0
-        for bound, n in zip((*_BUCKETS_S, float("inf")), self._latency_counts, strict=True):
-            cumulative += n
-            le = "+Inf" if bound == float("inf") else repr(bound)
-            lines.append(f'kop_dedup_batch_latency_seconds_bucket{{le="{le}"}} {cumulative}')
-        lines.append(f"kop_dedup_batch_latency_seconds_sum {self._latency_sum}")
-        lines.append(f"kop_dedup_batch_latency_seconds_count {cumulative}")
-        for name, value in sorted(gauges.items()):
-            lines += [f"# TYPE kop_dedup_{name} gauge", f"kop_dedup_{name} {value}"]
-        return "\n".join(lines) + "\n"

@@ -13,6 +13,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from kop_dedup import errors
+from kop_dedup.observability.metrics import CONTENT_TYPE, render
+from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS
 from kop_dedup.produce.service import BatchResult
 from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.deps import Authorized, RuntimeDep
@@ -213,8 +215,24 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
     "/v1/stats/topics/{topic}", dependencies=[Authorized], tags=["stats"], responses=_NOT_FOUND
 )
 async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
-    """Counters for one Kafka topic, plus the broker's view of its partitions."""
-    counters = runtime.stats.by_topic.get(topic)
+    """Counters for one Kafka topic, plus the broker's view of its partitions.
+
+    ``~invalid`` and ``~other`` answer the counters of the batches to invalid topic
+    names and to names beyond ``KOP_DEDUP_STATS_MAX_TOPICS``.
+    """
+    stats = runtime.stats
+    if topic in {INVALID_TOPIC, OTHER_TOPICS}:
+        bucket = stats.by_topic.get(topic)
+        if bucket is None:
+            return JSONResponse({"error": f"no data for {topic!r}"}, status_code=404)
+        return JSONResponse({"topic": topic, "sidecar": bucket.to_dict(), "broker": None})
+    label = stats.topic_label(topic)
+    if label == INVALID_TOPIC:  # nothing to ask the broker: the name maps to no topic
+        return JSONResponse(
+            {"error": f"no data for {topic!r}: not a valid Kafka topic name"}, status_code=404
+        )
+    counters = stats.by_topic.get(topic)
+    local = counters.to_dict() if counters is not None else None
     broker: dict[str, object] = {}
     try:
         raw = await runtime.admin.topic_stats(topic)
@@ -234,8 +252,10 @@ async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
         broker = {"error": str(exc)}
     if counters is None and not broker.get("partitions"):
         return JSONResponse({"error": f"no data for topic {topic!r}"}, status_code=404)
-    local = counters.to_dict() if counters is not None else None
-    return JSONResponse({"topic": topic, "sidecar": local, "broker": broker})
+    body: dict[str, object] = {"topic": topic, "sidecar": local, "broker": broker}
+    if label == OTHER_TOPICS:  # its batches are counted, but not under its name
+        body["countedUnder"] = OTHER_TOPICS
+    return JSONResponse(body)
 
 
 @router.get(
@@ -275,9 +295,7 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
         "inflight_request_bytes": float(admission.in_use),
         "requests_waiting_for_memory": float(admission.waiting),
     }
-    return PlainTextResponse(
-        runtime.stats.prometheus(gauges), media_type="text/plain; version=0.0.4"
-    )
+    return PlainTextResponse(render(runtime.stats, gauges), media_type=CONTENT_TYPE)
 
 
 @router.get("/healthz", tags=["health"])

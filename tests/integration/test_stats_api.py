@@ -1,0 +1,93 @@
+"""Stats and metrics as a scraper and an operator see them: real socket, real broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS, OUTCOMES
+from tests.helpers import batch, new_pid, uniq
+from tests.sidecar import ThreadSidecar
+
+pytestmark = pytest.mark.integration
+
+HOSTILE = 'bad"} 1\nfake_metric{x="'
+OUR_FAMILIES = {
+    "kop_dedup_batches",
+    "kop_dedup_records",
+    "kop_dedup_dedup_state_lost",
+    "kop_dedup_batch_latency_seconds",
+    "kop_dedup_open_producers",
+    "kop_dedup_channels",
+    "kop_dedup_waiting_batches",
+    "kop_dedup_inflight_request_bytes",
+    "kop_dedup_requests_waiting_for_memory",
+}
+
+
+def produce(api: httpx.Client, batches: list[dict[str, Any]]) -> list[int]:
+    r = api.post("/v1/produce", json={"batches": batches, "timeoutMs": 60_000})
+    assert r.status_code == 200, r.text
+    return [res["errorCode"] for res in r.json()["results"]]
+
+
+def scrape(api: httpx.Client) -> dict[str, Any]:
+    r = api.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {f.name: f for f in text_string_to_metric_families(r.text)}
+
+
+def create_topic(pulsar: Any, topic: str) -> None:
+    r = httpx.put(
+        f"{pulsar.admin_url}/admin/v2/persistent/public/kafka/{topic}/partitions",
+        json=1,
+        timeout=30,
+    )
+    assert r.status_code in {204, 409}, r.text
+
+
+def test_hostile_and_thousands_of_topic_names_leave_metrics_parseable_and_bounded(pulsar):
+    """Issue 10 item 5: a topic name is validated before it becomes a label, label values
+    are escaped, and distinct names beyond KOP_DEDUP_STATS_MAX_TOPICS share one label.
+    Auto-creation is off so the thousands of names cost the broker a lookup, not a topic."""
+    cap, many = 20, 3000
+    real = [uniq("real") for _ in range(3)]
+    for topic in real:
+        create_topic(pulsar, topic)
+    with (
+        ThreadSidecar(pulsar, auto_create_topics=False, stats_max_topics=cap) as sc,
+        httpx.Client(base_url=sc.url, timeout=120) as api,
+    ):
+        pid = new_pid(api)
+        assert produce(api, [batch(HOSTILE, pid, 0, 1)]) == [17]
+        assert produce(api, [batch(t, pid, 0, 2) for t in real]) == [0, 0, 0]
+        names = [uniq("many") for _ in range(many)]
+        for i in range(0, many, 1000):
+            chunk = names[i : i + 1000]
+            assert set(produce(api, [batch(t, pid, 0, 1) for t in chunk])) == {3}
+        families = scrape(api)
+
+        assert set(families) == OUR_FAMILIES
+        batches = families["kop_dedup_batches"].samples
+        labels = {s.labels["topic"] for s in batches}
+        assert set(real) <= labels
+        assert {INVALID_TOPIC, OTHER_TOPICS} <= labels
+        assert len(labels) == cap + 2
+        assert len(batches) == (cap + 2) * len(OUTCOMES)
+        count = {(s.labels["topic"], s.labels["outcome"]): s.value for s in batches}
+        assert count[INVALID_TOPIC, "invalid"] == 1
+        assert sum(count[t, "accepted"] for t in real) == 3
+        # every batch is counted once, by name or under ~other
+        assert sum(v for (_, o), v in count.items() if o == "invalid") == 1 + many
+
+        totals = api.get("/v1/stats").json()
+        assert (totals["topics"], totals["maxTopics"]) == (cap, cap)
+        other = api.get(f"/v1/stats/topics/{OTHER_TOPICS}").json()
+        assert other["sidecar"]["batches"]["invalid"] == many - (cap - len(real))
+        hostile = api.get("/v1/stats/topics/bad%22%7D%201%0Afake_metric%7Bx%3D%22")
+        assert hostile.status_code == 404
+        assert "not a valid Kafka topic name" in hostile.json()["error"]
