@@ -51,7 +51,9 @@ class Runtime:
         )
         system_ns = f"{settings.tenant}/{settings.system_namespace}"
         self.registry = Registry(self.publisher.client, system_ns, settings.producer_name_prefix)
-        self.stats = Stats(max_topics=settings.stats_max_topics)
+        self.stats = Stats(
+            max_topics=settings.stats_max_topics, max_producers=settings.stats_max_producers
+        )
         self.service = ProduceService(
             settings, self.publisher, self.admin, self.registry, self.stats
         )

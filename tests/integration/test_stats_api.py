@@ -91,3 +91,27 @@ def test_hostile_and_thousands_of_topic_names_leave_metrics_parseable_and_bounde
         hostile = api.get("/v1/stats/topics/bad%22%7D%201%0Afake_metric%7Bx%3D%22")
         assert hostile.status_code == 404
         assert "not a valid Kafka topic name" in hostile.json()["error"]
+
+
+def test_producer_counters_are_bounded_and_evictions_reported(pulsar):
+    """Issue 10 item 6: per-producer counters keep the most recently active ids."""
+    topic = uniq("lru")
+    with (
+        ThreadSidecar(pulsar, stats_max_producers=2) as sc,
+        httpx.Client(base_url=sc.url, timeout=60) as api,
+    ):
+        pids = [new_pid(api) for _ in range(3)]
+        for pid in pids:
+            assert produce(api, [batch(topic, pid, 0, 1)]) == [0]
+        totals = api.get("/v1/stats").json()
+        assert (totals["producers"], totals["maxProducers"], totals["producersEvicted"]) == (
+            2,
+            2,
+            1,
+        )
+        for pid in pids[1:]:
+            kept = api.get(f"/v1/stats/producers/{pid}").json()
+            assert kept["sidecar"]["batches"]["accepted"] == 1
+        # its counters are gone (404 unless the epoch registry has a record of it)
+        evicted = api.get(f"/v1/stats/producers/{pids[0]}")
+        assert evicted.status_code == 404 or evicted.json()["sidecar"] is None, evicted.text

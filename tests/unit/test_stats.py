@@ -192,3 +192,29 @@ def test_the_exposition_parses_and_carries_every_counter_and_gauge():
     assert hist["kop_dedup_batch_latency_seconds_count"].value == 2
     assert families["kop_dedup_waiting_batches"].samples[0].value == 4.0
     assert families["kop_dedup_channels"].type == "gauge"
+
+
+# -- item 6: per-producer counters are bounded ---------------------------------------------
+
+
+def test_producer_counters_keep_the_most_recently_active_and_count_evictions():
+    stats = Stats(max_producers=3)
+    for pid in (1, 2, 3):
+        stats.record("t", pid, 0, None, 1, 0.0)
+    stats.record("t", 1, 0, None, 1, 0.0)  # 1 is now the most recent; 2 the least
+    stats.record("t", 4, 0, None, 1, 0.0)
+    assert list(stats.by_producer) == [3, 1, 4]
+    stats.dedup_state_lost("t", 5, 0, 0, 0)  # counting a lost state also makes room
+    assert list(stats.by_producer) == [1, 4, 5]
+    assert stats.by_producer[1].batches["accepted"] == 2
+    totals = stats.totals()
+    assert (totals["producers"], totals["maxProducers"], totals["producersEvicted"]) == (3, 3, 2)
+
+
+def test_producer_counters_stay_bounded_under_many_ids():
+    stats = Stats(max_producers=100)
+    for pid in range(100_000):
+        stats.record("t", pid, 0, None, 1, 0.0)
+    assert len(stats.by_producer) == 100
+    assert stats.producers_evicted == 100_000 - 100
+    assert stats.total.batches["accepted"] == 100_000

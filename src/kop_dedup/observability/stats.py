@@ -25,12 +25,18 @@ and once ``max_topics`` valid names are counted, further names are counted
 under :data:`OTHER_TOPICS`. Neither label can be a Kafka topic name (``~`` is
 outside Kafka's alphabet). A counted name is never dropped: a Prometheus
 counter that vanished and came back would read as a reset.
+
+Producer ids are REST-only, so they are bounded differently: the counters of
+the ``max_producers`` most recently active ids are kept (least recently
+active evicted first); evictions are counted in ``producersEvicted``. An
+evicted id that comes back starts from zero.
 """
 
 from __future__ import annotations
 
 import bisect
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from kop_dedup import errors
@@ -97,14 +103,16 @@ class Counters:
 
 
 class Stats:
-    def __init__(self, *, max_topics: int = 1_000) -> None:
+    def __init__(self, *, max_topics: int = 1_000, max_producers: int = 10_000) -> None:
         self.started = time.time()
-        self.max_topics = max_topics
+        self.max_topics, self.max_producers = max_topics, max_producers
         self.total = Counters()
         self.by_topic: dict[str, Counters] = {}
         """Counters by topic label: at most ``max_topics`` names and the two fixed labels."""
         self._named_topics = 0
-        self.by_producer: dict[int, Counters] = {}
+        self.by_producer: OrderedDict[int, Counters] = OrderedDict()
+        """Counters by producer id, least recently active first, at most ``max_producers``."""
+        self.producers_evicted = 0
         self._latency_counts = [0] * (len(_BUCKETS_S) + 1)
         self.latency_sum = 0.0
         self.last_dedup_state_lost: dict[str, object] | None = None
@@ -132,6 +140,18 @@ class Stats:
             self._named_topics += 1
         return self.by_topic.setdefault(label, Counters())
 
+    def _producer(self, producer_id: int) -> Counters:
+        """The id's counters, now the most recently active; evicts the least if full."""
+        counters = self.by_producer.get(producer_id)
+        if counters is not None:
+            self.by_producer.move_to_end(producer_id)
+            return counters
+        counters = self.by_producer[producer_id] = Counters()
+        if len(self.by_producer) > self.max_producers:
+            self.by_producer.popitem(last=False)
+            self.producers_evicted += 1
+        return counters
+
     def record(
         self,
         topic: str,
@@ -151,7 +171,7 @@ class Stats:
         self.total.add(outcome, records)
         self._topic(topic).add(outcome, records)
         if producer_id >= 0:
-            self.by_producer.setdefault(producer_id, Counters()).add(outcome, records)
+            self._producer(producer_id).add(outcome, records)
         self._latency_counts[bisect.bisect_left(_BUCKETS_S, seconds)] += 1
         self.latency_sum += seconds
 
@@ -179,7 +199,7 @@ class Stats:
         self.total.dedup_state_lost += 1
         self._topic(topic).dedup_state_lost += 1
         if producer_id >= 0:
-            self.by_producer.setdefault(producer_id, Counters()).dedup_state_lost += 1
+            self._producer(producer_id).dedup_state_lost += 1
 
     def latency_buckets(self) -> list[tuple[str, int]]:
         """(upper bound as the text format writes it, count in that bucket alone)."""
@@ -193,5 +213,7 @@ class Stats:
             "topics": self._named_topics,
             "maxTopics": self.max_topics,
             "producers": len(self.by_producer),
+            "maxProducers": self.max_producers,
+            "producersEvicted": self.producers_evicted,
             "lastDedupStateLost": self.last_dedup_state_lost,
         }
