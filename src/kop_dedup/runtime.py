@@ -36,7 +36,13 @@ class Runtime:
             verify = str(settings.pulsar_tls_trust_certs_file)
         if settings.pulsar_tls_allow_insecure:
             verify = False
-        self.admin = PulsarAdmin(settings.pulsar_admin_url, self.naming, token=token, verify=verify)
+        self.admin = PulsarAdmin(
+            settings.pulsar_admin_url,
+            self.naming,
+            token=token,
+            verify=verify,
+            dedup_ttl_s=settings.dedup_policy_ttl_seconds,
+        )
         self.publisher = Publisher(
             settings.pulsar_service_url,
             send_timeout_ms=settings.send_timeout_ms,

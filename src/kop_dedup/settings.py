@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     max_batches_per_request: int = Field(default=1_000, ge=1)
     producer_idle_seconds: float = Field(default=300.0, gt=0)
     max_open_producers: int = Field(default=2_000, ge=1)
+    dedup_policy_ttl_seconds: float = Field(default=10.0, ge=0)
+    """How long the effective deduplication of a topic (topic policy, else namespace, else
+    broker) is reused before it is asked again."""
 
     # -- stats and metrics
     stats_max_topics: int = Field(default=1_000, ge=1)

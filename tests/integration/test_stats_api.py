@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import httpx
@@ -9,6 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS, OUTCOMES
+from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.naming import Naming
 from tests.helpers import batch, new_pid, uniq
 from tests.sidecar import ThreadSidecar
 
@@ -115,3 +119,85 @@ def test_producer_counters_are_bounded_and_evictions_reported(pulsar):
         # its counters are gone (404 unless the epoch registry has a record of it)
         evicted = api.get(f"/v1/stats/producers/{pids[0]}")
         assert evicted.status_code == 404 or evicted.json()["sidecar"] is None, evicted.text
+
+
+def poll(fetch: Any, until: Any, timeout: float = 30.0) -> Any:
+    """fetch() until until(value) holds or the deadline passes; the last value."""
+    deadline = time.monotonic() + timeout
+    value = fetch()
+    while not until(value) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        value = fetch()
+    return value
+
+
+def test_topic_stats_report_effective_dedup_and_where_it_comes_from(pulsar):
+    """Issue 10 item 11: a namespace with dedup on and no topic policy reads
+    enabled/namespace (it read null); a topic-level override off reads false/topic."""
+    topic = uniq("dedupsrc")
+    policy = f"{pulsar.admin_url}/admin/v2/persistent/public/kafka/{topic}/deduplicationEnabled"
+    with (
+        ThreadSidecar(pulsar, dedup_policy_ttl_seconds=0.2) as sc,
+        httpx.Client(base_url=sc.url, timeout=60) as api,
+    ):
+        pid = new_pid(api)
+        assert produce(api, [batch(topic, pid, 0, 1)]) == [0]
+        broker = api.get(f"/v1/stats/topics/{topic}").json()["broker"]
+        assert (broker["deduplicationEnabled"], broker["deduplicationSource"]) == (
+            True,
+            "namespace",
+        )
+        r = httpx.post(policy, json=False, timeout=30)
+        assert r.status_code == 204, r.text
+        try:
+            broker = poll(
+                lambda: api.get(f"/v1/stats/topics/{topic}").json()["broker"],
+                lambda b: b.get("deduplicationSource") == "topic",
+            )
+            assert (broker["deduplicationEnabled"], broker["deduplicationSource"]) == (
+                False,
+                "topic",
+            )
+        finally:
+            httpx.delete(policy, timeout=30)
+
+
+def test_a_namespace_without_policy_reads_the_broker_default(pulsar):
+    """The third level, straight from the admin client: a namespace with no dedup policy
+    has what brokerDeduplicationEnabled says (true on the test broker)."""
+    namespace = uniq("nopolicy")
+    r = httpx.put(f"{pulsar.admin_url}/admin/v2/namespaces/public/{namespace}", timeout=30)
+    assert r.status_code == 204, r.text
+    broker_conf = httpx.get(
+        f"{pulsar.admin_url}/admin/v2/brokers/configuration/runtime", timeout=30
+    ).json()
+    expected = broker_conf["brokerDeduplicationEnabled"] == "true"
+
+    async def main() -> tuple[bool, str]:
+        admin = PulsarAdmin(pulsar.admin_url, Naming("public", namespace, "kop"))
+        try:
+            await admin.create_topic("t", 1)
+            return await admin.effective_deduplication("t")
+        finally:
+            await admin.close()
+
+    try:
+        assert asyncio.run(main()) == (expected, "broker")
+    finally:
+        httpx.delete(
+            f"{pulsar.admin_url}/admin/v2/persistent/public/{namespace}/t/partitions",
+            params={"force": "true"},
+            timeout=30,
+        )
+        httpx.delete(f"{pulsar.admin_url}/admin/v2/namespaces/public/{namespace}", timeout=30)
+
+
+def test_a_producer_that_only_used_epoch_0_reports_highest_epoch_0(api):
+    """Issue 10 item 11: highestEpoch read null for a producer at epoch 0."""
+    topic, pid = uniq("epoch0"), new_pid(api)
+    assert produce(api, [batch(topic, pid, 0, 2)]) == [0]
+    assert produce(api, [batch(topic, pid, 0, 2)]) == [46]
+    p = api.get(f"/v1/stats/producers/{pid}").json()
+    assert p["highestEpoch"] == 0
+    assert p["highestEpochSource"] in {"registry", "batches"}
+    assert p["sidecar"]["batches"]["accepted"] == 1

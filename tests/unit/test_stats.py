@@ -218,3 +218,25 @@ def test_producer_counters_stay_bounded_under_many_ids():
     assert len(stats.by_producer) == 100
     assert stats.producers_evicted == 100_000 - 100
     assert stats.total.batches["accepted"] == 100_000
+
+
+# -- item 11: the highest epoch a producer used here ----------------------------------------
+
+
+def test_producer_highest_epoch_counts_stored_and_duplicate_batches_only():
+    stats = Stats()
+    stats.record("t", 7, 0, None, 1, 0.0)
+    assert stats.by_producer[7].highest_epoch == 0
+    stats.record("t", 7, 32767, errors.InvalidRecord(), 1, 0.0)
+    stats.record("t", 7, 9, errors.OutOfOrderSequenceNumber(), 1, 0.0)
+    stats.record("t", 7, 5, errors.NotEnoughReplicas(), 1, 0.0)
+    assert stats.by_producer[7].highest_epoch == 0
+    stats.record("t", 7, 2, errors.DuplicateSequenceNumber(), 1, 0.0)
+    stats.record("t", 7, 1, None, 1, 0.0)
+    assert stats.by_producer[7].highest_epoch == 2
+
+
+def test_a_producer_with_only_refused_batches_has_no_epoch_here():
+    stats = Stats()
+    stats.record("t", 8, 3, errors.InvalidProducerEpoch(), 1, 0.0)
+    assert stats.by_producer[8].highest_epoch is None

@@ -42,13 +42,22 @@ from dataclasses import dataclass, field
 from kop_dedup import errors
 from kop_dedup.pulsar.naming import validate_topic
 
-__all__ = ["INVALID_TOPIC", "OTHER_TOPICS", "OUTCOMES", "Counters", "Stats", "outcome_for"]
+__all__ = [
+    "INVALID_TOPIC",
+    "OTHER_TOPICS",
+    "OUTCOMES",
+    "Counters",
+    "ProducerCounters",
+    "Stats",
+    "outcome_for",
+]
 
 INVALID_TOPIC = "~invalid"
 """The one topic label under which batches to invalid topic names are counted."""
 OTHER_TOPICS = "~other"
 """The topic label for valid names beyond ``max_topics``."""
 _FIXED_LABELS = frozenset({INVALID_TOPIC, OTHER_TOPICS})
+_EPOCH_PROVEN = frozenset({"accepted", "duplicate"})  # outcomes where the epoch was in use
 
 OUTCOMES = ("accepted", "duplicate", "out_of_order", "fenced", "invalid", "failed")
 _BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -102,6 +111,14 @@ class Counters:
         }
 
 
+@dataclass(slots=True)
+class ProducerCounters(Counters):
+    highest_epoch: int | None = None
+    """The highest epoch among this id's batches that were stored or answered duplicate
+    here. A refused batch proves nothing about the producer's epoch (a batch at epoch
+    32767 answered 87 must not show as the producer's epoch), so it does not count."""
+
+
 class Stats:
     def __init__(self, *, max_topics: int = 1_000, max_producers: int = 10_000) -> None:
         self.started = time.time()
@@ -110,7 +127,7 @@ class Stats:
         self.by_topic: dict[str, Counters] = {}
         """Counters by topic label: at most ``max_topics`` names and the two fixed labels."""
         self._named_topics = 0
-        self.by_producer: OrderedDict[int, Counters] = OrderedDict()
+        self.by_producer: OrderedDict[int, ProducerCounters] = OrderedDict()
         """Counters by producer id, least recently active first, at most ``max_producers``."""
         self.producers_evicted = 0
         self._latency_counts = [0] * (len(_BUCKETS_S) + 1)
@@ -140,13 +157,13 @@ class Stats:
             self._named_topics += 1
         return self.by_topic.setdefault(label, Counters())
 
-    def _producer(self, producer_id: int) -> Counters:
+    def _producer(self, producer_id: int) -> ProducerCounters:
         """The id's counters, now the most recently active; evicts the least if full."""
         counters = self.by_producer.get(producer_id)
         if counters is not None:
             self.by_producer.move_to_end(producer_id)
             return counters
-        counters = self.by_producer[producer_id] = Counters()
+        counters = self.by_producer[producer_id] = ProducerCounters()
         if len(self.by_producer) > self.max_producers:
             self.by_producer.popitem(last=False)
             self.producers_evicted += 1
@@ -156,7 +173,7 @@ class Stats:
         self,
         topic: str,
         producer_id: int,
-        producer_epoch: int,  # noqa: ARG002 (the per-producer highest epoch comes next)
+        producer_epoch: int,
         error: errors.KafkaError | None,
         records: int,
         seconds: float,
@@ -171,7 +188,12 @@ class Stats:
         self.total.add(outcome, records)
         self._topic(topic).add(outcome, records)
         if producer_id >= 0:
-            self._producer(producer_id).add(outcome, records)
+            producer = self._producer(producer_id)
+            producer.add(outcome, records)
+            if outcome in _EPOCH_PROVEN and (
+                producer.highest_epoch is None or producer_epoch > producer.highest_epoch
+            ):
+                producer.highest_epoch = producer_epoch
         self._latency_counts[bisect.bisect_left(_BUCKETS_S, seconds)] += 1
         self.latency_sum += seconds
 

@@ -17,13 +17,23 @@ from typing import Any
 import httpx
 
 from kop_dedup import errors
-from kop_dedup.pulsar.naming import Naming
+from kop_dedup.pulsar.naming import Naming, validate_topic
 
-__all__ = ["AdminError", "PulsarAdmin"]
+__all__ = ["DEDUP_POLICY_TTL_S", "AdminError", "PulsarAdmin"]
 
 log = logging.getLogger(__name__)
 
 _PARTITIONS_TTL_S = 30.0
+DEDUP_POLICY_TTL_S = 10.0
+"""How long an effective deduplication answer is reused (KOP_DEDUP_DEDUP_POLICY_TTL_SECONDS).
+
+A topic-level override that turns dedup off is seen by channels opened at most
+this long after the broker applies it; the broker itself applies topic policies
+asynchronously (they travel through a system topic). Shorter costs one admin
+request per topic per period when channels open.
+"""
+_DEDUP_CACHE_TOPICS = 10_000  # answers kept; the oldest go first
+_BROKER_RUNTIME_CONFIG = "/admin/v2/brokers/configuration/runtime"
 
 
 class AdminError(Exception):
@@ -41,6 +51,7 @@ class PulsarAdmin:
         token: str | None = None,
         verify: bool | str = True,
         timeout_s: float = 10.0,
+        dedup_ttl_s: float = DEDUP_POLICY_TTL_S,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
@@ -49,6 +60,10 @@ class PulsarAdmin:
         self._naming = naming
         self._partitions: dict[str, tuple[int, float]] = {}
         self._topic_locks: dict[str, asyncio.Lock] = {}
+        self._dedup_ttl_s = dedup_ttl_s
+        self._dedup: dict[str, tuple[tuple[bool, str], float]] = {}
+        self._dedup_pending: dict[str, asyncio.Future[tuple[bool, str]]] = {}
+        self._dedup_scopes: dict[str, tuple[bool | None, float]] = {}
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -181,3 +196,77 @@ class PulsarAdmin:
                 return {}
             raise
         return dict(resp.json())
+
+    # -- effective deduplication ---------------------------------------------------
+
+    async def effective_deduplication(self, topic: str) -> tuple[bool, str]:
+        """(enabled, source) of deduplication on a Kafka topic, as the broker applies it.
+
+        The source is the first level that sets it: ``"topic"`` (a topic-level
+        policy on the partitioned topic), ``"namespace"``, else ``"broker"``
+        (``brokerDeduplicationEnabled``). A topic that does not exist yet has no
+        topic-level policy. Answers are reused for ``dedup_ttl_s`` (see
+        :data:`DEDUP_POLICY_TTL_S`), and concurrent lookups of one topic share
+        one round of requests, so it is cheap enough to ask whenever a producer
+        channel opens.
+
+        >>> await admin.effective_deduplication("orders")  # doctest: +SKIP
+        (True, 'namespace')
+        """
+        validate_topic(topic)
+        cached = self._dedup.get(topic)
+        if cached is not None and time.monotonic() < cached[1]:
+            return cached[0]
+        pending = self._dedup_pending.get(topic)
+        if pending is None:
+            pending = asyncio.ensure_future(self._lookup_deduplication(topic))
+            self._dedup_pending[topic] = pending
+            pending.add_done_callback(lambda f: self._dedup_settled(topic, f))
+        return await asyncio.shield(pending)
+
+    def _dedup_settled(self, topic: str, future: asyncio.Future[tuple[bool, str]]) -> None:
+        self._dedup_pending.pop(topic, None)
+        if future.cancelled() or future.exception() is not None:  # read: no "never retrieved"
+            return
+        self._dedup.pop(topic, None)  # re-insert: the dict stays ordered oldest first
+        self._dedup[topic] = (future.result(), time.monotonic() + self._dedup_ttl_s)
+        while len(self._dedup) > _DEDUP_CACHE_TOPICS:
+            del self._dedup[next(iter(self._dedup))]
+
+    async def _lookup_deduplication(self, topic: str) -> tuple[bool, str]:
+        path = self._naming.topic(topic).removeprefix("persistent://")
+        try:
+            # without ?applied=true: the topic's own policy only (null when none is set);
+            # 4.0.8 answers 404 for a topic that does not exist, 405 when topic-level
+            # policies are disabled on the broker
+            resp = await self._request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
+            value = resp.json() if resp.content else None
+        except AdminError as exc:
+            if exc.status not in {404, 405}:
+                raise
+            value = None
+        if isinstance(value, bool):
+            return value, "topic"
+        namespace = await self._scope_deduplication(
+            f"namespace:{self._naming.namespace_path}",
+            f"/admin/v2/namespaces/{self._naming.namespace_path}/deduplication",
+        )
+        if namespace is not None:
+            return namespace, "namespace"
+        broker = await self._scope_deduplication("broker", _BROKER_RUNTIME_CONFIG)
+        return bool(broker), "broker"
+
+    async def _scope_deduplication(self, key: str, path: str) -> bool | None:
+        """A namespace's dedup policy (None when unset) or the broker's default, cached."""
+        cached = self._dedup_scopes.get(key)
+        if cached is not None and time.monotonic() < cached[1]:
+            return cached[0]
+        resp = await self._request("GET", path)
+        body = resp.json() if resp.content else None  # an unset namespace policy: empty
+        value: bool | None
+        if isinstance(body, dict):  # the broker's runtime configuration: strings
+            value = str(body.get("brokerDeduplicationEnabled", "false")).lower() == "true"
+        else:
+            value = body if isinstance(body, bool) else None
+        self._dedup_scopes[key] = (value, time.monotonic() + self._dedup_ttl_s)
+        return value

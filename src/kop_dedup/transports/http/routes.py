@@ -217,6 +217,9 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
 async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
     """Counters for one Kafka topic, plus the broker's view of its partitions.
 
+    ``broker.deduplicationEnabled`` is the setting the broker applies, and
+    ``broker.deduplicationSource`` where it comes from: ``topic`` (a topic-level
+    policy), else ``namespace``, else ``broker`` (``brokerDeduplicationEnabled``).
     ``~invalid`` and ``~other`` answer the counters of the batches to invalid topic
     names and to names beyond ``KOP_DEDUP_STATS_MAX_TOPICS``.
     """
@@ -237,8 +240,10 @@ async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
     try:
         raw = await runtime.admin.topic_stats(topic)
         partitions = raw.get("partitions", {}) if isinstance(raw, dict) else {}
+        enabled, source = await runtime.admin.effective_deduplication(topic)
         broker = {
-            "deduplicationEnabled": await runtime.admin.topic_deduplication(topic),
+            "deduplicationEnabled": enabled,
+            "deduplicationSource": source,
             "msgInCounter": raw.get("msgInCounter"),
             "partitions": {
                 name.rsplit("-", 1)[-1]: {
@@ -265,16 +270,28 @@ async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
     responses=_NOT_FOUND,
 )
 async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
-    """Counters for one producer id, and its highest epoch on record."""
+    """Counters for one producer id, and its highest epoch.
+
+    ``highestEpoch`` is the higher of the epoch registry's record (``registry``:
+    epochs raised through any sidecar) and the highest epoch of this id's batches
+    stored or answered duplicate here (``batches``); ``highestEpochSource`` says
+    which (``registry`` on a tie). Counters are kept for the most recently active
+    ids only (``KOP_DEDUP_STATS_MAX_PRODUCERS``).
+    """
     counters = runtime.stats.by_producer.get(producer_id)
-    epoch = runtime.registry.epochs.highest(producer_id)
-    if counters is None and epoch is None:
+    recorded = runtime.registry.epochs.highest(producer_id)
+    seen = counters.highest_epoch if counters is not None else None
+    if counters is None and recorded is None:
         return JSONResponse({"error": f"no data for producer {producer_id}"}, status_code=404)
+    epoch, source = (recorded, "registry") if recorded is not None else (None, None)
+    if seen is not None and (recorded is None or seen > recorded):
+        epoch, source = seen, "batches"
     return JSONResponse(
         {
             "producerId": producer_id,
             "highestEpoch": epoch,
-            "sidecar": counters.to_dict() if counters else None,
+            "highestEpochSource": source,
+            "sidecar": counters.to_dict() if counters is not None else None,
         }
     )
 
