@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kop_dedup import errors
+from kop_dedup import errors, observability
 from kop_dedup.observability.metrics import escape_label_value, render
 from kop_dedup.observability.stats import (
     INVALID_TOPIC,
@@ -16,6 +20,7 @@ from kop_dedup.observability.stats import (
     Stats,
     outcome_for,
 )
+from kop_dedup.transports.http import routes
 
 
 def test_stats_count_outcomes_and_render_prometheus():
@@ -240,3 +245,37 @@ def test_a_producer_with_only_refused_batches_has_no_epoch_here():
     stats = Stats()
     stats.record("t", 8, 3, errors.InvalidProducerEpoch(), 1, 0.0)
     assert stats.by_producer[8].highest_epoch is None
+
+
+# -- item 8: codes are read from errors.py only ---------------------------------------------
+
+
+def _literal_codes(tree: ast.AST) -> list[tuple[int, object]]:
+    """Integer literals that are Kafka codes, and string literals that are error names.
+
+    Codes below 17 (-1, 2, 3, 6, 7, 10) are left out: as plain numbers (``round(x, 3)``)
+    they are too common to tell apart; any outcome table would also hold 45/46/47.
+    """
+    codes = {code for code in errors.BY_CODE if code >= 17}
+    names = {cls.name for cls in errors.BY_CODE.values()}
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and (
+            (type(node.value) is int and node.value in codes)
+            or (isinstance(node.value, str) and node.value in names)
+        )
+    ]
+
+
+def test_observability_writes_no_kafka_code_or_error_name_by_hand():
+    package = Path(observability.__file__).parent
+    for module in sorted(package.glob("*.py")):
+        assert _literal_codes(ast.parse(module.read_text())) == [], module.name
+
+
+def test_the_stats_routes_write_no_kafka_code_or_error_name_by_hand():
+    for route in (routes.stats, routes.topic_stats, routes.producer_stats, routes.metrics):
+        source = textwrap.dedent(inspect.getsource(route))
+        assert _literal_codes(ast.parse(source)) == [], route.__name__
