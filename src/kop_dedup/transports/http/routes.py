@@ -207,7 +207,13 @@ async def init_producer_id(
 
 @router.get("/v1/stats", dependencies=[Authorized], tags=["stats"])
 async def stats(runtime: RuntimeDep) -> dict[str, object]:
-    """Totals since start, and how many Pulsar producers are open."""
+    """Totals since start, and how many Pulsar producers are open.
+
+    ``batches``/``records`` by outcome; ``dedupStateLost`` (resends the broker
+    stored again) and ``lastDedupStateLost`` (producer, epoch, topic, sequences);
+    ``topics``/``maxTopics`` (names counted by name) and ``producers``/
+    ``maxProducers``/``producersEvicted`` (per-producer counters kept).
+    """
     return {**runtime.stats.totals(), "openProducers": runtime.service.open_producers()}
 
 
