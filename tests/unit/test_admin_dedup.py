@@ -173,3 +173,29 @@ def test_a_failed_lookup_is_not_cached():
             await admin.close()
 
     assert asyncio.run(main()) == (True, "namespace")
+
+
+def test_an_off_answer_is_asked_again_so_turning_dedup_back_on_counts_at_once():
+    api = FakeAdminApi(topic=False, namespace=False)
+
+    async def main() -> list[tuple[bool, str]]:
+        admin = await admin_on(api, ttl=60.0)
+        try:
+            off = await admin.effective_deduplication("orders")
+            api.topic = UNSET  # the override removed: the namespace's "off" shows
+            ns_off = await admin.effective_deduplication("orders")
+            api.namespace = True
+            on = await admin.effective_deduplication("orders")
+            cached = await admin.effective_deduplication("orders")
+            return [off, ns_off, on, cached]
+        finally:
+            await admin.close()
+
+    assert asyncio.run(main()) == [
+        (False, "topic"),
+        (False, "namespace"),
+        (True, "namespace"),
+        (True, "namespace"),
+    ]
+    assert api.calls[TOPIC_PATH] == 3  # the "on" answer was reused
+    assert api.calls[NS_PATH] == 2

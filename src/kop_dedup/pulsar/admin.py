@@ -25,12 +25,13 @@ log = logging.getLogger(__name__)
 
 _PARTITIONS_TTL_S = 30.0
 DEDUP_POLICY_TTL_S = 10.0
-"""How long an effective deduplication answer is reused (KOP_DEDUP_DEDUP_POLICY_TTL_SECONDS).
+"""How long an "on" deduplication answer is reused (KOP_DEDUP_DEDUP_POLICY_TTL_SECONDS).
 
 A topic-level override that turns dedup off is seen by channels opened at most
 this long after the broker applies it; the broker itself applies topic policies
 asynchronously (they travel through a system topic). Shorter costs one admin
-request per topic per period when channels open.
+request per topic per period when channels open. An "off" answer is never
+reused: it refuses produce, so turning dedup back on must count at once.
 """
 _DEDUP_CACHE_TOPICS = 10_000  # answers kept; the oldest go first
 _BROKER_RUNTIME_CONFIG = "/admin/v2/brokers/configuration/runtime"
@@ -205,10 +206,10 @@ class PulsarAdmin:
         The source is the first level that sets it: ``"topic"`` (a topic-level
         policy on the partitioned topic), ``"namespace"``, else ``"broker"``
         (``brokerDeduplicationEnabled``). A topic that does not exist yet has no
-        topic-level policy. Answers are reused for ``dedup_ttl_s`` (see
-        :data:`DEDUP_POLICY_TTL_S`), and concurrent lookups of one topic share
-        one round of requests, so it is cheap enough to ask whenever a producer
-        channel opens.
+        topic-level policy. "On" answers are reused for ``dedup_ttl_s`` (see
+        :data:`DEDUP_POLICY_TTL_S`; "off" ones are asked again), and concurrent
+        lookups of one topic share one round of requests, so it is cheap enough
+        to ask whenever a producer channel opens.
 
         >>> await admin.effective_deduplication("orders")  # doctest: +SKIP
         (True, 'namespace')
@@ -229,7 +230,10 @@ class PulsarAdmin:
         if future.cancelled() or future.exception() is not None:  # read: no "never retrieved"
             return
         self._dedup.pop(topic, None)  # re-insert: the dict stays ordered oldest first
-        self._dedup[topic] = (future.result(), time.monotonic() + self._dedup_ttl_s)
+        answer = future.result()
+        if not answer[0]:  # "off" refuses produce: ask again next time
+            return
+        self._dedup[topic] = (answer, time.monotonic() + self._dedup_ttl_s)
         while len(self._dedup) > _DEDUP_CACHE_TOPICS:
             del self._dedup[next(iter(self._dedup))]
 
@@ -257,7 +261,10 @@ class PulsarAdmin:
         return bool(broker), "broker"
 
     async def _scope_deduplication(self, key: str, path: str) -> bool | None:
-        """A namespace's dedup policy (None when unset) or the broker's default, cached."""
+        """A namespace's dedup policy (None when unset) or the broker's default.
+
+        Cached like topic answers: an unset or "on" answer for the TTL, "off" not at all.
+        """
         cached = self._dedup_scopes.get(key)
         if cached is not None and time.monotonic() < cached[1]:
             return cached[0]
@@ -268,5 +275,6 @@ class PulsarAdmin:
             value = str(body.get("brokerDeduplicationEnabled", "false")).lower() == "true"
         else:
             value = body if isinstance(body, bool) else None
-        self._dedup_scopes[key] = (value, time.monotonic() + self._dedup_ttl_s)
+        if value is not False:
+            self._dedup_scopes[key] = (value, time.monotonic() + self._dedup_ttl_s)
         return value
