@@ -53,7 +53,7 @@ class Runtime:
         self.registry = Registry(self.publisher.client, system_ns, settings.producer_name_prefix)
         self.stats = Stats()
         self.service = ProduceService(
-            settings, self.publisher, self.admin, self.registry, self.stats
+            settings, self.publisher, self.admin, self.registry.epochs, self.stats
         )
 
     async def start(self) -> None:

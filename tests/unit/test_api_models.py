@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from kop_dedup import errors
 from kop_dedup.errors import InvalidRecord
 from kop_dedup.observability.stats import Stats, outcome_for
 from kop_dedup.transports.http.models import BatchIn, ProduceIn, to_batch
@@ -64,9 +65,9 @@ def test_unknown_fields_and_empty_batch_list_are_refused():
 
 def test_stats_count_outcomes_and_render_prometheus():
     stats = Stats()
-    stats.record("t", 1, 0, 3, 0.002)
-    stats.record("t", 1, 46, 3, 0.001)
-    stats.record("t", -1, 7, 1, 0.5)
+    stats.record("t", 1, 0, None, 3, 0.002)
+    stats.record("t", 1, 0, errors.DuplicateSequenceNumber(), 3, 0.001)
+    stats.record("t", -1, -1, errors.RequestTimedOut(), 1, 0.5)
     assert stats.total.batches["accepted"] == 1
     assert stats.by_producer[1].records["duplicate"] == 3
     assert -1 not in stats.by_producer

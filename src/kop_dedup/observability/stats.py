@@ -11,6 +11,8 @@ import bisect
 import time
 from dataclasses import dataclass, field
 
+from kop_dedup.errors import KafkaError
+
 __all__ = ["OUTCOMES", "Counters", "Stats"]
 
 OUTCOMES = ("accepted", "duplicate", "out_of_order", "fenced", "invalid", "failed")
@@ -55,17 +57,34 @@ class Stats:
         self._latency_counts = [0] * (len(_BUCKETS_S) + 1)
         self._latency_sum = 0.0
         self.http_requests = 0
+        self.state_lost = 0
 
     def record(
-        self, topic: str, producer_id: int, error_code: int, records: int, seconds: float
+        self,
+        topic: str,
+        producer_id: int,
+        producer_epoch: int,  # noqa: ARG002 - interim: the stats rework counts it
+        error: KafkaError | None,
+        records: int,
+        seconds: float,
     ) -> None:
-        outcome = outcome_for(error_code)
+        outcome = outcome_for(0 if error is None else error.errno)
         self.total.add(outcome, records)
         self.by_topic.setdefault(topic, Counters()).add(outcome, records)
         if producer_id >= 0:
             self.by_producer.setdefault(producer_id, Counters()).add(outcome, records)
         self._latency_counts[bisect.bisect_left(_BUCKETS_S, seconds)] += 1
         self._latency_sum += seconds
+
+    def dedup_state_lost(
+        self,
+        topic: str,  # noqa: ARG002 - interim: the stats rework labels it
+        producer_id: int,  # noqa: ARG002
+        producer_epoch: int,  # noqa: ARG002
+        first: int,  # noqa: ARG002
+        last: int,  # noqa: ARG002
+    ) -> None:
+        self.state_lost += 1
 
     def totals(self) -> dict[str, object]:
         return {

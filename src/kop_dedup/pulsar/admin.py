@@ -116,6 +116,13 @@ class PulsarAdmin:
         value = resp.json() if resp.content else None
         return value if isinstance(value, bool) else None
 
+    async def effective_deduplication(self, topic: str) -> tuple[bool, str]:
+        """(enabled, where the setting comes from: "topic", "namespace" or "broker")."""
+        override = await self.topic_deduplication(topic)
+        if override is not None:
+            return override, "topic"
+        return await self.deduplication_enabled(self._naming.namespace_path), "namespace"
+
     # -- partitioned topics ------------------------------------------------------
 
     async def partitions(self, topic: str, *, create_with: int | None) -> int:

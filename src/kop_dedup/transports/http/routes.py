@@ -146,7 +146,7 @@ async def produce(
         try:
             batch = to_batch(b)
         except errors.KafkaError as exc:
-            runtime.stats.record(b.topic, b.producerId, exc.errno, len(b.records), 0.0)
+            runtime.stats.record(b.topic, b.producerId, b.producerEpoch, exc, len(b.records), 0.0)
             return BatchResult(b.topic, b.partition, exc)
         return await service.produce(batch, deadline)
 
