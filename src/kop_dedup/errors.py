@@ -16,6 +16,7 @@ The tree::
     +-- MessageTooLarge (10)
     +-- InvalidTopic (17)
     +-- NotEnoughReplicas (19, retriable)
+    +-- TopicAuthorizationFailed (29)
     +-- InvalidRequest (42)
     +-- PolicyViolation (44)
     +-- OutOfOrderSequenceNumber (45)
@@ -59,6 +60,7 @@ __all__ = [
     "PolicyViolation",
     "ProducerFenced",
     "RequestTimedOut",
+    "TopicAuthorizationFailed",
     "UnknownProducerId",
     "UnknownTopicOrPartition",
     "error_for_code",
@@ -106,6 +108,10 @@ class InvalidTopic(KafkaError):
 
 class NotEnoughReplicas(KafkaError):
     errno, name, retriable = 19, "NOT_ENOUGH_REPLICAS", True
+
+
+class TopicAuthorizationFailed(KafkaError):
+    errno, name = 29, "TOPIC_AUTHORIZATION_FAILED"
 
 
 class InvalidRequest(KafkaError):

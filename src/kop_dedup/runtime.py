@@ -61,7 +61,7 @@ class Runtime:
             max_topics=settings.stats_max_topics, max_producers=settings.stats_max_producers
         )
         self.service = ProduceService(
-            settings, self.publisher, self.admin, self.registry, self.stats
+            settings, self.publisher, self.admin, self.registry.epochs, self.stats
         )
 
     async def start(self) -> None:

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
 
+_MAX_QUEUE_RECORDS = 1_000_000  # the client preallocates nothing, but a bound keeps it sane
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KOP_DEDUP_", env_file=".env", extra="ignore")
@@ -47,14 +49,23 @@ class Settings(BaseSettings):
     default_timeout_ms: int = Field(default=30_000, ge=1)
     max_timeout_ms: int = Field(default=300_000, ge=1)
     send_timeout_ms: int = Field(default=30_000, ge=1_000)
+    max_inflight_batches: int = Field(default=5, ge=1, le=100)
+    """Batches of one producer on one partition handed to Pulsar at once (Kafka clients
+    keep at most 5 in flight); more wait for an answer."""
     max_batch_records: int = Field(default=10_000, ge=1, le=100_000)
     max_batch_bytes: int = Field(default=1 << 20, ge=1, le=4 << 20)
+    pulsar_max_message_bytes: int = Field(default=5 * 1024 * 1024, ge=64 * 1024)
+    """The broker's ``maxMessageSize`` (5 MiB by default): a batch whose Pulsar entry could
+    exceed it is refused with MESSAGE_TOO_LARGE before it is sent."""
     max_request_bytes: int = Field(default=16 << 20, ge=1024)
     max_inflight_bytes: int = Field(default=32 << 20, ge=1024)
     """Produce request bodies held at once; more wait, once read, before they are parsed."""
     max_batches_per_request: int = Field(default=1_000, ge=1)
     producer_idle_seconds: float = Field(default=300.0, gt=0)
     max_open_producers: int = Field(default=2_000, ge=1)
+    max_remembered_producers: int = Field(default=100_000, ge=1)
+    """Closed channels whose stored high-water mark the sidecar keeps (LRU), to notice a
+    broker that lost its dedup state; also bounds the epochs remembered per partition."""
     dedup_policy_ttl_seconds: float = Field(default=10.0, ge=0)
     """How long the effective deduplication of a topic (topic policy, else namespace, else
     broker) is reused before it is asked again."""
@@ -76,10 +87,22 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
 
     @model_validator(mode="after")
-    def _timeouts_consistent(self) -> Settings:
+    def _consistent(self) -> Settings:
         if self.default_timeout_ms > self.max_timeout_ms:
             raise ValueError("default_timeout_ms must not exceed max_timeout_ms")
+        if self.producer_queue_records > _MAX_QUEUE_RECORDS:
+            raise ValueError(
+                f"max_batch_records x max_inflight_batches = {self.producer_queue_records} "
+                f"records per Pulsar producer queue; the limit is {_MAX_QUEUE_RECORDS}"
+            )
+        if self.max_batch_bytes > self.pulsar_max_message_bytes:
+            raise ValueError("max_batch_bytes must not exceed pulsar_max_message_bytes")
         return self
+
+    @property
+    def producer_queue_records(self) -> int:
+        """Records a channel's Pulsar producer queues: room for every batch in flight."""
+        return self.max_batch_records * self.max_inflight_batches
 
     def pulsar_token(self) -> str | None:
         """The Pulsar auth token from the setting or its file, if any."""

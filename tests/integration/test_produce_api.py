@@ -36,7 +36,9 @@ def codes(results: list[dict[str, Any]]) -> list[int]:
     return [r["errorCode"] for r in results]
 
 
-def test_retried_batch_is_duplicate_and_stored_once(api, pulsar_reader_client):
+def test_retried_batch_is_duplicate_with_its_original_position_and_stored_once(
+    api, pulsar_reader_client
+):
     topic, pid = uniq(), new_pid(api)
     first = produce(api, batch(topic, pid, 0, 3))
     assert codes(first) == [0]
@@ -44,7 +46,7 @@ def test_retried_batch_is_duplicate_and_stored_once(api, pulsar_reader_client):
     retry = produce(api, batch(topic, pid, 0, 3))
     assert codes(retry) == [46]
     assert retry[0]["error"] == "DUPLICATE_SEQUENCE_NUMBER"
-    assert retry[0]["messageId"] is None
+    assert retry[0]["messageId"] == first[0]["messageId"]
     msgs = read_all(pulsar_reader_client, f"{NS}/{topic}-partition-0", expect=3)
     assert [m.properties()[PROP_SEQUENCE] for m in msgs] == ["0", "1", "2"]
 

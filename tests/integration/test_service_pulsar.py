@@ -44,9 +44,10 @@ def test_a_producer_creation_that_outlives_its_batch_is_adopted_not_orphaned(
             warm = await service.produce(one_record(topic, -1, 0), time.monotonic() + 30)
             assert warm.error_code == 0  # the topic exists and is loaded: only creation is slow
             ptopic = service.naming.partition_topic(topic, 0)
-            channel = service._get_channel((ptopic, pid, 0))
+            channel = service.channels.lease((ptopic, pid, 0), topic)
             with pytest.raises(errors.RequestTimedOut):
-                await service._open(channel, time.monotonic() + 0.0001)
+                await service.channels.ensure_open(channel, time.monotonic() + 0.0001)
+            service.channels.release(channel)
             codes = []
             for seq in range(3):
                 result = await service.produce(one_record(topic, pid, seq), time.monotonic() + 30)

@@ -1,80 +1,140 @@
-"""Sequence decisions for one (partition, producer id, epoch): pure, no I/O.
+"""The per-channel rules machine: every decision about one Kafka batch on one channel.
 
-Pulsar's broker is the authority on what it has stored; this module decides
-*when* a batch may be handed to the Pulsar producer so that the broker's
-answer means what Kafka's would:
+A *channel* is one Pulsar producer name (``<prefix>-<producerId>-<epoch>``) on one
+partition topic. :func:`decide` looks at what is known of the channel
+(:class:`ChannelState`), the batch (:class:`Attempt`) and the moment
+(:class:`Moment`), and answers a :class:`Verdict`: what to do now, and why. It is pure
+(no I/O, no clock of its own), so each rule is unit-tested on a stepped clock; the
+produce service only carries verdicts out and decides again after anything it awaited.
 
-* batches go to Pulsar in sequence order, pipelined (several in flight);
-* a batch ahead of a gap waits (the caller bounds the wait and then answers
-  OUT_OF_ORDER_SEQUENCE_NUMBER);
-* a batch at or below what was already sent waits until nothing is in flight,
-  then, if it lies wholly within what the broker has stored, it is sent again
-  so that the broker answers -1/-1 (DUPLICATE_SEQUENCE_NUMBER); the C++
-  client matches receipts only against the head of its pending queue, so an
-  older sequence must never be sent while newer ones are pending;
-* a batch that straddles the stored high-water mark is refused with
-  OUT_OF_ORDER_SEQUENCE_NUMBER: the broker judges a batch by one id (its last
-  record's, see publisher.py) and would store its already-stored records again.
+The rules, in the order Kafka's broker applies them (``ProducerAppendInfo``):
 
-Sequences here are *extended* (see batch.unwrap): they only grow.
+1. **Fencing.** An epoch below the highest recorded for the producer id is refused
+   (47, INVALID_PRODUCER_EPOCH), even for a retry of a stored batch. A verdict that
+   hands a batch to Pulsar, or answers it for good, needs a *fresh* view of the
+   recorded epochs (``CATCH_UP`` first), so a batch fenced while it waited is refused
+   at write time, not only on arrival.
+2. **In sync.** After a failed send, nothing goes until the channel has resynced its
+   state from the broker (``RESYNC``).
+3. **New epoch at 0.** A producer id that moves to a newer epoch on a partition where
+   an older epoch has state must start at sequence 0 (45).
+4. **Sequence.** Batches go in sequence order, pipelined; a batch ahead of a gap waits
+   (45 when the gap does not fill within the reorder window); a retry of one of the
+   last stored batches is answered 46 with its original position; an older retry goes
+   to the broker once nothing is in flight, whose -1/-1 receipt makes it 46 (the C++
+   client matches receipts only at the head of its queue, so an older sequence must
+   never be sent while newer ones are pending); a batch straddling the stored mark is
+   refused (45): the broker judges an entry by one sequence id and would store its
+   stored part again.
+5. **Shutdown.** A closing sidecar hands nothing more to Pulsar (6, retriable).
+6. **Capacity.** At most ``max_in_flight`` batches of a channel are in Pulsar's hands,
+   and a batch goes only when the client queue has room for all of its records, so a
+   batch is never refused half-way through being enqueued.
+7. **Recording a new epoch** (``RECORD_EPOCH``) happens only once the batch has passed
+   every rule above, just before it is handed to Pulsar: a refused batch changes no
+   state.
 
->>> s = SequenceState.fresh()
->>> decide(s, *s.place(0, 3))
-<Verdict.SEND: 'send'>
+Sequences here are *extended* (see :func:`kop_dedup.protocol.records.unwrap`): they
+only grow, across the 2**31 wrap.
+
+>>> state = ChannelState()
+>>> now = Moment(now=0.0, gap_deadline=5.0, deadline=30.0)
+>>> decide(state, Attempt(producer_id=7, epoch=0, base_sequence=0, count=3), now).act
+<Act.SEND: 'send'>
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from kop_dedup.protocol.records import unwrap
+from kop_dedup import errors
+from kop_dedup.protocol.records import SEQ_MODULUS, unwrap
 
-__all__ = ["EpochVerdict", "SequenceState", "Verdict", "decide", "epoch_verdict", "fresh_start"]
+__all__ = [
+    "MAX_IN_FLIGHT",
+    "RECENT_BATCHES",
+    "Act",
+    "Attempt",
+    "ChannelState",
+    "Moment",
+    "StoredBatch",
+    "Verdict",
+    "decide",
+]
+
+RECENT_BATCHES = 5
+"""Stored batches remembered per channel with their position (Kafka keeps 5)."""
+MAX_IN_FLIGHT = 5
+"""Batches of one producer and partition in flight at once (Kafka clients: at most 5)."""
 
 
-class Verdict(enum.Enum):
+class Act(enum.Enum):
     SEND = "send"
-    """In order (or the first batch ever): publish now."""
+    """Hand the batch to Pulsar now (in order)."""
+    RESEND = "resend"
+    """A retry wholly within what the broker stored: send it again for the broker's verdict."""
+    DUPLICATE = "duplicate"
+    """Answer 46 now, without Pulsar: the sidecar knows the batch is stored."""
+    REFUSE = "refuse"
+    """Answer the verdict's error; nothing is stored, no state changes."""
     WAIT = "wait"
-    """Ahead of a gap, or overlapping batches still in flight: wait for a change."""
-    RESEND_FOR_VERDICT = "resend"
-    """Wholly within what the broker stored and nothing in flight: let the broker judge."""
-    OUT_OF_ORDER = "out_of_order"
-    """Straddles the stored high-water mark: refuse (Kafka code 45)."""
+    """Wait for a change on the channel, at most until ``until``."""
+    RESYNC = "resync"
+    """A send failed: reopen the producer and take the broker's state before anything else."""
+    CATCH_UP = "catch_up"
+    """Read the recorded epochs up to now before answering for good."""
+    RECORD_EPOCH = "record_epoch"
+    """Record the batch's new epoch durably, then decide again."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """A batch the broker stored: its extended sequences and its first record's position."""
+
+    first: int
+    last: int
+    position: str
 
 
 @dataclass(slots=True)
-class SequenceState:
-    """What is known of one Pulsar producer name on one partition topic.
+class ChannelState:
+    """What is known of one producer name on one partition topic.
 
-    ``persisted``: highest extended sequence the broker has stored (None: none).
-    ``sent``: highest extended sequence handed to the Pulsar producer
-    (>= ``persisted``; equal when nothing is in flight).
-    ``floor``: the first sequence of a producer that started above 0 (Kafka
-    >= 2.5 lets a producer with no state start anywhere); nothing below it
-    was ever stored, so a batch below it is out of order, not a duplicate,
-    though it lies below the broker's high-water mark.
+    ``persisted``: highest extended sequence known stored (None: none).
+    ``sent``: highest extended sequence handed to Pulsar (>= ``persisted``).
+    ``broker_mark``: highest sequence the broker is known to deduplicate: its own mark
+    when the channel opened, raised by every store. Below ``persisted`` only when the
+    broker lost its state for the name and the sidecar remembers more.
+    ``floor``: where a producer that had no state started, when above 0 (Kafka >= 2.5
+    lets it start anywhere); nothing below was ever stored.
+    ``in_flight``: batches handed to Pulsar with no answer yet (resends included).
+    ``broken``: a send failed; what is in flight is unknown until the broker says.
+    ``recent``: the last :data:`RECENT_BATCHES` batches stored through this channel.
     """
 
-    persisted: int | None
-    sent: int | None
+    persisted: int | None = None
+    sent: int | None = None
+    broker_mark: int | None = None
     floor: int | None = None
+    in_flight: int = 0
+    broken: bool = False
+    recent: deque[StoredBatch] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
 
     @classmethod
-    def fresh(cls) -> SequenceState:
-        return cls(persisted=None, sent=None)
-
-    @classmethod
-    def from_broker(cls, last_extended: int | None, floor: int | None = None) -> SequenceState:
-        """State after (re)connecting: the broker's last sequence for the name."""
-        if last_extended is None:
+    def from_broker(
+        cls, broker_mark: int | None, remembered: int | None = None, floor: int | None = None
+    ) -> ChannelState:
+        """State after (re)connecting: the broker's mark, and what the sidecar remembers
+        having stored (which exceeds the broker's mark only if the broker lost state)."""
+        persisted = broker_mark
+        if remembered is not None and (persisted is None or remembered > persisted):
+            persisted = remembered
+        if persisted is None:
             floor = None  # nothing stored: the next batch starts afresh
-        return cls(persisted=last_extended, sent=last_extended, floor=floor)
-
-    @property
-    def in_flight(self) -> bool:
-        return self.sent != self.persisted
+        return cls(persisted=persisted, sent=persisted, broker_mark=broker_mark, floor=floor)
 
     @property
     def has_state(self) -> bool:
@@ -85,74 +145,255 @@ class SequenceState:
         first = unwrap(base_sequence, self.sent)
         return first, first + count - 1
 
-    def on_sent(self, last: int, first: int | None = None) -> None:
-        """``first`` is given for the batch that starts a producer with no state."""
-        if self.sent is None and first:
+    def on_handed(self, first: int, last: int, *, resend: bool) -> None:
+        """The batch was handed to Pulsar."""
+        self.in_flight += 1
+        if resend:
+            return
+        if self.sent is None and first > 0:
             self.floor = first
         self.sent = last if self.sent is None else max(self.sent, last)
 
-    def on_persisted(self, last: int) -> None:
+    def on_stored(self, first: int, last: int, position: str | None) -> None:
+        """The broker stored the batch (position None: it already had it, -1/-1)."""
+        self.in_flight -= 1
         self.persisted = last if self.persisted is None else max(self.persisted, last)
-        self.on_sent(last)
+        self.broker_mark = last if self.broker_mark is None else max(self.broker_mark, last)
+        self.sent = last if self.sent is None else max(self.sent, last)
+        if position is not None:
+            self.recent.append(StoredBatch(first, last, position))
 
     def on_failed(self) -> None:
         """A send failed: what is in flight is unknown until the broker says."""
+        self.in_flight -= 1
         self.sent = self.persisted
+        self.broken = True
+
+    def recent_position(self, first: int, last: int) -> str | None:
+        for stored in self.recent:
+            if stored.first == first and stored.last == last:
+                return stored.position
+        return None
 
 
-def fresh_start(base_sequence: int, window_over: bool, waiting_starts: list[int]) -> Verdict:
-    """May a batch start a producer that has no state at all on this partition?
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The facts of one batch that the rules need (``count`` >= 1; shape already checked)."""
 
-    Kafka (>= 2.5) lets such a producer start at any sequence, but batches of
-    a new producer can arrive out of order over separate connections: the one
-    that arrives first is not necessarily the first one sent. Sequence 0 starts
-    at once; any other start waits out the reorder window for earlier batches,
-    and then only the lowest of the waiting starts goes (the others follow it
-    in order). ``waiting_starts`` holds the base sequences of all batches
-    waiting to start, this one included.
-    """
-    if base_sequence == 0:
-        return Verdict.SEND
-    if not window_over:
-        return Verdict.WAIT
-    return Verdict.SEND if base_sequence <= min(waiting_starts) else Verdict.WAIT
+    producer_id: int
+    epoch: int
+    base_sequence: int
+    count: int
+    where: str = ""
+    """Topic and partition, for messages (``orders-0``)."""
+
+    @property
+    def last_sequence(self) -> int:
+        return (self.base_sequence + self.count - 1) % SEQ_MODULUS
 
 
-def decide(  # noqa: PLR0911 - one return per rule, in the order Kafka's broker checks
-    state: SequenceState, first: int, last: int, outstanding: int = 0
-) -> Verdict:
-    """What to do now with a batch whose extended sequences are [first, last].
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """Everything outside the channel's state that a decision depends on."""
 
-    ``outstanding`` counts batches on the Pulsar producer with no answer yet,
-    resends included (they do not move ``sent``).
-    """
-    if state.sent is None:
-        return Verdict.SEND  # no state: a producer may start anywhere (Kafka >= 2.5)
+    now: float
+    gap_deadline: float
+    """When the reorder window of this batch ends (never after ``deadline``)."""
+    deadline: float
+    arrived: Sequence[int] = ()
+    """Base sequences of the batches inside the sidecar for this channel, this one included."""
+    recorded_epoch: int | None = None
+    """The highest epoch recorded for the producer id (by any sidecar, as far as known)."""
+    epochs_fresh: bool = True
+    """Whether ``recorded_epoch`` was read after this batch last waited for anything."""
+    older_epoch_with_state: int | None = None
+    """The newest epoch below this one that has state on this partition, if known."""
+    max_in_flight: int = MAX_IN_FLIGHT
+    queue_room: int = 1 << 30
+    """Records the Pulsar producer's queue can still take."""
+    closing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to do now with a batch, and why (``reason`` is the sentence a client reads)."""
+
+    act: Act
+    reason: str = ""
+    error: errors.KafkaError | None = None
+    """For REFUSE, the answer; for DUPLICATE, the 46."""
+    until: float = 0.0
+    """For WAIT: decide again at the latest then; a wait that reaches ``deadline`` is over."""
+    first: int = 0
+    last: int = 0
+    position: str | None = None
+    """For DUPLICATE: the stored batch's first position, when known."""
+    state_lost: bool = False
+    """For DUPLICATE: the broker had lost its state; only the sidecar's memory knew."""
+
+
+def _kafka(extended: int) -> int:
+    return extended % SEQ_MODULUS
+
+
+def _refuse(error: errors.KafkaError) -> Verdict:
+    return Verdict(Act.REFUSE, error.message, error=error)
+
+
+def _wait(until: float, reason: str) -> Verdict:
+    return Verdict(Act.WAIT, reason, until=until)
+
+
+_FINAL = frozenset({Act.SEND, Act.RESEND, Act.DUPLICATE, Act.REFUSE})
+_HANDS_TO_PULSAR = frozenset({Act.SEND, Act.RESEND})
+
+
+def decide(state: ChannelState, attempt: Attempt, moment: Moment) -> Verdict:
+    """What to do now with ``attempt`` on a channel in ``state`` (see the module rules)."""
+    recorded = moment.recorded_epoch
+    if recorded is not None and attempt.epoch < recorded:
+        return _refuse(
+            errors.InvalidProducerEpoch(
+                f"producer {attempt.producer_id} epoch {attempt.epoch} is fenced: epoch "
+                f"{recorded} has been recorded"
+            )
+        )
+    if state.broken:
+        return Verdict(Act.RESYNC, "an earlier send on this channel failed")
+    verdict = _sequence_verdict(state, attempt, moment)
+    if moment.closing and verdict.act in _HANDS_TO_PULSAR | {Act.WAIT}:
+        return _refuse(
+            errors.NotLeaderOrFollower(
+                "the sidecar is shutting down; retry the batch on another (it is safe)"
+            )
+        )
+    if verdict.act in _HANDS_TO_PULSAR:
+        verdict = _capacity(state, attempt, moment, verdict)
+    if verdict.act in _FINAL and not moment.epochs_fresh:
+        return Verdict(Act.CATCH_UP, "the recorded epochs must be read before answering")
+    if (
+        verdict.act is Act.SEND
+        and attempt.epoch > 0
+        and (recorded is None or attempt.epoch > recorded)
+    ):
+        return Verdict(Act.RECORD_EPOCH, f"epoch {attempt.epoch} is new for the producer id")
+    return verdict
+
+
+def _capacity(state: ChannelState, attempt: Attempt, moment: Moment, verdict: Verdict) -> Verdict:
+    if state.in_flight >= moment.max_in_flight:
+        return _wait(
+            moment.deadline,
+            f"{state.in_flight} earlier batches of producer {attempt.producer_id} on "
+            f"{attempt.where} were still in flight (the limit is {moment.max_in_flight})",
+        )
+    if attempt.count > moment.queue_room:
+        return _wait(
+            moment.deadline,
+            f"the Pulsar producer's queue had no room for {attempt.count} more records",
+        )
+    return verdict
+
+
+def _sequence_verdict(state: ChannelState, attempt: Attempt, moment: Moment) -> Verdict:
+    if not state.has_state:
+        return _fresh_start(attempt, moment)
+    first, last = state.place(attempt.base_sequence, attempt.count)
+    span = f"batch {attempt.base_sequence}..{attempt.last_sequence}"
+    sent = state.sent if state.sent is not None else first
     if state.floor is not None and first < state.floor:
-        return Verdict.OUT_OF_ORDER  # below where the producer started: never stored
-    expected = state.sent + 1
-    if first == expected:
-        return Verdict.SEND
-    if first > expected:
-        return Verdict.WAIT
-    if state.in_flight or outstanding:
-        return Verdict.WAIT  # re-decide once what is in flight has an answer
+        return _refuse(
+            errors.OutOfOrderSequenceNumber(
+                f"{span} lies below sequence {_kafka(state.floor)}, where producer "
+                f"{attempt.producer_id} epoch {attempt.epoch} started on {attempt.where}; "
+                "it was never stored"
+            )
+        )
+    if first == sent + 1:
+        return Verdict(Act.SEND, "next in sequence", first=first, last=last)
+    if first > sent + 1:
+        return _gap(attempt, moment, expected=_kafka(sent + 1), span=span)
+    return _retry(state, attempt, moment, first, last, span)
+
+
+def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str) -> Verdict:
+    if moment.now < moment.gap_deadline:
+        return _wait(moment.gap_deadline, f"{span} waits for sequence {expected} to arrive")
+    if expected not in moment.arrived:
+        return _refuse(
+            errors.OutOfOrderSequenceNumber(
+                f"expected sequence {expected} next from producer {attempt.producer_id} on "
+                f"{attempt.where}, got {attempt.base_sequence}; the gap did not fill within "
+                "the reorder window"
+            )
+        )
+    return _wait(moment.deadline, f"{span} waited for earlier batches still in the sidecar")
+
+
+def _retry(
+    state: ChannelState, attempt: Attempt, moment: Moment, first: int, last: int, span: str
+) -> Verdict:
+    stored_at = state.recent_position(first, last)
+    duplicate = (
+        f"sequences {span.removeprefix('batch ')} of producer {attempt.producer_id} epoch "
+        f"{attempt.epoch} were already stored on {attempt.where}"
+    )
+    if stored_at is not None:
+        return Verdict(
+            Act.DUPLICATE,
+            duplicate,
+            error=errors.DuplicateSequenceNumber(duplicate),
+            position=stored_at,
+        )
+    if state.sent != state.persisted or state.in_flight:
+        return _wait(moment.deadline, f"{span} waited for earlier batches still in flight")
     persisted = state.persisted
     if persisted is not None and last <= persisted:
-        return Verdict.RESEND_FOR_VERDICT
-    return Verdict.OUT_OF_ORDER
+        if state.broker_mark is not None and last <= state.broker_mark:
+            return Verdict(Act.RESEND, "a retry of stored sequences", first=first, last=last)
+        return Verdict(
+            Act.DUPLICATE,
+            duplicate,
+            error=errors.DuplicateSequenceNumber(duplicate),
+            state_lost=True,
+        )
+    stored = "none" if persisted is None else str(_kafka(persisted))
+    return _refuse(
+        errors.OutOfOrderSequenceNumber(
+            f"{span} overlaps the stored sequences only in part (last stored: {stored})"
+        )
+    )
 
 
-class EpochVerdict(enum.Enum):
-    CURRENT = "current"
-    NEWER = "newer"
-    FENCED = "fenced"
+def _fresh_start(attempt: Attempt, moment: Moment) -> Verdict:
+    """A producer with no state on this partition (Kafka >= 2.5 lets it start anywhere).
 
-
-def epoch_verdict(highest_known: int | None, epoch: int) -> EpochVerdict:
-    """Compare a batch's epoch with the highest epoch recorded for its producer id."""
-    if highest_known is None or epoch > highest_known:
-        return EpochVerdict.NEWER
-    if epoch == highest_known:
-        return EpochVerdict.CURRENT
-    return EpochVerdict.FENCED
+    A newer epoch where an older one has state must start at 0. Otherwise 0 starts at
+    once; any other start waits out the reorder window for earlier batches (batches of
+    a new producer can arrive out of order over separate connections), and then only
+    the lowest of the waiting starts goes; the others follow it in order.
+    """
+    base = attempt.base_sequence
+    first, last = base, base + attempt.count - 1
+    older = moment.older_epoch_with_state
+    if base != 0 and older is not None and older < attempt.epoch:
+        return _refuse(
+            errors.OutOfOrderSequenceNumber(
+                f"producer {attempt.producer_id} moved from epoch {older} to {attempt.epoch} "
+                f"on {attempt.where}: a new epoch must start at sequence 0, got {base}"
+            )
+        )
+    if base == 0:
+        return Verdict(Act.SEND, "a new producer starting at 0", first=first, last=last)
+    if moment.now < moment.gap_deadline:
+        return _wait(
+            moment.gap_deadline,
+            f"a new producer starting at {base} waits out the reorder window for earlier batches",
+        )
+    if base <= min(moment.arrived, default=base):
+        return Verdict(
+            Act.SEND, "the lowest start after the reorder window", first=first, last=last
+        )
+    return _wait(
+        moment.deadline, f"batch {base}.. waited for a lower start of the same new producer"
+    )

@@ -1,30 +1,34 @@
-"""The pulsar-client producers: create, cache, close, send. The only module that
-publishes to Pulsar, and the one place Pulsar errors become Kafka errors.
+"""The sidecar's Pulsar producers: one Kafka batch in, one Pulsar batch entry out.
 
-One Kafka batch is published as exactly one Pulsar batch entry: the producer
-batches on the client, with limits no Kafka batch reaches and a publish delay
-that never fires, and :meth:`PulsarProducer.send_batch` enqueues every record
-of the batch and flushes in the same event-loop step.
+One Kafka batch is published as exactly one Pulsar batch entry: the producer batches
+on the client with limits no accepted Kafka batch reaches and a publish delay that
+never fires, and :meth:`PulsarProducer.send_batch` enqueues every record of the batch
+and flushes, in one event-loop step.
 
-Every record of the batch carries the same Pulsar sequence id: the one of the
-batch's *last* record. The C++ client (pulsar-client 3.13) gives a batch entry
-its first message's id and sends no ``highest_sequence_id``, so the broker
-records only that one id per entry (verified: after an entry with ids 1, 2, 3
-``last_sequence_id()`` is 1 and a resend of 2, 3 is stored again). With the
-last record's id on the entry, the broker's high-water mark is the batch's
-last sequence, and a batch whose last sequence is at or below it comes back
-with ledger id and entry id -1: a duplicate. The sequencer refuses batches
-that straddle the mark before they get here.
+Every record carries the same Pulsar sequence id: the one of the batch's *last*
+record. The C++ client (pulsar-client 3.13) gives a batch entry its first message's id
+and sends no ``highest_sequence_id``, so the broker records only that one id per entry
+(verified: after an entry with ids 1, 2, 3 ``last_sequence_id()`` is 1 and a resend of
+2, 3 is stored again). With the last record's id on the entry, the broker's high-water
+mark is the batch's last sequence, and a batch whose last sequence is at or below it
+comes back with ledger id and entry id -1: a duplicate.
 
-Callbacks from the C++ client run on its I/O thread: they never raise and
-never block; they count answers and wake the event loop once per batch.
+A batch is stored whole or not at all. The client's queue is sized for
+``max_in_flight`` full batches and a batch is only sent when the queue has room for all
+of its records (:attr:`PulsarProducer.room`; the rules machine waits otherwise), so no
+record is refused half-way for a full queue; the entry's size is bounded before it is
+sent (:func:`kop_dedup.pulsar.wire.entry_size_bound`), so the client never splits it;
+and every record's answer counts: the batch fails if any record failed.
+
+Callbacks from the C++ client run on its I/O thread: they never raise and never block.
+Only the last record carries a Python callback; the others record their result with a
+C builtin (``dict.__setitem__``), which runs no Python frame.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,76 +37,17 @@ import _pulsar
 import pulsar
 import pulsar.asyncio as pulsar_async
 
-from kop_dedup import errors
-from kop_dedup.protocol.records import SEQ_MODULUS as _SEQ_MODULUS
-from kop_dedup.protocol.records import KafkaBatch, KafkaRecord
+from kop_dedup.protocol.records import SEQ_MODULUS, KafkaBatch, KafkaRecord
+from kop_dedup.pulsar.failures import SendFailed
 from kop_dedup.pulsar.wire import PROP_KEY_ENCODING, PROP_SEQUENCE, encode_key, encode_properties
 
-__all__ = [
-    "BatchReceipt",
-    "Publisher",
-    "PulsarProducer",
-    "translate",
-]
+__all__ = ["BatchReceipt", "PartialBatch", "Publisher", "PulsarProducer"]
 
 log = logging.getLogger(__name__)
 
-_BATCH_BYTES_LIMIT = 5 << 20  # the client container never splits a batch we accept
 _NEVER_MS = 24 * 3600 * 1000  # the batch timer must never flush half a Kafka batch
-
-_RETRIABLE_CONNECTION = {
-    "Timeout",
-    "ConnectError",
-    "ReadError",
-    "AlreadyClosed",
-    "ProducerNotInitialized",
-    "ServiceUnitNotReady",
-    "NotConnected",
-    "TooManyLookupRequestException",
-    "BrokerMetadataError",
-    "BrokerPersistenceError",
-    "LookupError",
-    "RetryLater",
-    "ResultRetryable",
-    "Disconnected",
-    "ProducerQueueIsFull",
-    "Interrupted",
-}
-
-
-def translate(exc_or_result: Any, what: str) -> errors.KafkaError:
-    """A Kafka error for a pulsar-client failure (a Result or an exception).
-
-    Timeouts -> REQUEST_TIMED_OUT (7); producer-busy and connection/lookup
-    trouble -> NOT_LEADER_OR_FOLLOWER (6), both retriable; a topic that does
-    not exist -> UNKNOWN_TOPIC_OR_PARTITION (3); a message the broker refuses
-    as too big -> MESSAGE_TOO_LARGE (10); anything else -> KAFKA_STORAGE_ERROR
-    (56, retriable), so a client retries rather than loses data.
-    """
-    if isinstance(exc_or_result, asyncio.TimeoutError | TimeoutError):
-        return errors.RequestTimedOut(f"{what}: timed out waiting for Pulsar")
-    result = exc_or_result
-    if isinstance(exc_or_result, pulsar_async.PulsarException):
-        result = exc_or_result.error()
-    name = getattr(result, "name", None) or type(result).__name__
-    detail = f"{what}: Pulsar answered {name}"
-    if isinstance(exc_or_result, Exception) and str(exc_or_result):
-        detail = f"{what}: {exc_or_result}"
-    return _BY_RESULT.get(name, errors.KafkaStorageError)(detail)
-
-
-_BY_RESULT: dict[str, type[errors.KafkaError]] = {
-    "Timeout": errors.RequestTimedOut,
-    "TimeoutException": errors.RequestTimedOut,
-    "ProducerBusy": errors.NotLeaderOrFollower,
-    "ProducerFenced": errors.NotLeaderOrFollower,
-    "ProducerBlockedQuotaExceededError": errors.NotLeaderOrFollower,
-    "ProducerBlockedQuotaExceededException": errors.NotLeaderOrFollower,
-    "TopicNotFound": errors.UnknownTopicOrPartition,
-    "TopicTerminated": errors.UnknownTopicOrPartition,
-    "MessageTooBig": errors.MessageTooLarge,
-    **dict.fromkeys(_RETRIABLE_CONNECTION, errors.NotLeaderOrFollower),
-}
+_CONTAINER_BYTES = 1 << 30  # entries are bounded before sending; the container never splits one
+_OK = _pulsar.Result.Ok
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +70,22 @@ class BatchReceipt:
         return f"{self.ledger_id}:{self.entry_id}:{self.partition}:{self.batch_index}"
 
 
+class PartialBatch(Exception):
+    """The client refused a record after earlier records of the batch were enqueued.
+
+    The earlier records cannot be taken back: they are flushed as an entry with the
+    batch's sequence id. Never expected (the queue has room and the entry's size is
+    bounded before sending); the answer must say the batch may be stored in part.
+    """
+
+    def __init__(self, enqueued: int, result: _pulsar.Result) -> None:
+        super().__init__(
+            f"the Pulsar client refused record {enqueued} of the batch ({result.name}) after "
+            f"{enqueued} were enqueued; those may be stored"
+        )
+        self.enqueued, self.result = enqueued, result
+
+
 _PLAIN = KafkaRecord(key=None, value=b"")
 """A record with no headers, no timestamp and a value: its properties are the batch's."""
 
@@ -133,32 +94,33 @@ def _is_plain(record: KafkaRecord) -> bool:
     return not record.headers and record.timestamp is None and record.value is not None
 
 
-class _BatchWaiter:
+class BatchWaiter:
     """Wakes the event loop once, when the batch's last record is answered.
 
-    Every record of a batch is in one entry and shares its receipt, and the
-    C++ client answers a batch's records in order, so only the last record
-    carries a Python callback; the others get ``operator.is_``, a C builtin
-    that runs no Python frame and cannot raise (a callback per record took
-    the GIL from the I/O thread 100 times per 100-record batch). The first
-    record's position is the last one's minus its batch index; a last record
-    whose batch index is not ``count - 1`` means the batch was split.
+    The C++ client answers a batch's records in order, so when the last record's
+    callback runs, every other record's result is in ``results`` (a record's
+    callback is ``results.__setitem__``: result -> message id). The batch succeeds
+    only if every result is Ok. The first record's position is the last one's minus
+    its batch index; a last record whose batch index is not ``count - 1`` means the
+    batch was split across entries, which the size bound prevents.
     """
 
-    __slots__ = ("_count", "_future", "_loop")
+    __slots__ = ("_count", "_future", "_loop", "results")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, count: int) -> None:
         self._loop = loop
         self._future: asyncio.Future[BatchReceipt] = loop.create_future()
         self._count = count
+        self.results: dict[Any, Any] = {}
 
     def callback(self, index: int) -> Callable[[Any, Any], Any]:
-        return self._on_last if index == self._count - 1 else operator.is_
+        return self._on_last if index == self._count - 1 else self.results.__setitem__
 
     def _on_last(self, result: Any, msg_id: Any) -> None:
         try:
-            if result != _pulsar.Result.Ok:
-                outcome: BatchReceipt | _SendFailed = _SendFailed(result)
+            failed = result if result != _OK else next((r for r in self.results if r != _OK), None)
+            if failed is not None:
+                outcome: BatchReceipt | SendFailed = SendFailed(failed)
             else:
                 index = msg_id.batch_index()
                 if index not in (-1, self._count - 1):
@@ -171,10 +133,10 @@ class _BatchWaiter:
         except Exception:  # never let an exception reach the C++ thread
             log.exception("send callback failed")
 
-    def _complete(self, outcome: BatchReceipt | _SendFailed) -> None:
+    def _complete(self, outcome: BatchReceipt | SendFailed) -> None:
         if self._future.done():
             return
-        if isinstance(outcome, _SendFailed):
+        if isinstance(outcome, SendFailed):
             self._future.set_exception(outcome)
         else:
             self._future.set_result(outcome)
@@ -184,36 +146,47 @@ class _BatchWaiter:
         return self._future
 
 
-class _SendFailed(Exception):
-    def __init__(self, result: Any) -> None:
-        super().__init__(getattr(result, "name", str(result)))
-        self.result = result
-
-
 class PulsarProducer:
-    """One Pulsar producer (one name on one partition topic)."""
+    """One Pulsar producer (one name on one partition topic) with a bounded queue."""
 
-    def __init__(self, producer: pulsar_async.Producer, topic: str, name: str) -> None:
+    def __init__(self, producer: Any, topic: str, name: str, capacity: int) -> None:
         self._producer = producer
         self._raw: Any = producer._producer
         self.topic = topic
         self.name = name
+        self.capacity = capacity
+        """Records the client's queue holds (its ``max_pending_messages``)."""
+        self.queued = 0
+        """Records handed to the client with no answer yet."""
         self.outstanding = 0
         """Batches handed to the client with no answer yet."""
+
+    @property
+    def room(self) -> int:
+        """Records the queue can take now without refusing any."""
+        return self.capacity - self.queued
 
     def last_sequence_id(self) -> int:
         """The broker's highest sequence id for this name when the producer connected."""
         return int(self._producer.last_sequence_id())
 
-    def send_batch(self, batch: KafkaBatch, sequence_id: int) -> asyncio.Future[BatchReceipt]:
+    def send_batch(  # noqa: C901 - one loop on the hot path: no helper call per record
+        self, batch: KafkaBatch, sequence_id: int
+    ) -> asyncio.Future[BatchReceipt]:
         """Enqueue every record and flush, in one loop step; the future answers the batch.
 
-        ``sequence_id`` is the entry's Pulsar sequence id (that of the batch's
-        last record), set on every record; ignored for non-idempotent batches.
-        The future fails with the client's Result when any record failed.
+        ``sequence_id`` is the entry's Pulsar sequence id (that of the batch's last
+        record), set on every record; ignored for non-idempotent batches. Raises
+        :class:`~kop_dedup.pulsar.failures.SendFailed` when the client refuses the
+        first record (nothing was enqueued) and :class:`PartialBatch` when it refuses
+        a later one; the future fails when any record fails later.
         """
+        count = len(batch.records)
+        if count > self.room:  # the rules machine waits for room; this guards the invariant
+            raise SendFailed(_pulsar.Result.ProducerQueueIsFull)
         loop = asyncio.get_running_loop()
-        waiter = _BatchWaiter(loop, len(batch.records))
+        waiter = BatchWaiter(loop, count)
+        results = waiter.results
         pid, epoch, partition = batch.producer_id, batch.producer_epoch, batch.partition
         idempotent = batch.idempotent
         if not idempotent:
@@ -249,19 +222,27 @@ class PulsarProducer:
             if key_encoding is not None:
                 props[PROP_KEY_ENCODING] = key_encoding
             if idempotent:
-                props[PROP_SEQUENCE] = str((base + i) % _SEQ_MODULUS)
+                props[PROP_SEQUENCE] = str((base + i) % SEQ_MODULUS)
                 builder.sequence_id(sequence_id)
             builder.properties(props)
             if record.timestamp is not None and record.timestamp > 0:
                 builder.event_timestamp(record.timestamp)
             raw.send_async(builder.build(), waiter.callback(i))
+            if results:  # nothing is answered before the flush: this is an enqueue refusal
+                refused = next(iter(results))
+                if i == 0:
+                    raise SendFailed(refused)
+                raw.flush_async(id)
+                raise PartialBatch(i, refused)
         raw.flush_async(id)  # a C builtin: each record's receipt carries the answer
+        self.queued += count
         self.outstanding += 1
         fut = waiter.future
-        fut.add_done_callback(self._on_done)
+        fut.add_done_callback(lambda _f: self._answered(count))
         return fut
 
-    def _on_done(self, _fut: asyncio.Future[BatchReceipt]) -> None:
+    def _answered(self, count: int) -> None:
+        self.queued -= count
         self.outstanding -= 1
 
     async def close(self, timeout_s: float = 5.0) -> None:
@@ -274,16 +255,8 @@ class PulsarProducer:
             log.debug("closing producer %s on %s: %s", self.name, self.topic, exc)
 
 
-def is_send_failure(exc: BaseException) -> bool:
-    return isinstance(exc, _SendFailed)
-
-
-def failure_result(exc: BaseException) -> Any:
-    return exc.result if isinstance(exc, _SendFailed) else exc
-
-
 class Publisher:
-    """Owns the Pulsar client; creates producers configured for one-entry-per-batch."""
+    """Owns the Pulsar client; creates producers configured for one entry per batch."""
 
     def __init__(
         self,
@@ -312,22 +285,25 @@ class Publisher:
         self.client = pulsar_async.Client(service_url, **kwargs)
         self._send_timeout_ms = send_timeout_ms
 
-    async def create(self, topic: str, name: str | None) -> PulsarProducer:
-        """A producer named ``name`` (None: broker-assigned) on a partition topic."""
+    async def create(
+        self, topic: str, name: str | None, *, capacity: int = 50_000
+    ) -> PulsarProducer:
+        """A producer named ``name`` (None: broker-assigned) on a partition topic whose
+        queue holds ``capacity`` records."""
         producer = await self.client.create_producer(
             topic,
             producer_name=name,
             send_timeout_millis=self._send_timeout_ms,
-            max_pending_messages=200_000,
-            max_pending_messages_across_partitions=200_000,
+            max_pending_messages=capacity,
+            max_pending_messages_across_partitions=capacity,
             block_if_queue_full=False,
             batching_enabled=True,
-            batching_max_messages=200_000,
-            batching_max_allowed_size_in_bytes=_BATCH_BYTES_LIMIT,
+            batching_max_messages=capacity,
+            batching_max_allowed_size_in_bytes=_CONTAINER_BYTES,
             batching_max_publish_delay_ms=_NEVER_MS,
             batching_type=pulsar.BatchingType.Default,
         )
-        return PulsarProducer(producer, topic, name or producer.producer_name())
+        return PulsarProducer(producer, topic, name or producer.producer_name(), capacity)
 
     async def close(self) -> None:
         try:

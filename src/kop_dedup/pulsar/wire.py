@@ -31,7 +31,7 @@ import binascii
 import json
 from dataclasses import dataclass
 
-from kop_dedup.protocol.records import Header, KafkaRecord
+from kop_dedup.protocol.records import Header, KafkaBatch, KafkaRecord
 
 __all__ = [
     "PROP_EPOCH",
@@ -47,6 +47,7 @@ __all__ = [
     "decode_key",
     "encode_key",
     "encode_properties",
+    "entry_size_bound",
 ]
 
 PROP_PRODUCER_ID = "kafka.producer.id"
@@ -168,3 +169,34 @@ class DecodedRecord:
                 timestamp=timestamp,
             ),
         )
+
+
+# Bytes a record's Pulsar metadata can take besides its payload, key, headers and the
+# properties every record of the batch shares: the sequence (32), timestamp (43), key
+# encoding (32) and null-value (28) properties at their longest, and the framing of the
+# message's metadata (size prefix, payload size, sequence id, event time: 15).
+_RECORD_OVERHEAD = 150
+_ENTRY_OVERHEAD = 512  # the entry's own metadata: producer name, ids, times, checksums
+_COMMON_KEYS = (PROP_PRODUCER_ID, PROP_EPOCH, PROP_PARTITION)
+
+
+def entry_size_bound(batch: KafkaBatch) -> int:
+    """An upper bound on the bytes of the Pulsar batch entry that carries ``batch``.
+
+    The broker refuses entries over its ``maxMessageSize`` and the client then fails
+    the whole entry; the sidecar refuses such a batch before sending it instead, so an
+    oversized batch can never fail while later batches of the same producer are
+    stored behind it. Keys count 4/3 (base64 when not UTF-8), header keys 12x (JSON
+    escapes), header values 4/3 (base64).
+    """
+    common = sum(len(k) + 20 + 8 for k in _COMMON_KEYS)  # values: at most 20 digits
+    total = _ENTRY_OVERHEAD
+    for record in batch.records:
+        total += len(record.value or b"") + common + _RECORD_OVERHEAD
+        if record.key is not None:
+            total += (len(record.key) * 4) // 3 + 4
+        if record.headers:
+            total += len(PROP_HEADERS) + 16
+            for header in record.headers:
+                total += len(header.key) * 12 + (len(header.value or b"") * 4) // 3 + 16
+    return total

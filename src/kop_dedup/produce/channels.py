@@ -1,0 +1,355 @@
+"""Channels: one Pulsar producer name on one partition topic, opened, adopted, resynced,
+evicted and reaped by the :class:`ChannelManager`.
+
+A batch *leases* its channel for as long as it is inside the sidecar
+(:meth:`ChannelManager.lease` / :meth:`~ChannelManager.release`, both synchronous). A
+channel is closed only when nobody holds a lease and nothing is in flight, and the
+check and the removal happen in the same event-loop step, so a batch can never pick up
+a channel that is being closed. A new channel for the same name waits until the old
+producer is closed (the broker refuses a second holder of a name).
+
+What outlives a channel, bounded: the highest sequence each name stored and where a
+producer started (:class:`Remembered`), and the newest epoch of each producer id with
+state on each partition. The broker stays the authority; this memory only catches the
+broker losing its dedup state, and keeps a new epoch starting at 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kop_dedup import errors
+from kop_dedup.bounded import BoundedMap
+from kop_dedup.protocol.records import from_pulsar
+from kop_dedup.protocol.rules import ChannelState
+from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.failures import translate
+from kop_dedup.pulsar.naming import Naming
+from kop_dedup.pulsar.producers import Publisher, PulsarProducer
+
+__all__ = ["Channel", "ChannelKey", "ChannelManager", "Remembered"]
+
+log = logging.getLogger(__name__)
+
+ChannelKey = tuple[str, int, int]
+"""(partition topic, producer id, epoch); producer id -1: the plain channel of a partition."""
+
+_CLOSE_WAIT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """What the sidecar knew of a name when its channel closed."""
+
+    persisted: int
+    floor: int | None
+
+
+class Channel:
+    """One Pulsar producer name on one partition topic, and what is known of it."""
+
+    __slots__ = (
+        "_changed",
+        "arrived",
+        "closed",
+        "key",
+        "last_used",
+        "lock",
+        "opening",
+        "producer",
+        "state",
+        "topic",
+        "users",
+        "waiters",
+    )
+
+    def __init__(self, key: ChannelKey, topic: str = "") -> None:
+        self.key = key
+        self.topic = topic
+        """The Kafka topic (for the dedup policy check and messages)."""
+        self.state = ChannelState()
+        self.producer: PulsarProducer | None = None
+        self.opening: asyncio.Future[PulsarProducer] | None = None
+        """The producer's creation while it runs (see ChannelManager._open)."""
+        self.users = 0
+        """Batches holding a lease on this channel."""
+        self.waiters = 0
+        self.arrived: list[int] = []
+        """Base sequences of the batches inside the sidecar for this channel, from arrival
+        to answer: a gap whose next batch has arrived is not a gap, only a wait."""
+        self.closed = False
+        self.last_used = time.monotonic()
+        self.lock = asyncio.Lock()
+        """Held while the producer is opened or resynced."""
+        self._changed = asyncio.Event()
+
+    @property
+    def idle(self) -> bool:
+        return self.users == 0 and self.state.in_flight == 0 and self.opening is None
+
+    def notify(self) -> None:
+        """Wake every batch waiting on this channel: they decide again."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_change(self, within: float) -> bool:
+        """Wait up to ``within`` seconds for a change; False if nothing changed."""
+        event = self._changed
+        self.waiters += 1
+        try:
+            await asyncio.wait_for(event.wait(), max(within, 0))
+        except TimeoutError:
+            return False
+        finally:
+            self.waiters -= 1
+        return True
+
+
+StateLost = Callable[[Channel, int | None, int], None]
+"""Told when a channel opens and the broker knows less than the sidecar remembers:
+(channel, the broker's mark, the remembered mark)."""
+
+
+class ChannelManager:
+    def __init__(
+        self,
+        publisher: Publisher,
+        admin: PulsarAdmin,
+        naming: Naming,
+        *,
+        queue_records: int,
+        max_open: int,
+        idle_seconds: float,
+        remember: int,
+        on_state_lost: StateLost,
+    ) -> None:
+        self._publisher, self._admin, self._naming = publisher, admin, naming
+        self._queue_records = queue_records
+        self._max_open = max_open
+        self._idle_seconds = idle_seconds
+        self._on_state_lost = on_state_lost
+        self._channels: dict[ChannelKey, Channel] = {}
+        self._closing: dict[ChannelKey, asyncio.Task[None]] = {}
+        self._remembered = BoundedMap[ChannelKey, Remembered](remember)
+        self._epoch_with_state = BoundedMap[tuple[str, int], int](remember)
+        self._reaper: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- leases ----------------------------------------------------------------------
+
+    def lease(self, key: ChannelKey, topic: str = "") -> Channel:
+        """The channel for ``key``, held until :meth:`release` (synchronous: no close
+        can come in between)."""
+        channel = self._channels.get(key)
+        if channel is None:
+            channel = self._channels[key] = Channel(key, topic)
+            channel.users += 1
+            self._evict_if_full()
+            return channel
+        channel.users += 1
+        return channel
+
+    def release(self, channel: Channel) -> None:
+        channel.users -= 1
+        channel.last_used = time.monotonic()
+
+    def __len__(self) -> int:
+        return len(self._channels)
+
+    def waiting_batches(self) -> int:
+        """Batches waiting for their turn (a gap, earlier batches in flight, room)."""
+        return sum(c.waiters for c in self._channels.values())
+
+    def open_producers(self) -> int:
+        return sum(1 for c in self._channels.values() if c.producer is not None)
+
+    def notify_all(self) -> None:
+        for channel in self._channels.values():
+            channel.notify()
+
+    # -- epochs with state on a partition -------------------------------------------
+
+    def epoch_with_state(self, topic: str, producer_id: int) -> int | None:
+        """The newest epoch of a producer id known to have state on a partition topic."""
+        return self._epoch_with_state.get((topic, producer_id))
+
+    def note_epoch_with_state(self, topic: str, producer_id: int, epoch: int) -> None:
+        """An epoch has state on a partition; older epochs' idle channels there close."""
+        newest = self._epoch_with_state.get((topic, producer_id))
+        if newest is not None and newest >= epoch:
+            return
+        self._epoch_with_state[topic, producer_id] = epoch
+        if newest is not None:
+            for key, channel in list(self._channels.items()):
+                if key[0] == topic and key[1] == producer_id and key[2] < epoch:
+                    self._retire(channel)
+
+    # -- opening -----------------------------------------------------------------------
+
+    async def ensure_open(self, channel: Channel, deadline: float) -> None:
+        """Open the channel's producer if it has none (bounded by ``deadline``)."""
+        if channel.producer is not None:
+            return
+        async with channel.lock:
+            if channel.producer is None:
+                await self._open(channel, deadline)
+
+    async def resync(self, channel: Channel, deadline: float) -> None:
+        """After a failed send: wait for every answer, then reopen and take the broker's
+        state (the failed batch's fate is in the broker's mark)."""
+        async with channel.lock:
+            if not channel.state.broken:
+                return
+            while channel.state.in_flight:
+                if not await channel.wait_change(deadline - time.monotonic()):
+                    raise errors.RequestTimedOut("waiting for earlier failed sends to settle")
+            producer, channel.producer = channel.producer, None
+            if producer is not None:
+                await producer.close()
+            await self._open(channel, deadline)
+            channel.notify()
+
+    async def _open(self, channel: Channel, deadline: float) -> None:
+        """Open the channel's producer, waiting at most until ``deadline``.
+
+        The creation runs as its own task, owned by the channel and never cancelled: a
+        caller that gives up (its deadline passed while the broker was slow) leaves it
+        running, and the next caller awaits the same creation. A creation cancelled
+        half-way would leave a producer that the broker has registered under this name
+        but nobody holds, and every later attempt would be refused ProducerBusy until
+        the connection dies.
+        """
+        task = channel.opening
+        if task is None:
+            task = channel.opening = asyncio.ensure_future(self._create(channel))
+            task.add_done_callback(lambda t: self._opened(channel, t))
+        try:
+            await asyncio.wait_for(asyncio.shield(task), max(deadline - time.monotonic(), 0.001))
+        except TimeoutError as exc:
+            raise errors.RequestTimedOut(
+                f"creating the Pulsar producer on {channel.key[0]}; retry (it is safe)"
+            ) from exc
+
+    async def _create(self, channel: Channel) -> PulsarProducer:
+        ptopic, pid, epoch = channel.key
+        name = None if pid < 0 else self._naming.producer_name(pid, epoch)
+        previous = self._closing.get(channel.key)
+        if previous is not None:  # the broker refuses a second holder of the name
+            await asyncio.wait({previous}, timeout=_CLOSE_WAIT_S)
+        try:
+            if pid >= 0:
+                await self._check_deduplication(channel)
+            return await self._publisher.create(ptopic, name, capacity=self._queue_records)
+        except Exception as exc:
+            raise translate(exc, f"creating producer {name} on {ptopic}") from exc
+
+    async def _check_deduplication(self, channel: Channel) -> None:
+        enabled, source = await self._admin.effective_deduplication(channel.topic)
+        if not enabled:
+            log.error(
+                "deduplication is off for topic %s (by its %s policy): idempotent produce refused",
+                channel.topic,
+                source,
+                extra={"topic": channel.topic, "dedup_source": source},
+            )
+            raise errors.KafkaStorageError(
+                f"deduplication is off for topic {channel.topic!r} (set by the {source} "
+                "policy), so a retry would be stored twice; idempotent produce is refused "
+                "until it is on again (pulsar-admin topics set-deduplication "
+                f"{self._naming.topic(channel.topic)} --enable, or remove the override)"
+            )
+
+    def _opened(self, channel: Channel, task: asyncio.Future[PulsarProducer]) -> None:
+        """Adopt a finished creation, whoever still waits for it; close an orphan."""
+        channel.opening = None
+        if task.cancelled() or task.exception() is not None:
+            channel.notify()
+            return
+        producer = task.result()
+        if self._stopping or channel.closed:
+            self._close_later(channel.key, producer)
+            return
+        channel.producer = producer
+        ptopic, pid, epoch = channel.key
+        if pid >= 0:
+            broker = from_pulsar(producer.last_sequence_id())
+            memory = self._remembered.get(channel.key)
+            remembered, floor = (None, None) if memory is None else (memory.persisted, memory.floor)
+            recent = channel.state.recent
+            channel.state = ChannelState.from_broker(broker, remembered, floor)
+            channel.state.recent.extend(recent)
+            if remembered is not None and (broker is None or broker < remembered):
+                self._on_state_lost(channel, broker, remembered)
+            if channel.state.has_state:
+                self.note_epoch_with_state(ptopic, pid, epoch)
+        channel.notify()
+
+    # -- closing -------------------------------------------------------------------------
+
+    def _retire(self, channel: Channel, *, force: bool = False) -> bool:
+        """Close an idle channel now: removed and marked closed in this same step
+        (``force``: at shutdown, whatever still holds it has been answered)."""
+        if channel.closed or not (force or channel.idle):
+            return False
+        if self._channels.get(channel.key) is channel:
+            del self._channels[channel.key]
+        channel.closed = True
+        state = channel.state
+        if channel.key[1] >= 0 and state.persisted is not None:
+            self._remembered[channel.key] = Remembered(state.persisted, state.floor)
+        producer, channel.producer = channel.producer, None
+        if producer is not None:
+            self._close_later(channel.key, producer)
+        channel.notify()
+        return True
+
+    def _close_later(self, key: ChannelKey, producer: PulsarProducer) -> None:
+        task = asyncio.create_task(producer.close(), name=f"close {producer.name}")
+        self._closing[key] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._closing.get(key) is t:
+                del self._closing[key]
+
+        task.add_done_callback(done)
+
+    def _evict_if_full(self) -> None:
+        excess = len(self._channels) - self._max_open
+        if excess <= 0:
+            return
+        idle = sorted((c for c in self._channels.values() if c.idle), key=lambda c: c.last_used)
+        for channel in idle[:excess]:
+            self._retire(channel)
+
+    def start(self) -> None:
+        self._reaper = asyncio.create_task(self._reap_idle(), name="kop-dedup-reaper")
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await asyncio.sleep(min(self._idle_seconds / 2, 30.0))
+            cutoff = time.monotonic() - self._idle_seconds
+            victims = [c for c in self._channels.values() if c.idle and c.last_used < cutoff]
+            closed = sum(self._retire(c) for c in victims)
+            if closed:
+                log.info("closed %d idle producers", closed)
+
+    async def close(self, drain_s: float = 10.0) -> None:
+        """Let in-flight batches finish (bounded), then close every producer."""
+        self._stopping = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        deadline = time.monotonic() + drain_s
+        # many channels, once, at shutdown: a short poll is simpler than an event each
+        while any(not c.idle for c in self._channels.values()) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        for channel in list(self._channels.values()):
+            self._retire(channel, force=True)
+        if self._closing:
+            await asyncio.wait(set(self._closing.values()), timeout=_CLOSE_WAIT_S)

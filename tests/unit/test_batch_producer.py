@@ -1,0 +1,185 @@
+"""send_batch and the batch waiter on a fake client producer: all or nothing per batch.
+
+The fake stands in for the C++ client's producer callbacks only (when and with what a
+record's callback is called); publishing and dedup are tested against the real broker
+in tests/integration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import _pulsar
+import pytest
+
+from kop_dedup.protocol.records import KafkaBatch, KafkaRecord
+from kop_dedup.pulsar.failures import SendFailed, translate
+from kop_dedup.pulsar.producers import PartialBatch, PulsarProducer
+
+OK = _pulsar.Result.Ok
+
+
+@dataclass
+class FakeMessageId:
+    ledger: int
+    entry: int
+    index: int
+
+    def ledger_id(self) -> int:
+        return self.ledger
+
+    def entry_id(self) -> int:
+        return self.entry
+
+    def partition(self) -> int:
+        return -1
+
+    def batch_index(self) -> int:
+        return self.index
+
+
+@dataclass
+class FakeRawProducer:
+    """Calls back like the C++ client: refusals at once, answers after a flush, from
+    another thread, in record order."""
+
+    refuse_at: int | None = None
+    refusal: _pulsar.Result = _pulsar.Result.ProducerQueueIsFull
+    results: dict[int, _pulsar.Result] = field(default_factory=dict)
+    """Answer per record index of the flushed entry (default Ok)."""
+    duplicate: bool = False
+    split_at: int | None = None
+    pending: list[Any] = field(default_factory=list)
+    flushes: int = 0
+    sent: int = 0
+
+    def send_async(self, _msg: Any, callback: Any) -> None:
+        if self.refuse_at is not None and self.sent >= self.refuse_at:
+            callback(self.refusal, FakeMessageId(-1, -1, -1))
+            return
+        self.sent += 1
+        self.pending.append(callback)
+
+    def flush_async(self, _callback: Any) -> None:
+        self.flushes += 1
+        callbacks, self.pending = self.pending, []
+
+        def answer() -> None:
+            ledger, entry = (-1, -1) if self.duplicate else (12, 3)
+            for i, cb in enumerate(callbacks):
+                index = i if self.split_at is None else i % self.split_at
+                cb(self.results.get(i, OK), FakeMessageId(ledger, entry, index))
+
+        threading.Thread(target=answer).start()
+
+
+class FakeAsyncProducer:
+    def __init__(self, raw: FakeRawProducer) -> None:
+        self._producer = raw
+
+
+def make(n: int) -> KafkaBatch:
+    records = tuple(KafkaRecord(None, f"v{i}".encode()) for i in range(n))
+    return KafkaBatch("t", 0, 7, 0, 0, n - 1, records)
+
+
+def producer(raw: FakeRawProducer, capacity: int = 100) -> PulsarProducer:
+    return PulsarProducer(
+        FakeAsyncProducer(raw), "persistent://p/n/t-partition-0", "kop-7-0", capacity
+    )
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+def test_a_whole_batch_is_one_flush_and_answered_with_its_first_records_position():
+    async def go() -> Any:
+        raw = FakeRawProducer()
+        p = producer(raw)
+        future = p.send_batch(make(4), 4)
+        assert (p.queued, p.outstanding, p.room) == (4, 1, 96)
+        receipt = await future
+        assert (p.queued, p.outstanding) == (0, 0)
+        return raw.flushes, receipt
+
+    flushes, receipt = run(go())
+    assert flushes == 1
+    assert receipt.message_id == "12:3:-1:0"
+    assert not receipt.duplicate
+
+
+def test_a_duplicate_entry_is_answered_minus_one_minus_one():
+    async def go() -> Any:
+        return await producer(FakeRawProducer(duplicate=True)).send_batch(make(3), 3)
+
+    receipt = run(go())
+    assert receipt.duplicate
+    assert receipt.message_id is None
+
+
+def test_a_first_record_refused_raises_at_once_and_enqueues_nothing():
+    async def go() -> Any:
+        raw = FakeRawProducer(refuse_at=0)
+        p = producer(raw)
+        with pytest.raises(SendFailed) as caught:
+            p.send_batch(make(3), 3)
+        return raw, p, caught.value
+
+    raw, p, exc = run(go())
+    assert (raw.sent, raw.flushes, p.queued, p.outstanding) == (0, 0, 0, 0)
+    assert exc.result == _pulsar.Result.ProducerQueueIsFull
+    assert translate(exc, "publish").retriable
+
+
+def test_a_record_refused_after_others_were_enqueued_is_a_partial_batch_never_an_ok():
+    async def go() -> Any:
+        raw = FakeRawProducer(refuse_at=2)
+        with pytest.raises(PartialBatch) as caught:
+            producer(raw).send_batch(make(5), 5)
+        return caught.value
+
+    exc = run(go())
+    assert exc.enqueued == 2
+    assert "may be stored" in str(exc)
+
+
+@pytest.mark.parametrize("failing", [0, 2])
+def test_any_records_failure_in_the_entry_fails_the_whole_batch(failing):
+    async def go() -> Any:
+        raw = FakeRawProducer(results={failing: _pulsar.Result.Timeout})
+        with pytest.raises(SendFailed) as caught:
+            await producer(raw).send_batch(make(4), 4)
+        return caught.value
+
+    exc = run(go())
+    assert exc.result == _pulsar.Result.Timeout
+    assert translate(exc, "publish").errno == 7
+
+
+def test_a_batch_larger_than_the_room_left_is_refused_before_anything_is_enqueued():
+    async def go() -> Any:
+        raw = FakeRawProducer()
+        p = producer(raw, capacity=5)
+        first = p.send_batch(make(3), 3)
+        with pytest.raises(SendFailed):
+            p.send_batch(make(3), 6)
+        assert raw.sent == 3
+        await first
+        await p.send_batch(make(5), 8)  # room again once the first was answered
+        return raw.sent
+
+    assert run(go()) == 8
+
+
+def test_a_batch_split_across_entries_is_reported(caplog):
+    async def go() -> Any:
+        return await producer(FakeRawProducer(split_at=2)).send_batch(make(3), 3)
+
+    with caplog.at_level(logging.ERROR):
+        run(go())
+    assert "split across Pulsar entries" in caplog.text

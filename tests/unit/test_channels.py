@@ -1,0 +1,183 @@
+"""The channel manager's lifecycle (lease, open, evict, retire, reopen) on fakes.
+
+The fakes stand in for producer creation and closing only; publishing and dedup are
+tested against the real broker in tests/integration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from kop_dedup import errors
+from kop_dedup.produce.channels import Channel, ChannelManager
+from kop_dedup.pulsar.naming import Naming
+
+TOPIC = "persistent://public/kafka/t-partition-0"
+
+
+class FakeProducer:
+    def __init__(self, name: str, mark: int, log: list[str]) -> None:
+        self.name, self._mark, self._log = name, mark, log
+        self.room = 100
+
+    def last_sequence_id(self) -> int:
+        return self._mark
+
+    async def close(self) -> None:
+        self._log.append(f"close {self.name}")
+        await asyncio.sleep(0.01)
+        self._log.append(f"closed {self.name}")
+
+
+class FakePublisher:
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.marks: dict[str, int] = {}
+
+    async def create(self, topic: str, name: str | None, *, capacity: int) -> FakeProducer:
+        self.log.append(f"create {name}")
+        return FakeProducer(name or "anon", self.marks.get(name or "", -1), self.log)
+
+
+class FakeAdmin:
+    def __init__(self) -> None:
+        self.dedup = (True, "namespace")
+
+    async def effective_deduplication(self, topic: str) -> tuple[bool, str]:
+        return self.dedup
+
+
+def manager(max_open: int = 10, **over: Any) -> tuple[ChannelManager, FakePublisher, list]:
+    lost: list[tuple[Channel, int | None, int]] = []
+    publisher = FakePublisher()
+    mgr = ChannelManager(
+        publisher,  # type: ignore[arg-type]
+        over.pop("admin", FakeAdmin()),  # type: ignore[arg-type]
+        Naming("public", "kafka", "kop"),
+        queue_records=100,
+        max_open=max_open,
+        idle_seconds=300,
+        remember=100,
+        on_state_lost=lambda c, b, r: lost.append((c, b, r)),
+    )
+    return mgr, publisher, lost
+
+
+def deadline() -> float:
+    return time.monotonic() + 5
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+async def opened(mgr: ChannelManager, key: tuple[str, int, int]) -> Channel:
+    channel = mgr.lease(key, "t")
+    await mgr.ensure_open(channel, deadline())
+    return channel
+
+
+def test_an_evicted_channel_is_never_handed_out_again_and_its_name_closes_before_reopening():
+    async def go() -> tuple[Channel, Channel, list[str]]:
+        mgr, publisher, _ = manager(max_open=1)
+        a = await opened(mgr, (TOPIC, 7, 0))
+        mgr.release(a)
+        b = mgr.lease((TOPIC, 8, 0), "t")  # over the limit: the idle one goes, in this step
+        assert a.closed
+        again = await opened(mgr, (TOPIC, 7, 0))
+        mgr.release(b)
+        mgr.release(again)
+        await mgr.close()
+        return a, again, publisher.log
+
+    a, again, log = run(go())
+    assert again is not a
+    assert again.producer is None  # closed at shutdown
+    # the broker refuses a second holder of a name: the old producer closed first
+    assert log.index("closed kop-7-0") < log.index("create kop-7-0", log.index("close kop-7-0"))
+
+
+def test_a_leased_channel_is_neither_evicted_nor_retired():
+    async def go() -> Channel:
+        mgr, _, _ = manager(max_open=1)
+        held = await opened(mgr, (TOPIC, 7, 0))  # a batch holds it
+        mgr.lease((TOPIC, 8, 0), "t")
+        mgr.note_epoch_with_state(TOPIC, 7, 0)
+        mgr.note_epoch_with_state(TOPIC, 7, 1)  # a newer epoch would retire older idle ones
+        assert not held.closed
+        assert held.producer is not None
+        return held
+
+    run(go())
+
+
+def test_idle_channels_of_older_epochs_close_when_a_newer_epoch_has_state():
+    async def go() -> tuple[Channel, Channel]:
+        mgr, _, _ = manager()
+        old = await opened(mgr, (TOPIC, 7, 0))
+        mgr.release(old)
+        mgr.note_epoch_with_state(TOPIC, 7, 0)
+        other = await opened(mgr, (TOPIC, 9, 0))
+        mgr.release(other)
+        mgr.note_epoch_with_state(TOPIC, 7, 1)
+        return old, other
+
+    old, other = run(go())
+    assert old.closed
+    assert not other.closed
+
+
+def test_a_channel_in_flight_is_not_idle():
+    async def go() -> bool:
+        mgr, _, _ = manager(max_open=1)
+        busy = await opened(mgr, (TOPIC, 7, 0))
+        busy.state.in_flight = 1
+        mgr.release(busy)
+        mgr.lease((TOPIC, 8, 0), "t")
+        return busy.closed
+
+    assert run(go()) is False
+
+
+def test_reopening_a_name_the_broker_forgot_is_reported_and_the_memory_kept():
+    async def go() -> tuple[Channel, list]:
+        mgr, publisher, lost = manager(max_open=1)
+        publisher.marks["kop-7-0"] = 10  # Pulsar sequence id 10: extended sequence 9
+        a = await opened(mgr, (TOPIC, 7, 0))
+        assert a.state.persisted == 9
+        mgr.release(a)
+        mgr.release(mgr.lease((TOPIC, 8, 0), "t"))  # evicts a, remembering 9
+        publisher.marks["kop-7-0"] = -1  # the broker forgot the name
+        again = await opened(mgr, (TOPIC, 7, 0))
+        return again, lost
+
+    again, lost = run(go())
+    assert again.state.persisted == 9
+    assert again.state.broker_mark is None
+    assert [(b, r) for _, b, r in lost] == [(None, 9)]
+
+
+def test_a_topic_with_deduplication_off_is_refused_when_its_channel_opens():
+    async def go() -> None:
+        admin = FakeAdmin()
+        admin.dedup = (False, "topic")
+        mgr, _, _ = manager(admin=admin)
+        channel = mgr.lease((TOPIC, 7, 0), "t")
+        await mgr.ensure_open(channel, deadline())
+
+    with pytest.raises(errors.KafkaStorageError, match=r"deduplication is off.*topic policy"):
+        run(go())
+
+
+def test_the_plain_channel_needs_no_deduplication():
+    async def go() -> Channel:
+        admin = FakeAdmin()
+        admin.dedup = (False, "topic")
+        mgr, _, _ = manager(admin=admin)
+        return await opened(mgr, (TOPIC, -1, -1))
+
+    assert run(go()).producer is not None
