@@ -75,8 +75,8 @@ class Settings(BaseSettings):
     """Topic names counted by name in /v1/stats and /metrics (a label each); batches to
     further names are counted under ``~other``, to invalid names under ``~invalid``."""
     stats_max_producers: int = Field(default=10_000, ge=1)
-    """Producer ids whose counters /v1/stats/producers keeps: the most recently active;
-    the least recently active is dropped first (counted in ``producersEvicted``)."""
+    """Producer ids whose counters /v1/stats/producers keeps: the most recently used;
+    the least recently used is dropped first (counted in ``producersEvicted``)."""
 
     # -- HTTP
     host: str = "127.0.0.1"

@@ -98,7 +98,7 @@ def test_hostile_and_thousands_of_topic_names_leave_metrics_parseable_and_bounde
 
 
 def test_producer_counters_are_bounded_and_evictions_reported(pulsar):
-    """Issue 10 item 6: per-producer counters keep the most recently active ids."""
+    """Issue 10 item 6: per-producer counters keep the most recently used ids."""
     topic = uniq("lru")
     with (
         ThreadSidecar(pulsar, stats_max_producers=2) as sc,

@@ -202,7 +202,7 @@ def test_the_exposition_parses_and_carries_every_counter_and_gauge():
 # -- item 6: per-producer counters are bounded ---------------------------------------------
 
 
-def test_producer_counters_keep_the_most_recently_active_and_count_evictions():
+def test_producer_counters_keep_the_most_recently_used_and_count_evictions():
     stats = Stats(max_producers=3)
     for pid in (1, 2, 3):
         stats.record("t", pid, 0, None, 1, 0.0)

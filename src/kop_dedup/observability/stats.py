@@ -27,19 +27,21 @@ outside Kafka's alphabet). A counted name is never dropped: a Prometheus
 counter that vanished and came back would read as a reset.
 
 Producer ids are REST-only, so they are bounded differently: the counters of
-the ``max_producers`` most recently active ids are kept (least recently
-active evicted first); evictions are counted in ``producersEvicted``. An
-evicted id that comes back starts from zero.
+the ``max_producers`` most recently used ids are kept (a batch counted or a
+lookup by ``/v1/stats/producers`` uses them; the least recently used is
+evicted first, see :class:`~kop_dedup.bounded.BoundedMap`); evictions are
+counted in ``producersEvicted``. An evicted id that comes back starts from
+zero.
 """
 
 from __future__ import annotations
 
 import bisect
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from kop_dedup import errors
+from kop_dedup.bounded import BoundedMap
 from kop_dedup.pulsar.naming import validate_topic
 
 __all__ = [
@@ -127,9 +129,8 @@ class Stats:
         self.by_topic: dict[str, Counters] = {}
         """Counters by topic label: at most ``max_topics`` names and the two fixed labels."""
         self._named_topics = 0
-        self.by_producer: OrderedDict[int, ProducerCounters] = OrderedDict()
-        """Counters by producer id, least recently active first, at most ``max_producers``."""
-        self.producers_evicted = 0
+        self.by_producer = BoundedMap[int, ProducerCounters](max_producers)
+        """Counters by producer id, least recently used first, at most ``max_producers``."""
         self._latency_counts = [0] * (len(_BUCKETS_S) + 1)
         self.latency_sum = 0.0
         self.last_dedup_state_lost: dict[str, object] | None = None
@@ -157,16 +158,16 @@ class Stats:
             self._named_topics += 1
         return self.by_topic.setdefault(label, Counters())
 
+    @property
+    def producers_evicted(self) -> int:
+        """Producer ids whose counters were dropped to keep ``max_producers``."""
+        return self.by_producer.dropped
+
     def _producer(self, producer_id: int) -> ProducerCounters:
-        """The id's counters, now the most recently active; evicts the least if full."""
+        """The id's counters, now the most recently used; evicts the least if full."""
         counters = self.by_producer.get(producer_id)
-        if counters is not None:
-            self.by_producer.move_to_end(producer_id)
-            return counters
-        counters = self.by_producer[producer_id] = ProducerCounters()
-        if len(self.by_producer) > self.max_producers:
-            self.by_producer.popitem(last=False)
-            self.producers_evicted += 1
+        if counters is None:
+            counters = self.by_producer[producer_id] = ProducerCounters()
         return counters
 
     def record(

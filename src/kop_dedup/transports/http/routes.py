@@ -281,7 +281,7 @@ async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
     ``highestEpoch`` is the higher of the epoch registry's record (``registry``:
     epochs raised through any sidecar) and the highest epoch of this id's batches
     stored or answered duplicate here (``batches``); ``highestEpochSource`` says
-    which (``registry`` on a tie). Counters are kept for the most recently active
+    which (``registry`` on a tie). Counters are kept for the most recently used
     ids only (``KOP_DEDUP_STATS_MAX_PRODUCERS``).
     """
     counters = runtime.stats.by_producer.get(producer_id)
