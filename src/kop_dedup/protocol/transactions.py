@@ -1,0 +1,316 @@
+"""The transaction state machine of one transactional id, as pure data (Kafka's
+``TransactionMetadata``): every transition the coordinator may make, and the Kafka
+error for each one it may not.
+
+The coordinator (``kop_dedup.coordination.transactions``) loads a
+:class:`Transaction` from the transaction log, asks a function here for the next
+one, writes that durably, and only then acts on it. Nothing here does I/O or reads a
+clock; times are milliseconds passed in.
+
+States (KIP-98)::
+
+    Empty --produce/offsets--> Ongoing --end(commit)--> PrepareCommit --copy--> CompleteCommit
+                                  |     --end(abort)---> PrepareAbort ---------> CompleteAbort
+                                  |     --init/timeout-> PrepareEpochFence ----> CompleteAbort
+    Complete* --produce/offsets--> Ongoing (the next transaction: ordinal + 1)
+
+``ordinal`` counts the transactions of a transactional id; with the id it names one
+transaction for good, and every journaled batch and copied record carries it.
+
+>>> t = Transaction("app", producer_id=7, producer_epoch=0, timeout_ms=60_000)
+>>> t = join(t, 7, 0, Partition("orders", 0, "start"), now_ms=10)
+>>> (t.state, t.ordinal, [p.key for p in t.partitions])
+(<TxnState.ONGOING: 'Ongoing'>, 1, [('orders', 0)])
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from kop_dedup import errors
+from kop_dedup.protocol.records import MAX_EPOCH
+
+__all__ = [
+    "EndCheck",
+    "Offset",
+    "Partition",
+    "Transaction",
+    "TxnState",
+    "check_end",
+    "complete",
+    "fence",
+    "init",
+    "join",
+    "prepare",
+    "stage_offsets",
+    "timed_out",
+]
+
+
+class TxnState(enum.Enum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+    @property
+    def preparing(self) -> bool:
+        """A decision is durable and being applied."""
+        return self in _PREPARING
+
+    @property
+    def complete(self) -> bool:
+        return self in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+    @property
+    def open(self) -> bool:
+        """Ongoing or decided but not yet applied: listed by ``GET /v1/transactions``."""
+        return self is TxnState.ONGOING or self.preparing
+
+    @property
+    def commits(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
+
+
+_PREPARING = frozenset(
+    {TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A data partition the transaction wrote to, and where its batches lie in the
+    partition's journal: after ``journal_start`` (the journal's last position when the
+    partition joined; None: the journal was empty) and, once decided, up to
+    ``journal_end``. ``data_start`` is the data partition's last position at the
+    decision: a recovery that must look for copies looks after it."""
+
+    topic: str
+    partition: int
+    journal_start: str | None
+    journal_end: str | None = None
+    data_start: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+
+@dataclass(frozen=True, slots=True)
+class Offset:
+    """A consumer-group offset staged in the transaction (sendOffsetsToTransaction)."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.group, self.topic, self.partition
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """What the coordinator knows of one transactional id."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    ordinal: int = 0
+    """The current (or last) transaction's number for this transactional id."""
+    partitions: tuple[Partition, ...] = ()
+    offsets: tuple[Offset, ...] = ()
+    started_ms: int = 0
+    """When the current transaction began (its timeout counts from there)."""
+    updated_ms: int = 0
+    check_back_url: str | None = None
+    check_backs: int = 0
+    """Times the application was asked about this (timed-out) transaction."""
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def partition(self, topic: str, partition: int) -> Partition | None:
+        return next((p for p in self.partitions if p.key == (topic, partition)), None)
+
+
+def _check_producer(txn: Transaction, producer_id: int, epoch: int, *, on_produce: bool) -> None:
+    """Kafka: another producer id -> 49; an older epoch -> 47 on produce, 90 on the
+    transaction calls; a newer one than the coordinator knows is refused too (only the
+    coordinator bumps a transactional producer's epoch)."""
+    if producer_id != txn.producer_id:
+        raise errors.InvalidProducerIdMapping(
+            f"transactional id {txn.transactional_id!r} maps to producer {txn.producer_id}, "
+            f"not {producer_id}; call init-producer-id"
+        )
+    if epoch != txn.producer_epoch:
+        fenced = errors.InvalidProducerEpoch if on_produce else errors.ProducerFenced
+        raise fenced(
+            f"producer {producer_id} epoch {epoch} is fenced: transactional id "
+            f"{txn.transactional_id!r} is at epoch {txn.producer_epoch}"
+        )
+
+
+def _busy(txn: Transaction) -> errors.ConcurrentTransactions:
+    return errors.ConcurrentTransactions(
+        f"transaction {txn.ordinal} of {txn.transactional_id!r} is {txn.state.value}: "
+        "retry once it is complete"
+    )
+
+
+def init(
+    txn: Transaction | None,
+    transactional_id: str,
+    *,
+    timeout_ms: int,
+    check_back_url: str | None,
+    now_ms: int,
+    new_producer_id: int | None,
+) -> Transaction:
+    """InitProducerId: the next epoch (or a new producer id past epoch 32767, or for a
+    new transactional id). Raises ConcurrentTransactions while a decision is applied;
+    an Ongoing transaction must be fenced first (:func:`fence`)."""
+    if txn is not None and txn.state.preparing:
+        raise _busy(txn)
+    if txn is not None and txn.state is TxnState.ONGOING:
+        raise _busy(txn)  # the caller fences it first (and answers 51 itself)
+    exhausted = txn is not None and txn.producer_epoch >= MAX_EPOCH
+    if txn is None or exhausted:
+        if new_producer_id is None:
+            raise ValueError("a new producer id is needed")
+        pid, epoch = new_producer_id, 0
+    else:
+        pid, epoch = txn.producer_id, txn.producer_epoch + 1
+    base = txn or Transaction(transactional_id, pid, epoch, timeout_ms)
+    return replace(
+        base,
+        producer_id=pid,
+        producer_epoch=epoch,
+        timeout_ms=timeout_ms,
+        state=TxnState.EMPTY if txn is None else base.state,
+        check_back_url=check_back_url,
+        check_backs=0,
+        updated_ms=now_ms,
+    )
+
+
+def needs_new_producer_id(txn: Transaction | None) -> bool:
+    return txn is None or txn.producer_epoch >= MAX_EPOCH
+
+
+def _begin(txn: Transaction, now_ms: int) -> Transaction:
+    """Start the next transaction if none is open (protocol v2: no separate begin call)."""
+    if txn.state is TxnState.ONGOING:
+        return txn
+    return replace(
+        txn,
+        state=TxnState.ONGOING,
+        ordinal=txn.ordinal + 1,
+        partitions=(),
+        offsets=(),
+        started_ms=now_ms,
+        check_backs=0,
+    )
+
+
+def join(
+    txn: Transaction, producer_id: int, epoch: int, partition: Partition, *, now_ms: int
+) -> Transaction:
+    """A transactional batch for ``partition``: start the transaction if none is open,
+    and add the partition if it is new. Errors as Kafka's produce path answers them."""
+    _check_producer(txn, producer_id, epoch, on_produce=True)
+    if txn.state.preparing:
+        raise _busy(txn)
+    txn = _begin(txn, now_ms)
+    if txn.partition(partition.topic, partition.partition) is not None:
+        return txn
+    return replace(txn, partitions=(*txn.partitions, partition), updated_ms=now_ms)
+
+
+def stage_offsets(
+    txn: Transaction, producer_id: int, epoch: int, offsets: Iterable[Offset], *, now_ms: int
+) -> Transaction:
+    """TxnOffsetCommit: stage offsets in the transaction (the latest per partition wins)."""
+    _check_producer(txn, producer_id, epoch, on_produce=False)
+    if txn.state.preparing:
+        raise _busy(txn)
+    txn = _begin(txn, now_ms)
+    staged = {o.key: o for o in txn.offsets}
+    staged.update({o.key: o for o in offsets})
+    return replace(txn, offsets=tuple(staged.values()), updated_ms=now_ms)
+
+
+class EndCheck(enum.Enum):
+    PROCEED = "proceed"
+    """Ongoing: gather the journal ends, then :func:`prepare`."""
+    DONE = "done"
+    """The same decision completed already: answer 0."""
+
+
+def check_end(txn: Transaction | None, producer_id: int, epoch: int, commit: bool) -> EndCheck:
+    """EndTxn, before any I/O: may the decision be taken, or was it taken already?"""
+    if txn is None:
+        raise errors.InvalidProducerIdMapping("no transaction is known for this transactional id")
+    _check_producer(txn, producer_id, epoch, on_produce=False)
+    want = "commit" if commit else "abort"
+    if txn.state is TxnState.ONGOING:
+        return EndCheck.PROCEED
+    if txn.state.complete and txn.state.commits == commit:
+        return EndCheck.DONE
+    if txn.state.preparing and txn.state.commits == commit:
+        raise _busy(txn)
+    raise errors.InvalidTxnState(
+        f"cannot {want}: transaction {txn.ordinal} of {txn.transactional_id!r} is {txn.state.value}"
+    )
+
+
+def prepare(
+    txn: Transaction,
+    commit: bool,
+    ends: dict[tuple[str, int], tuple[str | None, str | None]],
+    *,
+    now_ms: int,
+) -> Transaction:
+    """The decision: PrepareCommit or PrepareAbort, naming each partition's journal end
+    and data start (``ends``: (topic, partition) -> (journal_end, data_start))."""
+    if txn.state is not TxnState.ONGOING and txn.state is not TxnState.PREPARE_EPOCH_FENCE:
+        raise errors.InvalidTxnState(f"cannot prepare from {txn.state.value}")
+    partitions = []
+    for p in txn.partitions:
+        journal_end, data_start = ends.get(p.key, (None, None))
+        partitions.append(replace(p, journal_end=journal_end, data_start=data_start))
+    state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+    if txn.state is TxnState.PREPARE_EPOCH_FENCE:
+        state = TxnState.PREPARE_EPOCH_FENCE
+    return replace(txn, state=state, partitions=tuple(partitions), updated_ms=now_ms)
+
+
+def fence(txn: Transaction, *, now_ms: int) -> Transaction:
+    """Fence the producer of an Ongoing transaction (a new init, or its timeout): bump
+    the epoch; the transaction will be aborted. At epoch 32767 the epoch stays (the next
+    init moves to a new producer id)."""
+    if txn.state is not TxnState.ONGOING:
+        raise errors.InvalidTxnState(f"cannot fence a transaction that is {txn.state.value}")
+    epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
+    return replace(txn, producer_epoch=epoch, state=TxnState.PREPARE_EPOCH_FENCE, updated_ms=now_ms)
+
+
+def complete(txn: Transaction, *, now_ms: int) -> Transaction:
+    """The decision is applied (copied and offsets written, or nothing for an abort)."""
+    if not txn.state.preparing:
+        raise errors.InvalidTxnState(f"cannot complete a transaction that is {txn.state.value}")
+    commit = txn.state is TxnState.PREPARE_COMMIT
+    state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+    return replace(txn, state=state, updated_ms=now_ms)
+
+
+def timed_out(txn: Transaction, now_ms: int) -> bool:
+    """Ongoing for longer than its timeout."""
+    return txn.state is TxnState.ONGOING and now_ms - txn.started_ms >= txn.timeout_ms

@@ -1,0 +1,140 @@
+"""The transaction state machine (Kafka's TransactionMetadata rules) as pure data."""
+
+from __future__ import annotations
+
+import pytest
+
+from kop_dedup import errors
+from kop_dedup.protocol.records import MAX_EPOCH
+from kop_dedup.protocol.transactions import (
+    EndCheck,
+    Offset,
+    Partition,
+    Transaction,
+    TxnState,
+    check_end,
+    complete,
+    fence,
+    init,
+    join,
+    prepare,
+    stage_offsets,
+    timed_out,
+)
+
+
+def fresh() -> Transaction:
+    return init(None, "app", timeout_ms=1000, check_back_url=None, now_ms=0, new_producer_id=7)
+
+
+def ongoing(*partitions: tuple[str, int], now_ms: int = 100) -> Transaction:
+    t = fresh()
+    for topic, partition in partitions or (("orders", 0),):
+        t = join(t, 7, 0, Partition(topic, partition, None), now_ms=now_ms)
+    return t
+
+
+def test_a_new_transactional_id_gets_a_new_producer_id_at_epoch_zero():
+    t = fresh()
+    assert (t.producer_id, t.producer_epoch, t.state, t.ordinal) == (7, 0, TxnState.EMPTY, 0)
+
+
+def test_init_bumps_the_epoch_and_past_32767_moves_to_a_new_producer_id():
+    again = init(
+        fresh(), "app", timeout_ms=5, check_back_url="http://x", now_ms=1, new_producer_id=None
+    )
+    assert (again.producer_id, again.producer_epoch, again.timeout_ms) == (7, 1, 5)
+    top = Transaction("app", 7, MAX_EPOCH, 1000)
+    moved = init(top, "app", timeout_ms=5, check_back_url=None, now_ms=1, new_producer_id=8)
+    assert (moved.producer_id, moved.producer_epoch) == (8, 0)
+
+
+def test_the_first_batch_starts_a_transaction_and_new_partitions_join_it():
+    t = ongoing(("orders", 0), ("orders", 1), ("orders", 0))
+    assert t.state is TxnState.ONGOING
+    assert t.ordinal == 1
+    assert [p.key for p in t.partitions] == [("orders", 0), ("orders", 1)]
+    assert t.started_ms == 100
+
+
+@pytest.mark.parametrize(
+    ("pid", "epoch", "code"),
+    [(8, 0, errors.InvalidProducerIdMapping), (7, 1, errors.InvalidProducerEpoch)],
+)
+def test_produce_with_another_producer_id_or_epoch_is_refused(pid, epoch, code):
+    with pytest.raises(code):
+        join(fresh(), pid, epoch, Partition("t", 0, None), now_ms=1)
+
+
+def test_transaction_calls_at_an_old_epoch_are_producer_fenced():
+    t = fence(ongoing(), now_ms=5)
+    with pytest.raises(errors.ProducerFenced):
+        check_end(t, 7, 0, commit=True)
+    with pytest.raises(errors.ProducerFenced):
+        stage_offsets(t, 7, 0, [], now_ms=6)
+
+
+def test_init_while_ongoing_or_deciding_is_concurrent_transactions():
+    for t in (ongoing(), prepare(ongoing(), True, {}, now_ms=2)):
+        with pytest.raises(errors.ConcurrentTransactions):
+            init(t, "app", timeout_ms=1, check_back_url=None, now_ms=3, new_producer_id=None)
+
+
+def test_fencing_an_ongoing_transaction_bumps_the_epoch_and_ends_in_abort():
+    t = fence(ongoing(), now_ms=5)
+    assert (t.state, t.producer_epoch) == (TxnState.PREPARE_EPOCH_FENCE, 1)
+    done = complete(prepare(t, False, {}, now_ms=6), now_ms=7)
+    assert done.state is TxnState.COMPLETE_ABORT
+    retry = init(done, "app", timeout_ms=1, check_back_url=None, now_ms=8, new_producer_id=None)
+    assert retry.producer_epoch == 2
+
+
+def test_end_txn_decides_once_and_a_retry_of_the_same_decision_answers_done():
+    t = ongoing()
+    assert check_end(t, 7, 0, commit=True) is EndCheck.PROCEED
+    decided = prepare(t, True, {("orders", 0): ("1:2:-1", "3:4:-1")}, now_ms=200)
+    assert decided.state is TxnState.PREPARE_COMMIT
+    assert decided.partitions[0].journal_end == "1:2:-1"
+    with pytest.raises(errors.ConcurrentTransactions):
+        check_end(decided, 7, 0, commit=True)
+    with pytest.raises(errors.InvalidTxnState):
+        check_end(decided, 7, 0, commit=False)
+    done = complete(decided, now_ms=300)
+    assert check_end(done, 7, 0, commit=True) is EndCheck.DONE
+    with pytest.raises(errors.InvalidTxnState):
+        check_end(done, 7, 0, commit=False)
+
+
+def test_end_txn_with_nothing_open_is_invalid_txn_state():
+    with pytest.raises(errors.InvalidTxnState):
+        check_end(fresh(), 7, 0, commit=True)
+
+
+def test_the_next_transaction_starts_after_the_last_completed():
+    done = complete(prepare(ongoing(), True, {}, now_ms=2), now_ms=3)
+    nxt = join(done, 7, 0, Partition("other", 3, "x"), now_ms=10)
+    assert (nxt.state, nxt.ordinal, [p.key for p in nxt.partitions]) == (
+        TxnState.ONGOING,
+        2,
+        [("other", 3)],
+    )
+    assert nxt.started_ms == 10
+
+
+def test_produce_while_a_decision_is_applied_must_wait():
+    with pytest.raises(errors.ConcurrentTransactions):
+        join(prepare(ongoing(), True, {}, now_ms=2), 7, 0, Partition("t", 0, None), now_ms=3)
+
+
+def test_staged_offsets_keep_the_latest_per_partition_and_start_a_transaction():
+    t = stage_offsets(fresh(), 7, 0, [Offset("g", "t", 0, 5), Offset("g", "t", 1, 9)], now_ms=4)
+    t = stage_offsets(t, 7, 0, [Offset("g", "t", 0, 8)], now_ms=5)
+    assert t.state is TxnState.ONGOING
+    assert sorted((o.partition, o.offset) for o in t.offsets) == [(0, 8), (1, 9)]
+
+
+def test_a_transaction_times_out_after_its_timeout_from_its_start():
+    t = ongoing(now_ms=100)
+    assert not timed_out(t, 1099)
+    assert timed_out(t, 1100)
+    assert not timed_out(complete(prepare(t, False, {}, now_ms=1), now_ms=2), 10_000)
