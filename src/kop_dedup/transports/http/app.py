@@ -19,7 +19,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from kop_dedup import __version__
+from kop_dedup import __version__, errors
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
 from kop_dedup.transports.http.admission import ByteBudget
@@ -109,8 +109,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ]
         return JSONResponse(
             {
-                "error": "INVALID_REQUEST",
-                "errorCode": 42,
+                "error": errors.InvalidRequest.name,
+                "errorCode": errors.InvalidRequest.errno,
                 "errorMessage": "; ".join(problems[:20]) or "invalid request body",
                 "detail": [
                     {"loc": e.get("loc"), "msg": e.get("msg"), "type": e.get("type")}
