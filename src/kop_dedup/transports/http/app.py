@@ -23,6 +23,7 @@ from kop_dedup import __version__, errors
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
 from kop_dedup.transports.http.admission import ByteBudget
+from kop_dedup.transports.http.docs import mount_docs
 from kop_dedup.transports.http.routes import body_schemas, router
 
 __all__ = ["create_app"]
@@ -96,11 +97,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Kafka-style idempotent produce over HTTP on Apache Pulsar deduplication",
         lifespan=lifespan,
+        docs_url=None,  # the CDN-loaded pages; see mount_docs
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.admission = ByteBudget(settings.max_inflight_bytes)
     app.state.tokens = settings.http_tokens()
     app.include_router(router)
+    mount_docs(app)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(_request: Request, exc: RequestValidationError) -> JSONResponse:
