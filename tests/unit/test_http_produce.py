@@ -1,72 +1,18 @@
 """POST /v1/produce at the HTTP edge: what reaches the service, what the client is told.
 
-The app runs in-process (no socket, no lifespan) with a stub runtime whose service
-records the batches it is handed and answers each from a script; nothing here
+The app runs in-process with a stub runtime (tests/unit/asgi.py); nothing here
 publishes, so nothing here mocks Pulsar: the publishing path has its own tests.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from kop_dedup import errors
-from kop_dedup.observability.stats import Stats
-from kop_dedup.produce.service import BatchResult
-from kop_dedup.protocol.records import KafkaBatch
-from kop_dedup.settings import Settings
-from kop_dedup.transports.http import create_app
-
-
-class StubService:
-    """Answers every batch through ``answer`` (stored by default) and keeps them."""
-
-    def __init__(self) -> None:
-        self.batches: list[KafkaBatch] = []
-        self.answer: Callable[[KafkaBatch], BatchResult] = lambda b: BatchResult(
-            b.topic, b.partition, None, "1:2:0:-1"
-        )
-
-    async def produce(self, batch: KafkaBatch, deadline: float) -> BatchResult:
-        self.batches.append(batch)
-        return self.answer(batch)
-
-    def open_producers(self) -> int:
-        return 0
-
-
-class StubRuntime:
-    def __init__(self, settings: Settings) -> None:
-        self.settings, self.service, self.stats = settings, StubService(), Stats()
-
-
-class Client:
-    """Requests straight into the ASGI app (no socket, no lifespan), one loop each."""
-
-    def __init__(self, **settings: Any) -> None:
-        s = Settings(pulsar_service_url="pulsar://127.0.0.1:1", **settings)
-        self.app = create_app(s)
-        self.runtime = StubRuntime(s)
-        self.app.state.runtime = self.runtime
-
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        async def go() -> httpx.Response:
-            transport = httpx.ASGITransport(app=self.app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as c:
-                return await c.request(method, path, **kwargs)
-
-        return asyncio.run(go())
-
-    def post(self, path: str, **kwargs: Any) -> httpx.Response:
-        return self.request("POST", path, **kwargs)
-
-    def get(self, path: str, **kwargs: Any) -> httpx.Response:
-        return self.request("GET", path, **kwargs)
+from tests.unit.asgi import Client, StubService
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from kop_dedup import errors
 from kop_dedup.produce.service import BatchResult
+from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.deps import Authorized, RuntimeDep
 from kop_dedup.transports.http.models import (
@@ -159,7 +160,14 @@ def _json(out: ProduceOut) -> Response:
     return Response(out.model_dump_json(), media_type="application/json")
 
 
-def _init_failed(err: errors.KafkaError) -> InitProducerIdOut:
+def _init_answer(
+    err: errors.KafkaError | None, pid: int = -1, epoch: int = -1
+) -> InitProducerIdOut:
+    """The answer to init-producer-id: the id and epoch, or -1/-1 and the error."""
+    if err is None:
+        return InitProducerIdOut(
+            errorCode=errors.NONE_ERRNO, error=errors.NONE_NAME, producerId=pid, producerEpoch=epoch
+        )
     return InitProducerIdOut(
         errorCode=err.errno,
         error=err.name,
@@ -183,7 +191,7 @@ async def init_producer_id(
     """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1."""
     timeout = body.transactionTimeoutMs
     if timeout is not None and not 0 < timeout <= MAX_TRANSACTION_TIMEOUT_MS:
-        return _init_failed(
+        return _init_answer(
             errors.InvalidTransactionTimeout(
                 f"transactionTimeoutMs must be in 1..{MAX_TRANSACTION_TIMEOUT_MS}, got {timeout}"
             )
@@ -195,12 +203,10 @@ async def init_producer_id(
         else:
             pid, epoch = await registry.transactional.init(body.transactionalId)
     except errors.KafkaError as exc:
-        return _init_failed(exc)
-    except Exception as exc:  # Pulsar trouble: retriable, with the reason
-        return _init_failed(
-            errors.NotEnoughReplicas(f"the producer-id registry in Pulsar failed: {exc}")
-        )
-    return InitProducerIdOut(errorCode=0, error="NONE", producerId=pid, producerEpoch=epoch)
+        return _init_answer(exc)
+    except Exception as exc:  # Pulsar trouble: the one translation says which code
+        return _init_answer(translate(exc, "the producer-id registry in Pulsar"))
+    return _init_answer(None, pid, epoch)
 
 
 @router.get("/v1/stats", dependencies=[Authorized], tags=["stats"])
