@@ -323,6 +323,12 @@ def test_auth_tokens_guard_produce_but_not_health(pulsar, tmp_path):
         r = api.post("/v1/init-producer-id", json={}, headers=good)
         assert r.status_code == 200
         assert r.json()["errorCode"] == 0
+        body = {"batches": [batch(uniq("auth"), r.json()["producerId"], 0, 1)]}
+        assert api.post("/v1/produce", json=body).status_code == 401
+        assert api.post("/v1/produce", json=body, headers=wrong).status_code == 403
+        r = api.post("/v1/produce", json=body, headers=good)
+        assert r.status_code == 200
+        assert r.json()["results"][0]["errorCode"] == 0
 
 
 def test_requests_over_the_in_flight_byte_budget_wait_for_earlier_ones(pulsar):

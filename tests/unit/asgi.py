@@ -28,9 +28,13 @@ class StubService:
         self.answer: Callable[[KafkaBatch], BatchResult] = lambda b: BatchResult(
             b.topic, b.partition, None, "1:2:0:-1"
         )
+        self.gate: asyncio.Event | None = None
+        """When set by a test, every batch waits for it before it is answered."""
 
     async def produce(self, batch: KafkaBatch, deadline: float) -> BatchResult:
         self.batches.append(batch)
+        if self.gate is not None:
+            await self.gate.wait()
         return self.answer(batch)
 
     def open_producers(self) -> int:
@@ -70,21 +74,28 @@ class StubRuntime:
 
 
 class Client:
-    """Requests straight into the ASGI app, each on its own event loop."""
+    """Requests straight into the ASGI app: ``post``/``get`` each on its own event loop,
+    ``arequest`` on the caller's.
 
-    def __init__(self, **settings: Any) -> None:
+    ``shortcut=False`` turns the produce endpoint's shortcut off, so that POST
+    /v1/produce takes FastAPI's full path (middleware, router) to the same endpoint.
+    """
+
+    def __init__(self, *, shortcut: bool = True, **settings: Any) -> None:
         s = Settings(pulsar_service_url="pulsar://127.0.0.1:1", **settings)
         self.app = create_app(s)
+        if not shortcut:
+            self.app.hot_path = None  # type: ignore[attr-defined]
         self.runtime = StubRuntime(s)
         self.app.state.runtime = self.runtime
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        async def go() -> httpx.Response:
-            transport = httpx.ASGITransport(app=self.app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as c:
-                return await c.request(method, path, **kwargs)
+    async def arequest(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        transport = httpx.ASGITransport(app=self.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as c:
+            return await c.request(method, path, **kwargs)
 
-        return asyncio.run(go())
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return asyncio.run(self.arequest(method, path, **kwargs))
 
     def post(self, path: str, **kwargs: Any) -> httpx.Response:
         return self.request("POST", path, **kwargs)

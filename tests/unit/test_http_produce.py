@@ -6,7 +6,11 @@ publishes, so nothing here mocks Pulsar: the publishing path has its own tests.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -15,9 +19,10 @@ from kop_dedup import errors
 from tests.unit.asgi import Client, StubService
 
 
-@pytest.fixture
-def client() -> Client:
-    return Client()
+@pytest.fixture(params=["shortcut", "router"])
+def client(request: pytest.FixtureRequest) -> Client:
+    """Every test runs through the produce shortcut and through FastAPI's full path."""
+    return Client(shortcut=request.param == "shortcut")
 
 
 def service(client: Client) -> StubService:
@@ -149,3 +154,108 @@ def test_bad_base64_fails_only_its_own_batch_with_invalid_record(client):
     assert "records[0].value is not valid base64" in results[1]["errorMessage"]
     assert results[1]["messageId"] is None
     assert [(b.topic, b.partition) for b in service(client).batches] == [("t", 0), ("t", 1)]
+
+
+# -- what still applies on the produce path: auth, body limit, byte budget, OpenAPI ----
+
+
+@pytest.mark.parametrize("shortcut", [True, False], ids=["shortcut", "router"])
+def test_produce_demands_a_bearer_token_when_tokens_are_configured(shortcut):
+    client = Client(shortcut=shortcut, auth_tokens=["s3cret"])
+    body = {"batches": [one_batch()]}
+    missing = client.post("/v1/produce", json=body)
+    assert missing.status_code == 401, missing.text
+    assert missing.headers["www-authenticate"] == "Bearer"
+    assert missing.json() == {"detail": "missing bearer token"}
+    wrong = client.post("/v1/produce", json=body, headers={"authorization": "Bearer nope"})
+    assert wrong.status_code == 403, wrong.text
+    assert "invalid_token" in wrong.headers["www-authenticate"]
+    assert service(client).batches == []
+    good = client.post("/v1/produce", json=body, headers={"authorization": "Bearer s3cret"})
+    assert good.status_code == 200, good.text
+    assert len(service(client).batches) == 1
+
+
+@pytest.mark.parametrize("shortcut", [True, False], ids=["shortcut", "router"])
+def test_produce_bodies_over_the_limit_are_413_whether_sized_or_streamed(shortcut):
+    client = Client(shortcut=shortcut, max_request_bytes=1024)
+    raw = json.dumps({"batches": [one_batch(records=[{"value": b64(b"x" * 2000)}])]}).encode()
+    sized = client.post("/v1/produce", content=raw)
+    assert sized.status_code == 413, sized.text
+    assert "KOP_DEDUP_MAX_REQUEST_BYTES" in sized.json()["errorMessage"]
+
+    async def chunks() -> AsyncIterator[bytes]:  # no content-length: chunked
+        for i in range(0, len(raw), 500):
+            yield raw[i : i + 500]
+
+    streamed = client.post("/v1/produce", content=chunks())
+    assert streamed.status_code == 413, streamed.text
+    assert service(client).batches == []
+    assert client.app.state.admission.in_use == 0
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("shortcut", [True, False], ids=["shortcut", "router"])
+def test_a_produce_body_holds_its_size_in_the_budget_from_its_read_until_its_answer(shortcut):
+    client = Client(shortcut=shortcut, max_inflight_bytes=1024)
+    budget = client.app.state.admission
+
+    def body(topic: str) -> bytes:
+        doc = {"batches": [one_batch(topic=topic, records=[{"value": b64(b"x" * 300)}])]}
+        return json.dumps(doc).encode()
+
+    first, second = body("first"), body("second")
+    assert max(len(first), len(second)) <= 1024 < len(first) + len(second)
+
+    async def scenario() -> None:
+        client.runtime.service.gate = gate = asyncio.Event()
+        one = asyncio.create_task(client.arequest("POST", "/v1/produce", content=first))
+        await _until(lambda: len(service(client).batches) == 1)
+        assert budget.in_use == len(first)  # held while the service works on it
+        two = asyncio.create_task(client.arequest("POST", "/v1/produce", content=second))
+        await _until(lambda: budget.waiting == 1)
+        assert [b.topic for b in service(client).batches] == ["first"]  # two waits for room
+        gate.set()
+        answers = [await one, await two]
+        assert [a.status_code for a in answers] == [200, 200]
+        assert [b.topic for b in service(client).batches] == ["first", "second"]
+        assert (budget.in_use, budget.waiting) == (0, 0)
+
+    asyncio.run(scenario())
+
+
+def test_produce_while_the_sidecar_is_starting_is_503():
+    client = Client()
+    del client.app.state.runtime
+    r = client.post("/v1/produce", json={"batches": [one_batch()]})
+    assert r.status_code == 503, r.text
+    assert r.json() == {"detail": "the sidecar is starting"}
+
+
+def test_produce_is_documented_in_the_served_openapi_with_its_models_and_answers():
+    doc = Client().get("/openapi.json").json()
+    op = doc["paths"]["/v1/produce"]["post"]
+    schemas = doc["components"]["schemas"]
+    body_ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    answer_ref = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert (body_ref, answer_ref) == (
+        "#/components/schemas/ProduceIn",
+        "#/components/schemas/ProduceOut",
+    )
+    assert {"ProduceIn", "BatchIn", "RecordIn", "HeaderIn", "ProduceOut", "BatchOut"} <= set(
+        schemas
+    )
+    assert set(op["responses"]) == {"200", "401", "403", "413", "422", "503"}
+    assert set(schemas["BatchIn"]["required"]) == set(REQUIRED_BATCH_FIELDS)
+    assert schemas["RecordIn"]["required"] == ["value"]
+    assert str(errors.InvalidRequest.errno) in op["responses"]["422"]["description"]
+
+
+def test_other_methods_on_produce_are_405():
+    assert Client().get("/v1/produce").status_code == 405

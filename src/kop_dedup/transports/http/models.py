@@ -1,4 +1,11 @@
-"""Pydantic models at the HTTP edge, and their conversion to domain batches.
+"""Pydantic models at the HTTP edge: the documented schema, and its slow decoder.
+
+They are what the OpenAPI document shows, and they read every body but the
+produce bodies the one-pass decoder accepts (produce.py: it decodes straight
+into KafkaBatch and must accept nothing these refuse, see
+tests/unit/test_produce_decoding.py): init-producer-id, the 422's field paths,
+and a produce body with bad base64, whose batches ``to_batch`` converts one by
+one.
 
 JSON field names are Kafka's (camelCase). Keys, values and header values are
 base64 strings or null. Every field Kafka's RecordBatch always carries is
