@@ -31,16 +31,21 @@ The tree::
     +-- InvalidRecord (87)
     +-- ProducerFenced (90)
 
+Success has no class: its code and name are :data:`NONE_ERRNO` and
+:data:`NONE_NAME` (Kafka's ``NONE``, 0).
+
 ``DuplicateSequenceNumber`` is an error code but not a failure: Kafka's Java
 producer and librdkafka both treat it as "already delivered".
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Final
 
 __all__ = [
     "BY_CODE",
+    "NONE_ERRNO",
+    "NONE_NAME",
     "ConcurrentTransactions",
     "CorruptMessage",
     "DuplicateSequenceNumber",
@@ -65,6 +70,11 @@ __all__ = [
     "UnknownTopicOrPartition",
     "error_for_code",
 ]
+
+
+NONE_ERRNO: Final = 0
+NONE_NAME: Final = "NONE"
+"""Kafka's code and name for "no error"."""
 
 
 class KafkaError(Exception):

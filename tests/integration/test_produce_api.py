@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from kop_dedup import errors
 from kop_dedup.pulsar.wire import PROP_EPOCH, PROP_HEADERS, PROP_PRODUCER_ID, PROP_SEQUENCE
 from tests.helpers import b64, batch, new_pid, read_all, uniq
 from tests.sidecar import ThreadSidecar
@@ -246,6 +247,30 @@ def test_malformed_bodies_get_a_4xx_with_a_reason(api):
     assert "producerId" in r.json()["errorMessage"]
 
 
+@pytest.mark.parametrize(
+    ("mutate", "path"),
+    [
+        (lambda b: b.pop("producerEpoch"), "producerEpoch"),
+        (lambda b: b.pop("lastSequence"), "lastSequence"),
+        (lambda b: b["records"][0].pop("value"), "records.0.value"),
+    ],
+    ids=["no-producerEpoch", "no-lastSequence", "record-without-value"],
+)
+def test_a_batch_missing_a_required_field_is_a_422_naming_it_and_stores_nothing(
+    api, pulsar_reader_client, mutate, path
+):
+    """Before: no producerEpoch was stored as epoch 0, no value as a null value, and no
+    lastSequence was answered 87 about a -1 the client never sent."""
+    topic, pid = uniq("missing"), new_pid(api)
+    body = batch(topic, pid, 0, 1)
+    mutate(body)
+    r = api.post("/v1/produce", json={"batches": [body]})
+    assert r.status_code == 422, r.text
+    assert r.json()["errorCode"] == errors.InvalidRequest.errno
+    assert f"body.batches.0.{path}: Field required" in r.json()["errorMessage"]
+    assert not read_all(pulsar_reader_client, f"{NS}/{topic}-partition-0")
+
+
 def test_stats_and_metrics_count_outcomes(api):
     topic, pid = uniq(), new_pid(api)
     produce(api, batch(topic, pid, 0, 2))
@@ -300,6 +325,12 @@ def test_auth_tokens_guard_produce_but_not_health(pulsar, tmp_path):
         r = api.post("/v1/init-producer-id", json={}, headers=good)
         assert r.status_code == 200
         assert r.json()["errorCode"] == 0
+        body = {"batches": [batch(uniq("auth"), r.json()["producerId"], 0, 1)]}
+        assert api.post("/v1/produce", json=body).status_code == 401
+        assert api.post("/v1/produce", json=body, headers=wrong).status_code == 403
+        r = api.post("/v1/produce", json=body, headers=good)
+        assert r.status_code == 200
+        assert r.json()["results"][0]["errorCode"] == 0
 
 
 def test_requests_over_the_in_flight_byte_budget_wait_for_earlier_ones(pulsar):

@@ -48,11 +48,11 @@ class BatchResult:
 
     @property
     def error_code(self) -> int:
-        return 0 if self.error is None else self.error.errno
+        return errors.NONE_ERRNO if self.error is None else self.error.errno
 
     @property
     def error_name(self) -> str:
-        return "NONE" if self.error is None else self.error.name
+        return errors.NONE_NAME if self.error is None else self.error.name
 
 
 class ProduceService:
@@ -131,7 +131,7 @@ class ProduceService:
                     "epoch": batch.producer_epoch,
                     "base_sequence": batch.base_sequence,
                     "records": len(batch.records),
-                    "result": "NONE" if error is None else error.name,
+                    "result": errors.NONE_NAME if error is None else error.name,
                     "reason": None if error is None else error.message,
                     "latency_ms": round(elapsed * 1000, 2),
                 },

@@ -15,7 +15,9 @@ so that 0 never reaches the wire: the synchronous Python client ignores
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated, Any
+
+from msgspec import Meta, Struct
 
 from kop_dedup.errors import InvalidRecord, MessageTooLarge
 
@@ -42,18 +44,34 @@ MAX_EPOCH = 32767
 MAX_PRODUCER_ID = (1 << 63) - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
-    key: str
+Int16 = Annotated[int, Meta(ge=-(1 << 15), le=(1 << 15) - 1)]
+Int32 = Annotated[int, Meta(ge=-(1 << 31), le=(1 << 31) - 1)]
+Int64 = Annotated[int, Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+_REQUIRED: Any = object()
+"""Default of ``KafkaRecord.value`` that ``__post_init__`` refuses: ``value`` must be
+given (``None`` for a tombstone) but comes after the optional ``key``."""
+
+
+# The three record types are frozen msgspec Structs, so that the HTTP edge decodes a
+# produce body straight into them in one pass (rename: camelCase on the wire; unknown
+# fields refused; integer bounds are Kafka's field widths). Python construction is as
+# with a frozen dataclass: positional or by name, immutable, hashable, compared by
+# value. gc=False: they hold only str, bytes, ints and tuples of each other, so they
+# can take part in no reference cycle, and the collector need not track them.
+class Header(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    key: Annotated[str, Meta(max_length=32_767)]
     value: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaRecord:
-    key: bytes | None
-    value: bytes | None
+class KafkaRecord(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    key: bytes | None = None
+    value: bytes | None = _REQUIRED
     headers: tuple[Header, ...] = ()
-    timestamp: int | None = None
+    timestamp: Int64 | None = None
+
+    def __post_init__(self) -> None:
+        if self.value is _REQUIRED:
+            raise TypeError("Object missing required field `value` (None for a tombstone)")
 
     @property
     def size(self) -> int:
@@ -69,14 +87,13 @@ def rec(value: bytes | None, key: bytes | None = None) -> KafkaRecord:
     return KafkaRecord(key=key, value=value)
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaBatch:
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    last_sequence: int
+class KafkaBatch(Struct, frozen=True, rename="camel", forbid_unknown_fields=True, gc=False):
+    topic: Annotated[str, Meta(max_length=1000)]
+    partition: Int32
+    producer_id: Int64
+    producer_epoch: Int16
+    base_sequence: Int32
+    last_sequence: Int32
     records: tuple[KafkaRecord, ...]
 
     @property

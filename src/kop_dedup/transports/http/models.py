@@ -1,9 +1,21 @@
-"""Pydantic models at the HTTP edge, and their conversion to domain batches.
+"""Pydantic models at the HTTP edge: the documented schema, and its slow decoder.
+
+They are what the OpenAPI document shows, and they read every body but the
+produce bodies the one-pass decoder accepts (produce.py: it decodes straight
+into KafkaBatch and must accept nothing these refuse, see
+tests/unit/test_produce_decoding.py): init-producer-id, the 422's field paths,
+and a produce body with bad base64, whose batches ``to_batch`` converts one by
+one.
 
 JSON field names are Kafka's (camelCase). Keys, values and header values are
-base64 strings or null. Shape problems that Kafka reports per batch (bad
-base64, bad counts) are converted into per-batch errors by ``to_batch``, not
-into a 422 for the whole request.
+base64 strings or null. Every field Kafka's RecordBatch always carries is
+required (a non-idempotent batch sends producerId, producerEpoch, baseSequence
+and lastSequence as -1), and so is a record's ``value`` (``null`` is a
+tombstone and must be sent as such); a record's ``key``, ``headers`` and
+``timestamp`` may be left out. Types are strict: ``1.0`` or ``true`` is not an
+integer. Shape problems that Kafka reports per batch (bad base64, bad counts)
+are converted into per-batch errors by ``to_batch``, not into a 422 for the
+whole request.
 """
 
 from __future__ import annotations
@@ -33,31 +45,36 @@ Int64 = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
 Int32 = Annotated[int, Field(ge=-(1 << 31), le=(1 << 31) - 1)]
 Int16 = Annotated[int, Field(ge=-(1 << 15), le=(1 << 15) - 1)]
 B64 = Annotated[str | None, Field(description="base64, or null", examples=["aGVsbG8="])]
+_PLAIN = "; -1 for a non-idempotent batch"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class HeaderIn(_Model):
     key: str = Field(max_length=32_767)
-    value: B64 = None
+    value: B64 = Field(description="base64, or null (required: send null for no value)")
 
 
 class RecordIn(_Model):
-    key: B64 = None
-    value: B64 = None
-    headers: list[HeaderIn] = Field(default_factory=list)
-    timestamp: Int64 | None = Field(default=None, description="epoch milliseconds")
+    key: B64 = Field(default=None, description="base64, or null; absent means null")
+    value: B64 = Field(description="base64, or null for a tombstone (required: send null)")
+    headers: list[HeaderIn] = Field(default_factory=list, description="absent means none")
+    timestamp: Int64 | None = Field(
+        default=None, description="epoch milliseconds; absent or null means none"
+    )
 
 
 class BatchIn(_Model):
     topic: str = Field(max_length=1000, examples=["orders"])
     partition: Int32 = Field(examples=[0])
-    producerId: Int64 = Field(examples=[17], description="-1 for a non-idempotent batch")  # noqa: N815
-    producerEpoch: Int16 = Field(default=0, examples=[0])  # noqa: N815
-    baseSequence: Int32 = Field(default=-1, examples=[0])  # noqa: N815
-    lastSequence: Int32 = Field(default=-1, examples=[0])  # noqa: N815
+    producerId: Int64 = Field(examples=[17], description="from init-producer-id" + _PLAIN)  # noqa: N815
+    producerEpoch: Int16 = Field(examples=[0], description="from init-producer-id" + _PLAIN)  # noqa: N815
+    baseSequence: Int32 = Field(examples=[0], description="the first record's" + _PLAIN)  # noqa: N815
+    lastSequence: Int32 = Field(  # noqa: N815
+        examples=[0], description="baseSequence + records - 1 (mod 2^31)" + _PLAIN
+    )
     records: list[RecordIn]
 
 

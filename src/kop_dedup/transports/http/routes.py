@@ -1,72 +1,50 @@
-"""Routes: HTTP <-> domain only. Codes come from the error classes, never by hand."""
+"""Routes: HTTP <-> domain only. Codes come from the error classes, never by hand.
+
+``POST /v1/produce`` is not here: it is the hot path, a plain ASGI endpoint
+(produce.py) mounted next to this router.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ValidationError
 
 from kop_dedup import errors
 from kop_dedup.observability.metrics import CONTENT_TYPE, render
 from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS
-from kop_dedup.produce.service import BatchResult
+from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.http.admission import ByteBudget
+from kop_dedup.transports.http.answers import (
+    AUTH_RESPONSES,
+    INVALID_RESPONSE,
+    JSON_OBJECT,
+    TOO_LARGE_RESPONSE,
+)
 from kop_dedup.transports.http.deps import Authorized, RuntimeDep
 from kop_dedup.transports.http.models import (
-    BatchIn,
-    BatchOut,
     InitProducerIdIn,
     InitProducerIdOut,
     ProduceIn,
     ProduceOut,
-    to_batch,
 )
 
 __all__ = ["body_schemas", "router"]
 
-_ERROR: dict[str, Any] = {"content": {"application/json": {"schema": {"type": "object"}}}}
-_AUTH: dict[int | str, dict[str, Any]] = {
-    401: {"description": "missing bearer token (when tokens are configured)", **_ERROR},
-    403: {"description": "bearer token not accepted", **_ERROR},
-    503: {"description": "the sidecar is starting", **_ERROR},
-}
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"description": "nothing known about it", **_ERROR}
+    404: {"description": "nothing known about it", **JSON_OBJECT}
 }
-_TOO_LARGE: dict[int | str, dict[str, Any]] = {
-    413: {"description": "body over KOP_DEDUP_MAX_REQUEST_BYTES", **_ERROR}
-}
-
-router = APIRouter(responses=_AUTH)
+router = APIRouter(responses=AUTH_RESPONSES)
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 
 
-def _out(result: BatchResult) -> BatchOut:
-    return BatchOut(
-        topic=result.topic,
-        partition=result.partition,
-        errorCode=result.error_code,
-        error=result.error_name,
-        messageId=result.message_id,
-        errorMessage=None if result.error is None else result.error.message,
-    )
-
-
-_INVALID: dict[int | str, dict[str, Any]] = {
-    422: {
-        "description": "the body is not JSON (or not UTF-8) or not the documented shape: "
-        'error "INVALID_REQUEST", errorCode 42, errorMessage, and detail per problem',
-        **_ERROR,
-    }
-}
 M = TypeVar("M", bound=BaseModel)
 _BODY_MODELS: tuple[type[BaseModel], ...] = (ProduceIn, InitProducerIdIn)
+_ANSWER_MODELS: tuple[type[BaseModel], ...] = (ProduceOut,)
 
 
 def _body_spec(model: type[BaseModel]) -> dict[str, Any]:
@@ -75,93 +53,48 @@ def _body_spec(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def body_schemas() -> dict[str, Any]:
-    """OpenAPI component schemas for the bodies read by hand (see parsed_body)."""
+    """OpenAPI component schemas for the bodies read by hand (see parsed_body and
+    produce.py) and the answers produce.py encodes itself."""
     out: dict[str, Any] = {}
-    for model in _BODY_MODELS:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        out.update(schema.pop("$defs", {}))
-        out[model.__name__] = schema
+    for models, mode in ((_BODY_MODELS, "validation"), (_ANSWER_MODELS, "serialization")):
+        for model in models:
+            schema = model.model_json_schema(
+                ref_template="#/components/schemas/{model}",
+                mode=mode,  # type: ignore[arg-type]
+            )
+            out.update(schema.pop("$defs", {}))
+            out[model.__name__] = schema
     return out
 
 
-def parsed_body(model: type[M], *, budgeted: bool = False) -> Callable[[Request], AsyncIterator[M]]:
+def parsed_body(model: type[M]) -> Callable[[Request], Coroutine[Any, Any, M]]:
     """A dependency that parses and validates the body in one pass with pydantic.
 
-    Faster than FastAPI's json.loads + dict walk on the hot path, and every
-    body problem (not JSON, not UTF-8, wrong shape) becomes one 422 in the
-    house shape: FastAPI's own parser answers a body that is not UTF-8 with a
-    bare 400.
-
-    ``budgeted``: the body's bytes are held from the in-flight budget
-    (``KOP_DEDUP_MAX_INFLIGHT_BYTES``) from before it is parsed until the
-    request is done; the request waits for them. A raw body costs its size,
-    its parsed records many times that, so the wait comes after the read:
-    a client that is slow to send, or not authorized, holds no budget.
+    Every body problem (not JSON, not UTF-8, wrong shape) becomes one 422 in
+    the house shape: FastAPI's own parser answers a body that is not UTF-8
+    with a bare 400.
     """
 
-    async def parse(request: Request) -> AsyncIterator[M]:
+    async def parse(request: Request) -> M:
         raw = await request.body()
-        budget: ByteBudget = request.app.state.admission
-        share = len(raw) if budgeted else 0
-        async with budget.hold(share):
-            try:
-                parsed = model.model_validate_json(raw)
-            except ValidationError as exc:
-                raise RequestValidationError(
-                    [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-                ) from exc
-            yield parsed
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError as exc:
+            raise RequestValidationError(
+                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+            ) from exc
 
     return parse
 
 
-@router.post(
-    "/v1/produce",
-    dependencies=[Authorized],
-    tags=["produce"],
-    openapi_extra=_body_spec(ProduceIn),
-    response_model=ProduceOut,
-    responses={**_TOO_LARGE, **_INVALID},
-)
-async def produce(
-    body: Annotated[ProduceIn, Depends(parsed_body(ProduceIn, budgeted=True))], runtime: RuntimeDep
-) -> Response:
-    """Publish Kafka record batches; one result per batch, in request order.
-
-    Each result carries Kafka's error code: 0 NONE, 46 DUPLICATE_SEQUENCE_NUMBER
-    (already stored: treat as delivered), 45 OUT_OF_ORDER_SEQUENCE_NUMBER,
-    47 INVALID_PRODUCER_EPOCH, 87 INVALID_RECORD, 3/6/7 retriable.
-    """
-    s = runtime.settings
-    if len(body.batches) > s.max_batches_per_request:
-        err = errors.InvalidRequest(
-            f"{len(body.batches)} batches in one request; the limit is {s.max_batches_per_request}"
+def _init_answer(
+    err: errors.KafkaError | None, pid: int = -1, epoch: int = -1
+) -> InitProducerIdOut:
+    """The answer to init-producer-id: the id and epoch, or -1/-1 and the error."""
+    if err is None:
+        return InitProducerIdOut(
+            errorCode=errors.NONE_ERRNO, error=errors.NONE_NAME, producerId=pid, producerEpoch=epoch
         )
-        return _json(
-            ProduceOut(results=[_out(BatchResult(b.topic, b.partition, err)) for b in body.batches])
-        )
-    timeout_ms = min(body.timeoutMs or s.default_timeout_ms, s.max_timeout_ms)
-    deadline = time.monotonic() + timeout_ms / 1000
-    service = runtime.service
-
-    async def one(b: BatchIn) -> BatchResult:
-        try:
-            batch = to_batch(b)
-        except errors.KafkaError as exc:
-            runtime.stats.record(b.topic, b.producerId, b.producerEpoch, exc, len(b.records), 0.0)
-            return BatchResult(b.topic, b.partition, exc)
-        return await service.produce(batch, deadline)
-
-    results = await asyncio.gather(*(one(b) for b in body.batches))
-    return _json(ProduceOut(results=[_out(r) for r in results]))
-
-
-def _json(out: ProduceOut) -> Response:
-    """Serialized once by pydantic; FastAPI would validate and encode the model again."""
-    return Response(out.model_dump_json(), media_type="application/json")
-
-
-def _init_failed(err: errors.KafkaError) -> InitProducerIdOut:
     return InitProducerIdOut(
         errorCode=err.errno,
         error=err.name,
@@ -176,7 +109,7 @@ def _init_failed(err: errors.KafkaError) -> InitProducerIdOut:
     dependencies=[Authorized],
     tags=["produce"],
     openapi_extra=_body_spec(InitProducerIdIn),
-    responses={**_TOO_LARGE, **_INVALID},
+    responses={**TOO_LARGE_RESPONSE, **INVALID_RESPONSE},
 )
 async def init_producer_id(
     body: Annotated[InitProducerIdIn, Depends(parsed_body(InitProducerIdIn))],
@@ -185,7 +118,7 @@ async def init_producer_id(
     """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1."""
     timeout = body.transactionTimeoutMs
     if timeout is not None and not 0 < timeout <= MAX_TRANSACTION_TIMEOUT_MS:
-        return _init_failed(
+        return _init_answer(
             errors.InvalidTransactionTimeout(
                 f"transactionTimeoutMs must be in 1..{MAX_TRANSACTION_TIMEOUT_MS}, got {timeout}"
             )
@@ -197,12 +130,10 @@ async def init_producer_id(
         else:
             pid, epoch = await registry.transactional.init(body.transactionalId)
     except errors.KafkaError as exc:
-        return _init_failed(exc)
-    except Exception as exc:  # Pulsar trouble: retriable, with the reason
-        return _init_failed(
-            errors.NotEnoughReplicas(f"the producer-id registry in Pulsar failed: {exc}")
-        )
-    return InitProducerIdOut(errorCode=0, error="NONE", producerId=pid, producerEpoch=epoch)
+        return _init_answer(exc)
+    except Exception as exc:  # Pulsar trouble: the one translation says which code
+        return _init_answer(translate(exc, "the producer-id registry in Pulsar"))
+    return _init_answer(None, pid, epoch)
 
 
 @router.get("/v1/stats", dependencies=[Authorized], tags=["stats"])
