@@ -9,6 +9,8 @@ from typing import Any
 import httpx
 import pulsar as pulsar_client
 
+from kop_dedup.protocol.records import SEQ_MODULUS
+
 
 def b64(data: bytes | str) -> str:
     if isinstance(data, str):
@@ -33,11 +35,11 @@ def batch(
         "producerId": pid,
         "producerEpoch": epoch,
         "baseSequence": base,
-        "lastSequence": (base + n - 1) % (1 << 31),
+        "lastSequence": (base + n - 1) % SEQ_MODULUS,
         "records": [
             {
-                "key": b64(f"k{(base + i) % (1 << 31)}"),
-                "value": b64(f"{tag}{pid}:{epoch}:{(base + i) % (1 << 31)}"),
+                "key": b64(f"k{(base + i) % SEQ_MODULUS}"),
+                "value": b64(f"{tag}{pid}:{epoch}:{(base + i) % SEQ_MODULUS}"),
             }
             for i in range(n)
         ],

@@ -10,10 +10,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = [
+    "DEFAULT_ADMIN_URL",
+    "DEFAULT_SERVICE_URL",
+    "ENV_ADMIN_URL",
+    "ENV_SERVICE_URL",
+    "add_pulsar_url_options",
+    "main",
+]
+
+ENV_SERVICE_URL = "KOP_DEDUP_PULSAR_SERVICE_URL"
+ENV_ADMIN_URL = "KOP_DEDUP_PULSAR_ADMIN_URL"
+DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
+"""The local broker's (``kop-dedup pulsar start``); the same as Settings' default."""
+DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
 
 # subcommand modules: each has add_cli(subparsers) that sets func=handler(args) -> int
 _COMMANDS = (
@@ -23,6 +37,50 @@ _COMMANDS = (
     "kop_dedup_tools.load",
     "kop_dedup_tools.bench",
 )
+
+
+def add_pulsar_url_options(
+    parser: argparse.ArgumentParser,
+    *,
+    env_defaults: bool = True,
+    optional_admin: bool = False,
+    service_help: str = "Pulsar service URL",
+    admin_help: str = "Pulsar admin (HTTP) URL",
+) -> None:
+    """Add ``--service-url`` and ``--admin-url`` (also spelt ``--pulsar-service-url`` and
+    ``--pulsar-admin-url``), read as ``args.pulsar_service_url`` and
+    ``args.pulsar_admin_url``: the names of the settings they stand for.
+
+    Defaults: ``$KOP_DEDUP_PULSAR_SERVICE_URL`` / ``$KOP_DEDUP_PULSAR_ADMIN_URL``, else
+    the local broker's. ``env_defaults=False`` leaves both None, for a caller that builds
+    :class:`~kop_dedup.settings.Settings` (which reads the environment and ``.env``
+    itself); ``optional_admin=True`` leaves the admin URL None unless given, for a command
+    that works without one.
+    """
+    service = os.environ.get(ENV_SERVICE_URL, DEFAULT_SERVICE_URL) if env_defaults else None
+    admin = (
+        os.environ.get(ENV_ADMIN_URL, DEFAULT_ADMIN_URL)
+        if env_defaults and not optional_admin
+        else None
+    )
+    origin = f" (default ${ENV_SERVICE_URL}, else {DEFAULT_SERVICE_URL})"
+    parser.add_argument(
+        "--service-url",
+        "--pulsar-service-url",
+        dest="pulsar_service_url",
+        default=service,
+        metavar="URL",
+        help=service_help + origin,
+    )
+    origin = "" if optional_admin else f" (default ${ENV_ADMIN_URL}, else {DEFAULT_ADMIN_URL})"
+    parser.add_argument(
+        "--admin-url",
+        "--pulsar-admin-url",
+        dest="pulsar_admin_url",
+        default=admin,
+        metavar="URL",
+        help=admin_help + origin,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,9 +20,7 @@ import asyncio
 import base64
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,19 +30,13 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Cell", "add_cli", "percentile", "render_table"]
+from kop_dedup.cli import add_pulsar_url_options
+from kop_dedup.protocol.records import SEQ_MODULUS
+from kop_dedup_tools.measure import percentile
+from kop_dedup_tools.sidecar import SidecarProcess
+from kop_dedup_tools.topics import create_topic
 
-_SEQ = 1 << 31
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) by linear interpolation; 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+__all__ = ["Cell", "add_cli", "render_table"]
 
 
 @dataclass
@@ -208,7 +200,9 @@ async def _direct_cell(
 
         async def send(i: int, seq: int) -> None:
             last = seq + batch_size - 1
-            batch = KafkaBatch(topic, 0, base_pid + i, 0, seq % _SEQ, last % _SEQ, records)
+            batch = KafkaBatch(
+                topic, 0, base_pid + i, 0, seq % SEQ_MODULUS, last % SEQ_MODULUS, records
+            )
             await prods[i].send_batch(batch, last + 1)
 
         run = await _drive(producers, batch_size, seconds, rate, send)
@@ -220,57 +214,6 @@ async def _direct_cell(
 
 
 # -- sidecar -----------------------------------------------------------------------
-
-
-class _Sidecar:
-    def __init__(self, service_url: str, admin_url: str, **settings: Any) -> None:
-        from kop_dedup_tools.launcher import free_port  # noqa: PLC0415
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "KOP_DEDUP_PULSAR_SERVICE_URL": service_url,
-            "KOP_DEDUP_PULSAR_ADMIN_URL": admin_url,
-            "KOP_DEDUP_PORT": str(self.port),
-            "KOP_DEDUP_LOG_LEVEL": "INFO",  # the default: what a deployment pays
-            "KOP_DEDUP_LOG_FORMAT": "json",
-            **{f"KOP_DEDUP_{k.upper()}": str(v) for k, v in settings.items()},
-        }
-        self.log = tempfile.NamedTemporaryFile(prefix="kop-dedup-bench-", suffix=".log")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kop_dedup", "serve"],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError("the sidecar exited; see " + self.log.name)
-            time.sleep(0.2)
-        import psutil  # noqa: PLC0415
-
-        self.ps = psutil.Process(self.proc.pid)
-
-    def cpu_seconds(self) -> float:
-        t = self.ps.cpu_times()
-        return float(t.user + t.system)
-
-    def rss_mb(self) -> float:
-        return float(self.ps.memory_info().rss) / 2**20
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 class _KeepAlive:
@@ -314,7 +257,7 @@ class _KeepAlive:
 
 
 async def _sidecar_cell(
-    sc: _Sidecar,
+    sc: SidecarProcess,
     topic: str,
     batch_size: int,
     producers: int,
@@ -334,8 +277,8 @@ async def _sidecar_cell(
         async def send(i: int, seq: int) -> None:
             body = (
                 f'{{"batches":[{{"topic":"{topic}","partition":0,"producerId":{pids[i]},'
-                f'"producerEpoch":0,"baseSequence":{seq % _SEQ},'
-                f'"lastSequence":{(seq + batch_size - 1) % _SEQ},"records":[{recs}]}}]}}'
+                f'"producerEpoch":0,"baseSequence":{seq % SEQ_MODULUS},'
+                f'"lastSequence":{(seq + batch_size - 1) % SEQ_MODULUS},"records":[{recs}]}}]}}'
             ).encode()
             status, data = await client.post("/v1/produce", body)
             if status != 200 or json.loads(data)["results"][0]["errorCode"] != 0:
@@ -357,12 +300,16 @@ async def _sidecar_cell(
     )
 
 
-def _create_topic(admin_url: str, namespace: str, topic: str) -> None:
-    r = httpx.put(
-        f"{admin_url}/admin/v2/persistent/{namespace}/{topic}/partitions", json=1, timeout=30
-    )
-    if r.status_code not in (204, 409):
-        raise RuntimeError(r.text)
+def _sidecar(args: argparse.Namespace, **settings: Any) -> SidecarProcess:
+    """A sidecar subprocess logging into the --out dir, at the default log level (what a
+    deployment pays)."""
+    return SidecarProcess(
+        args.pulsar_service_url,
+        args.pulsar_admin_url,
+        log_dir=Path(args.out),
+        log_level="INFO",
+        **settings,
+    ).start()
 
 
 def _say(msg: str) -> None:
@@ -370,7 +317,7 @@ def _say(msg: str) -> None:
 
 
 def run_matrix(args: argparse.Namespace) -> dict[str, Any]:
-    sc = _Sidecar(args.service_url, args.admin_url)
+    sc = _sidecar(args)
     cells: list[Cell] = []
     try:
         for size in args.batch_sizes:
@@ -378,12 +325,12 @@ def run_matrix(args: argparse.Namespace) -> dict[str, Any]:
                 for rep in range(args.reps):
                     for mode in ("direct", "sidecar"):
                         topic = f"bench-{uuid.uuid4().hex[:8]}"
-                        _create_topic(args.admin_url, "public/kafka", topic)
+                        create_topic(args.pulsar_admin_url, topic)
                         if mode == "direct":
                             full = f"persistent://public/kafka/{topic}"
                             cell = asyncio.run(
                                 _direct_cell(
-                                    args.service_url,
+                                    args.pulsar_service_url,
                                     full,
                                     size,
                                     prods,
@@ -415,17 +362,17 @@ def _best(cells: list[Cell], mode: str, size: int, prods: int) -> Cell | None:
     return max(matching, key=lambda c: c.records_per_s, default=None)
 
 
-def _half_load(args: argparse.Namespace, sc: _Sidecar, cells: list[Cell]) -> dict[str, Any]:
+def _half_load(args: argparse.Namespace, sc: SidecarProcess, cells: list[Cell]) -> dict[str, Any]:
     size, prods = 100, max((p for p in args.producers if p <= 8), default=None)
     peak = None if prods is None else _best(cells, "sidecar", size, prods)
     if prods is None or peak is None:  # no 100-record cell with at most 8 producers
         return {}
     rate = peak.records_per_s / 2
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    _create_topic(args.admin_url, "public/kafka", topic)
+    create_topic(args.pulsar_admin_url, topic)
     d = asyncio.run(
         _direct_cell(
-            args.service_url,
+            args.pulsar_service_url,
             f"persistent://public/kafka/{topic}",
             size,
             prods,
@@ -435,7 +382,7 @@ def _half_load(args: argparse.Namespace, sc: _Sidecar, cells: list[Cell]) -> dic
         )
     )
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    _create_topic(args.admin_url, "public/kafka", topic)
+    create_topic(args.pulsar_admin_url, topic)
     s = asyncio.run(_sidecar_cell(sc, topic, size, prods, args.seconds, args.value_size, rate=rate))
     _say(
         f"bench: half load {rate:,.0f} rec/s: direct p99 {d.p99_ms:.2f} ms, "
@@ -454,14 +401,12 @@ def _half_load(args: argparse.Namespace, sc: _Sidecar, cells: list[Cell]) -> dic
 
 def run_memory(args: argparse.Namespace) -> dict[str, Any]:
     """RSS with 10,000 idle producer states; CPU per batch from 1 to 64 producers."""
-    sc = _Sidecar(
-        args.service_url, args.admin_url, producer_idle_seconds=5, max_open_producers=20_000
-    )
+    sc = _sidecar(args, producer_idle_seconds=5, max_open_producers=20_000)
     try:
         rss0 = sc.rss_mb()
         topics = [f"mem-{uuid.uuid4().hex[:8]}" for _ in range(10)]
         for t in topics:
-            _create_topic(args.admin_url, "public/kafka", t)
+            create_topic(args.pulsar_admin_url, t)
 
         async def states(n: int) -> None:
             limits = httpx.Limits(max_connections=64)
@@ -507,7 +452,7 @@ def run_memory(args: argparse.Namespace) -> dict[str, Any]:
         per_batch = []
         for prods in (1, 8, 64):
             topic = f"bench-{uuid.uuid4().hex[:8]}"
-            _create_topic(args.admin_url, "public/kafka", topic)
+            create_topic(args.pulsar_admin_url, topic)
             cpu0 = sc.cpu_seconds()
             cell = asyncio.run(_sidecar_cell(sc, topic, 100, prods, args.seconds, args.value_size))
             cpu = sc.cpu_seconds() - cpu0
@@ -607,13 +552,7 @@ def _handler(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser("bench", help="benchmark the sidecar against a direct producer")
-    p.add_argument(
-        "--service-url",
-        default=os.environ.get("KOP_DEDUP_PULSAR_SERVICE_URL", "pulsar://127.0.0.1:6650"),
-    )
-    p.add_argument(
-        "--admin-url", default=os.environ.get("KOP_DEDUP_PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
-    )
+    add_pulsar_url_options(p)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
     p.add_argument("--producers", type=int, nargs="+", default=[1, 8, 64])
     p.add_argument("--reps", type=int, default=2)

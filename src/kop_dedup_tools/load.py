@@ -53,8 +53,11 @@ from typing import Any, Self
 
 import httpx
 
+from kop_dedup.cli import add_pulsar_url_options
 from kop_dedup.protocol.records import SEQ_MODULUS, unwrap
 from kop_dedup.pulsar.wire import PROP_PRODUCER_ID, PROP_SEQUENCE
+from kop_dedup_tools.measure import latency_summary_ms
+from kop_dedup_tools.topics import create_topic
 
 __all__ = [
     "RETRIABLE_CODES",
@@ -243,17 +246,6 @@ def _runs(indices: Iterable[int], first: int, records: int) -> Ranges:
     return tuple(out)
 
 
-def _percentiles(samples: list[float]) -> dict[str, float]:
-    if not samples:
-        return {}
-    s = sorted(samples)
-
-    def ms(q: float) -> float:
-        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 1)
-
-    return {"p50": ms(0.5), "p99": ms(0.99), "max": ms(1.0)}
-
-
 class _Load:
     """One run; all state lives on the event loop that runs it."""
 
@@ -290,7 +282,7 @@ class _Load:
             elapsed_s=round(
                 self.elapsed if self.elapsed is not None else time.monotonic() - self.started, 3
             ),
-            latency_ms=_percentiles(self.latencies),
+            latency_ms=latency_summary_ms(self.latencies),
             delivered={
                 ln.slot: _runs(ln.delivered, cfg.first_sequence, cfg.records) for ln in self.lanes
             },
@@ -712,19 +704,13 @@ def verify(
 # -- the command -------------------------------------------------------------------
 
 
-def _create_topic(admin_url: str, topic: str, partitions: int, namespace: str) -> None:
-    """Create the partitioned topic up front, so its partition count is the load's."""
-    path = f"/admin/v2/persistent/{namespace}/{topic}/partitions"
-    r = httpx.put(f"{admin_url.rstrip('/')}{path}", json=partitions, timeout=30)
-    if r.status_code not in (204, 409):
-        raise LoadError(f"creating {topic} with {partitions} partitions: {r.text}")
-
-
 def _handler(args: argparse.Namespace) -> int:
     topics = tuple(args.topic)
-    if args.admin_url:
+    if args.pulsar_admin_url:
         for topic in topics:
-            _create_topic(args.admin_url, topic, args.partitions, args.namespace)
+            create_topic(
+                args.pulsar_admin_url, topic, partitions=args.partitions, namespace=args.namespace
+            )
     cfg = LoadConfig(
         urls=tuple(args.url or ["http://127.0.0.1:8090"]),
         topics=topics,
@@ -749,7 +735,7 @@ def _handler(args: argparse.Namespace) -> int:
     ok = report.ok
     if args.verify:
         tenant, namespace = args.namespace.split("/", 1)
-        v = verify(args.service_url, topics, report, tenant=tenant, namespace=namespace)
+        v = verify(args.pulsar_service_url, topics, report, tenant=tenant, namespace=namespace)
         out["verify"] = v.to_dict()
         ok = ok and v.ok
     if args.json:
@@ -788,16 +774,12 @@ def add_cli(subparsers: Any) -> None:
     add("--connections", type=int, default=64, help="HTTP connections (keep-alive)")
     add("--progress-every", type=float, default=5.0, help="seconds between progress lines")
     add("--verify", action="store_true", help="read the topics back and compare")
-    add(
-        "--service-url",
-        default=os.environ.get("KOP_DEDUP_PULSAR_SERVICE_URL", "pulsar://127.0.0.1:6650"),
-        help="Pulsar service URL for --verify",
-    )
-    add(
-        "--admin-url",
-        default=None,
-        help="create the topics with --partitions first (else the sidecar "
-        "auto-creates them with its default partition count)",
+    add_pulsar_url_options(
+        p,
+        optional_admin=True,
+        service_help="Pulsar service URL for --verify",
+        admin_help="create the topics with --partitions first through this admin URL (else "
+        "the sidecar auto-creates them with its default partition count)",
     )
     add("--namespace", default="public/kafka", help="tenant/namespace of the topics")
     add("--json", action="store_true", help="print the report as JSON")

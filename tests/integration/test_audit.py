@@ -15,8 +15,9 @@ import httpx
 import pulsar as pulsar_client
 import pytest
 
-from kop_dedup.protocol.records import KafkaRecord
+from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
 from kop_dedup.pulsar.wire import encode_key, encode_properties
+from kop_dedup_tools.topics import create_topic
 from tests.helpers import batch, new_pid, uniq
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -31,15 +32,6 @@ def spark():
     print(f"\nSpark session ready in {time.monotonic() - started:.1f}s")
     yield session
     session.stop()
-
-
-def create_topic(pulsar, topic: str, partitions: int) -> None:
-    r = httpx.put(
-        f"{pulsar.admin_url}/admin/v2/persistent/public/kafka/{topic}/partitions",
-        json=partitions,
-        timeout=30,
-    )
-    assert r.status_code in (204, 409), r.text
 
 
 def send_with_retries(url: str, batches: list[dict[str, Any]]) -> dict[int, int]:
@@ -77,7 +69,7 @@ def test_audit_proves_exactly_once_through_the_sidecar(spark, pulsar, sidecar, a
     random.seed(7)
     topics = [uniq("audit"), uniq("audit")]
     for t in topics:
-        create_topic(pulsar, t, 2)
+        create_topic(pulsar.admin_url, t, partitions=2)
     pids = [new_pid(api) for _ in range(3)]
     expected = 0
     for pid in pids:
@@ -126,7 +118,7 @@ def test_audit_finds_a_duplicate_written_around_dedup_and_exits_nonzero(spark, p
     from kop_dedup.spark.audit import audit
 
     topic = uniq("dup")
-    create_topic(pulsar, topic, 1)
+    create_topic(pulsar.admin_url, topic, partitions=1)
     pid = new_pid(api)
     r = api.post("/v1/produce", json={"batches": [batch(topic, pid, 0, 4)]}).json()
     assert r["results"][0]["errorCode"] == 0
@@ -177,7 +169,7 @@ def test_audit_finds_a_gap_and_decodes_records(spark, pulsar):
     from kop_dedup.spark.audit import check, kafka_records, read_topics
 
     topic = uniq("gap")
-    create_topic(pulsar, topic, 1)
+    create_topic(pulsar.admin_url, topic, partitions=1)
     client = pulsar_client.Client(pulsar.service_url)
     try:
         p = raw_producer(client, topic, "kop-424242-0")
@@ -204,7 +196,7 @@ def test_audit_reads_null_keys_headers_and_wrapped_sequences(spark, pulsar, api)
 
     topic = uniq("wrap")
     pid = new_pid(api)
-    top = (1 << 31) - 1
+    top = SEQ_MODULUS - 1
     first = batch(topic, pid, top - 1, 2)
     first["records"][1]["key"] = None
     first["records"][0]["headers"] = [{"key": "h", "value": "AAE="}]
@@ -225,7 +217,7 @@ def test_streaming_audit_sees_a_duplicate_appended_between_triggers(spark, pulsa
     from kop_dedup.spark.stream import run_stream
 
     topic = uniq("stream")
-    create_topic(pulsar, topic, 1)
+    create_topic(pulsar.admin_url, topic, partitions=1)
     pid = new_pid(api)
     assert (
         api.post("/v1/produce", json={"batches": [batch(topic, pid, 0, 3)]}).json()["results"][0][

@@ -32,6 +32,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from kop_dedup.errors import BY_CODE, NONE_ERRNO, NONE_NAME
+from kop_dedup.protocol.records import SEQ_MODULUS
 from tests.helpers import b64, batch, new_pid, read_all, uniq
 from tests.sidecar import ThreadSidecar
 
@@ -360,7 +361,7 @@ def test_bad_batches_get_their_kafka_code_and_store_nothing(
         pytest.param({"batches": [{"topic": "t"}]}, id="missing-fields"),
         pytest.param({"batches": [batch("t", 1 << 63, 0, 1)]}, id="pid-int64-overflow"),
         pytest.param({"batches": [batch("t", -(1 << 63) - 1, 0, 1)]}, id="pid-int64-underflow"),
-        pytest.param({"batches": [batch("t", 1, 1 << 31, 1)]}, id="seq-int32-overflow"),
+        pytest.param({"batches": [batch("t", 1, SEQ_MODULUS, 1)]}, id="seq-int32-overflow"),
         pytest.param({"batches": [batch("t", 1, 0, 1, partition=1 << 31)]}, id="partition-int32"),
         pytest.param({"batches": [batch("t", 1, 0, 1, epoch=32768)]}, id="epoch-int16-overflow"),
         pytest.param({"batches": [batch("t", 1, 0, 1)], "timeoutMs": 0}, id="timeout-zero"),
@@ -410,7 +411,7 @@ def test_bodies_over_the_limit_are_413_whether_sized_or_streamed(pulsar):
 
 @pytest.mark.usefixtures("intact")
 def test_top_epoch_is_accepted_and_sequences_wrap_from_2147483647_to_0(api, pulsar_reader_client):
-    topic, pid, top = uniq("wrap"), new_pid(api), 2**31 - 1
+    topic, pid, top = uniq("wrap"), new_pid(api), SEQ_MODULUS - 1
     results = [
         api.post("/v1/produce", json={"batches": [b]}).json()["results"][0]
         for b in (

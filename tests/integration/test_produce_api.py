@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from kop_dedup import errors
+from kop_dedup.protocol.records import SEQ_MODULUS
 from kop_dedup.pulsar.wire import PROP_EPOCH, PROP_HEADERS, PROP_PRODUCER_ID, PROP_SEQUENCE
 from tests.helpers import b64, batch, new_pid, read_all, uniq
 from tests.sidecar import ThreadSidecar
@@ -160,7 +161,7 @@ def test_sequence_wraparound_is_in_order_and_retry_before_wrap_is_duplicate(
     api, pulsar_reader_client
 ):
     topic, pid = uniq(), new_pid(api)
-    top = (1 << 31) - 1
+    top = SEQ_MODULUS - 1
     assert codes(produce(api, batch(topic, pid, top - 1, 2))) == [0]  # ..2147483647
     assert codes(produce(api, batch(topic, pid, 0, 2))) == [0]  # wraps to 0
     assert codes(produce(api, batch(topic, pid, top - 1, 2))) == [46]

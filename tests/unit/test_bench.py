@@ -1,15 +1,6 @@
 from __future__ import annotations
 
-import pytest
-
-from kop_dedup_tools.bench import Cell, percentile, render_table
-
-
-def test_percentile_interpolates_and_handles_edges():
-    assert percentile([], 99) == 0.0
-    assert percentile([5.0], 50) == 5.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
-    assert percentile(list(map(float, range(101))), 99) == pytest.approx(99.0)
+from kop_dedup_tools.bench import Cell, render_table
 
 
 def test_table_shows_the_sidecar_to_direct_ratio():

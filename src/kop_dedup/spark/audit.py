@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
+from kop_dedup.protocol.records import SEQ_MODULUS
 from kop_dedup.pulsar.wire import (
     PROP_EPOCH,
     PROP_HEADERS,
@@ -38,7 +39,7 @@ __all__ = ["AuditReport", "audit", "check", "kafka_records", "read_topics"]
 
 KEY = ["topic", "partition", "producer_id", "epoch", "sequence"]
 GROUP = ["topic", "partition", "producer_id", "epoch"]
-_WRAP = 1 << 31
+_WRAP = SEQ_MODULUS
 _QUARTER = 1 << 29
 _EXAMPLES = 10
 

@@ -7,6 +7,8 @@ import json
 import os
 from typing import Any
 
+from kop_dedup.cli import add_pulsar_url_options
+
 __all__ = ["add_cli"]
 
 
@@ -22,8 +24,8 @@ def _audit(args: argparse.Namespace) -> int:
             reports = run_stream(
                 spark,
                 args.topics,
-                service_url=args.service_url,
-                admin_url=args.admin_url,
+                service_url=args.pulsar_service_url,
+                admin_url=args.pulsar_admin_url,
                 tenant=args.tenant,
                 namespace=args.namespace,
                 checkpoint=args.checkpoint,
@@ -38,8 +40,8 @@ def _audit(args: argparse.Namespace) -> int:
             report = audit(
                 spark,
                 args.topics,
-                service_url=args.service_url,
-                admin_url=args.admin_url,
+                service_url=args.pulsar_service_url,
+                admin_url=args.pulsar_admin_url,
                 tenant=args.tenant,
                 namespace=args.namespace,
                 parquet_path=args.parquet,
@@ -68,13 +70,7 @@ def add_cli(subparsers: Any) -> None:
         "gaps. Exit status 1 when any are found.",
     )
     p.add_argument("topics", nargs="+", help="Kafka topic names (or full Pulsar topic names)")
-    p.add_argument(
-        "--service-url",
-        default=os.environ.get("KOP_DEDUP_PULSAR_SERVICE_URL", "pulsar://127.0.0.1:6650"),
-    )
-    p.add_argument(
-        "--admin-url", default=os.environ.get("KOP_DEDUP_PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
-    )
+    add_pulsar_url_options(p)
     p.add_argument("--tenant", default=os.environ.get("KOP_DEDUP_TENANT", "public"))
     p.add_argument("--namespace", default=os.environ.get("KOP_DEDUP_NAMESPACE", "kafka"))
     p.add_argument("--parquet", help="also write the records to this Parquet path")

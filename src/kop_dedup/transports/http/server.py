@@ -14,6 +14,8 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from kop_dedup.cli import add_pulsar_url_options
+
 __all__ = ["add_cli", "serve"]
 
 log = logging.getLogger(__name__)
@@ -103,7 +105,6 @@ def add_cli(subparsers: Any) -> None:
     )
     p.add_argument("--host")
     p.add_argument("--port", type=int)
-    p.add_argument("--pulsar-service-url", dest="pulsar_service_url")
-    p.add_argument("--pulsar-admin-url", dest="pulsar_admin_url")
+    add_pulsar_url_options(p, env_defaults=False)  # Settings reads the env and .env
     p.add_argument("--graceful-seconds", type=float, default=25.0)
     p.set_defaults(func=_handler)
