@@ -192,27 +192,19 @@ class LocalPulsar:
         return self.home
 
     def _download(self) -> None:
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise BrokerError("Maven (mvn) is needed to fetch Apache Pulsar; install it first")
         artifact = f"org.apache.pulsar:pulsar-server-distribution:{self.version}:tar.gz:bin"
         print(f"fetching {artifact} from Maven Central (about 245 MB)...", file=sys.stderr)
-        cmd = [
-            mvn,
-            "-B",
-            "-q",
-            "-s",
-            str(resources.path("maven-settings.xml")),
-            "dependency:get",
-            f"-Dartifact={artifact}",
-            "-Dtransitive=false",
-        ]
-        if os.environ.get("CI"):
-            cmd.insert(2, "-ntp")
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)  # noqa: S603
-        if proc.returncode != 0 or not self.tarball().exists():
-            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
-            raise BrokerError(f"could not fetch {artifact} with Maven:\n{tail}")
+        try:
+            resources.run_maven(
+                "dependency:get",
+                f"-Dartifact={artifact}",
+                "-Dtransitive=false",
+                what=f"fetch {artifact}",
+            )
+        except resources.MavenError as exc:
+            raise BrokerError(str(exc)) from exc
+        if not self.tarball().exists():
+            raise BrokerError(f"Maven fetched {artifact} but {self.tarball()} is not there")
 
     # -- configure ---------------------------------------------------------------
 

@@ -1,14 +1,21 @@
 """Files shipped with the package (read through :func:`path`, never through the checkout):
 the Maven settings that mirror every repository to Central, and the pom that names the
-Spark connector's jars; and :func:`cache_dir`, where what they fetch is kept."""
+Spark connector's jars; :func:`run_maven`, which runs Maven with those settings; and
+:func:`cache_dir`, where what they fetch is kept."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["cache_dir", "path"]
+__all__ = ["MavenError", "cache_dir", "path", "run_maven"]
+
+
+class MavenError(RuntimeError):
+    """Maven is missing or failed; the message says what it was for, with its output's tail."""
 
 
 def path(name: str) -> Path:
@@ -22,3 +29,18 @@ def path(name: str) -> Path:
 def cache_dir() -> Path:
     """Where fetched files live: ``$KOP_DEDUP_CACHE``, else ``~/.cache/kop-dedup``."""
     return Path(os.environ.get("KOP_DEDUP_CACHE") or Path.home() / ".cache" / "kop-dedup")
+
+
+def run_maven(*args: str, what: str) -> None:
+    """Run ``mvn -B -q -s <packaged maven-settings.xml> *args`` (every repository mirrored
+    to Central; ``-ntp`` under CI) and wait. ``what`` completes "could not ..." in the
+    :class:`MavenError` raised when Maven is missing or fails."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise MavenError(f"Maven (mvn) is needed to {what}; install it first")
+    quiet = ["-ntp"] if os.environ.get("CI") else []
+    cmd = [mvn, "-B", "-q", *quiet, "-s", str(path("maven-settings.xml")), *args]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)  # noqa: S603
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+        raise MavenError(f"could not {what} with Maven (exit {proc.returncode}):\n{tail}")

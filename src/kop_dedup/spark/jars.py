@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,9 +32,6 @@ def connector_jars(*, quiet: bool = False) -> list[Path]:
     target = cache_dir() / "spark-jars" / CONNECTOR_VERSION
     stamp = target / ".resolved"
     if not stamp.exists():
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RuntimeError("Maven (mvn) is needed to resolve the Pulsar Spark connector")
         if not quiet:
             print(
                 f"resolving pulsar-spark-connector {CONNECTOR_VERSION} with Maven...",
@@ -44,22 +40,14 @@ def connector_jars(*, quiet: bool = False) -> list[Path]:
         started = time.monotonic()
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        cmd = [
-            mvn,
-            "-B",
-            "-q",
-            "-s",
-            str(resources.path("maven-settings.xml")),
+        resources.run_maven(
             "-f",
             str(_POM),
             "dependency:copy-dependencies",
             "-DincludeScope=runtime",
             f"-DoutputDirectory={tmp}",
-        ]
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)  # noqa: S603
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
-            raise RuntimeError(f"resolving the Spark connector failed:\n{tail}")
+            what="resolve the Pulsar Spark connector",
+        )
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
         stamp.write_text(f"{time.monotonic() - started:.1f}s\n")
