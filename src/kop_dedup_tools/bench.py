@@ -478,11 +478,23 @@ def run_memory(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib as mpl  # noqa: PLC0415
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend; a clear error when it is missing."""
+    try:
+        import matplotlib as mpl  # noqa: PLC0415 - only the plot needs it
 
-    mpl.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+        mpl.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "the benchmark's plot needs matplotlib: pip install 'kop-dedup[bench]' "
+            "(or pip install matplotlib)"
+        ) from exc
+    return plt
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    plt = _pyplot()
 
     cells = [
         Cell(**{k: v for k, v in c.items() if k not in ("records_per_s", "batches_per_s")})
