@@ -13,11 +13,8 @@ never start one. ``KOP_DEDUP_SKIP_INTEGRATION=1`` skips the integration tests.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
-import shutil
 import socket
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -125,19 +122,13 @@ def pulsar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
                 controllable=False,
             )
         return
-    from kop_dedup_tools.launcher import LocalPulsar, free_port
+    from kop_dedup_tools.launcher import LocalPulsar
 
-    data_dir = Path(tempfile.mkdtemp(prefix="kop-dedup-pulsar-"))
-    local = LocalPulsar(broker_port=free_port(), web_port=free_port(), data_dir=data_dir)
-
-    kept_log = tmp_path_factory.getbasetemp() / "pulsar.log"
+    # the broker's log outlives its data, next to the sidecars' logs, for post-mortems
+    local = LocalPulsar.throwaway(tmp_path_factory.getbasetemp() / "pulsar-logs")
 
     def cleanup() -> None:
-        local.stop(timeout=30)
-        # the broker's log outlives its data, next to the sidecars' logs, for post-mortems
-        with contextlib.suppress(OSError):
-            shutil.copy(local.log_file, kept_log)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        local.wipe(timeout=30)
 
     atexit.register(cleanup)  # a session that dies mid-way still stops its broker
     local.start()

@@ -110,7 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the CLI's last word: say what failed, no traceback wall
         if getattr(args, "debug", False):
             raise
-        print(f"kop-dedup {args.command}: error: {exc}", file=sys.stderr)
+        # our own errors say what failed in their message; anything else also needs its
+        # type (an httpx timeout's message is empty)
+        detail = str(exc).strip() or "(no message)"
+        if not type(exc).__module__.startswith("kop_dedup") or detail == "(no message)":
+            detail = f"{type(exc).__name__}: {detail}"
+        print(f"kop-dedup {args.command}: error: {detail}", file=sys.stderr)
         return 1
 
 

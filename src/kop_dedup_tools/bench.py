@@ -5,9 +5,17 @@ ids and properties as the sidecar (it drives ``publisher.PulsarProducer``
 itself); **sidecar** sends the same records through ``POST /v1/produce`` to a
 ``kop-dedup serve`` subprocess over keep-alive connections. Both keep up to 5
 batches in flight per producer. Each cell (batch size x producers) runs for a
-fixed time per mode; the table gives records/s, batches/s, p50/p99 batch
-latency, the sidecar's CPU and RSS, and the sidecar/direct ratio. Results go
-to ``<out>/bench.json`` and ``<out>/bench.png``.
+fixed time per mode, ``--reps`` times; the table, the plot and the JSON's
+``summary`` all show the best repetition by records/s of each mode
+(:mod:`kop_dedup_tools.bench_results`), and the JSON keeps every repetition.
+Results go to ``<out>/bench.json`` and ``<out>/bench.png``.
+
+The broker: the one at ``--service-url``/``--admin-url``; when none answers there
+and both are on loopback, a local standalone broker (the launcher's
+:class:`~kop_dedup_tools.launcher.LocalPulsar`) on free ports for this run, stopped
+and wiped at the end. Logs stay in ``<out>``: the sidecar's ``sidecar-<port>.log``
+and a started broker's ``pulsar-logs/``. Every failure says what failed (step,
+exception type and message) with the sidecar's log tail.
 
 ``--memory`` measures the sidecar's RSS with 10,000 idle producer states and
 its CPU cost per batch as producers grow from 1 to 64.
@@ -18,88 +26,85 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from kop_dedup.cli import add_pulsar_url_options
 from kop_dedup.protocol.records import SEQ_MODULUS
+from kop_dedup_tools.bench_results import (
+    AGGREGATION,
+    Cell,
+    Row,
+    plot,
+    render_table,
+    summarize,
+    summary_json,
+)
+from kop_dedup_tools.launcher import LocalPulsar, broker_ready
 from kop_dedup_tools.measure import percentile
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
 
-__all__ = ["Cell", "add_cli", "render_table"]
+__all__ = [
+    "BenchError",
+    "add_cli",
+    "describe_failure",
+    "may_start_broker",
+    "run_matrix",
+    "run_memory",
+    "write_results",
+]
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
-@dataclass
-class Cell:
-    mode: str
-    batch_size: int
-    producers: int
-    records: int
-    batches: int
-    seconds: float
-    p50_ms: float
-    p99_ms: float
-    cpu_pct: float | None = None
-    rss_mb: float | None = None
-    rate_limited: float | None = None
-
-    @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds if self.seconds else 0.0
-
-    @property
-    def batches_per_s(self) -> float:
-        return self.batches / self.seconds if self.seconds else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "records_per_s": round(self.records_per_s, 1),
-            "batches_per_s": round(self.batches_per_s, 1),
-        }
+class BenchError(RuntimeError):
+    """A benchmark step failed; the message names the step, the exception's type and
+    message, and (when a sidecar ran) where its log is, with the log's tail."""
 
 
-def render_table(cells: list[Cell]) -> str:
-    """Side-by-side rows per (batch size, producers) with the sidecar/direct ratio."""
-    by_key: dict[tuple[int, int], dict[str, Cell]] = {}
-    for c in cells:
-        if c.rate_limited is None:
-            by_key.setdefault((c.batch_size, c.producers), {})[c.mode] = c
-    head = (
-        f"{'batch':>5} {'prod':>4} | {'direct rec/s':>12} {'p50':>6} {'p99':>6} | "
-        f"{'sidecar rec/s':>13} {'batch/s':>8} {'p50':>6} {'p99':>6} {'cpu%':>5} "
-        f"{'rss MB':>6} | {'ratio':>5}"
-    )
-    lines = [head, "-" * len(head)]
-    for (size, prods), modes in sorted(by_key.items()):
-        d, s = modes.get("direct"), modes.get("sidecar")
-        ratio = s.records_per_s / d.records_per_s if d and s and d.records_per_s else 0.0
-        lines.append(
-            f"{size:>5} {prods:>4} | "
-            + (
-                f"{d.records_per_s:>12,.0f} {d.p50_ms:>6.1f} {d.p99_ms:>6.1f} | "
-                if d
-                else " " * 29 + "| "
-            )
-            + (
-                f"{s.records_per_s:>13,.0f} {s.batches_per_s:>8,.0f} {s.p50_ms:>6.1f} "
-                f"{s.p99_ms:>6.1f} {s.cpu_pct or 0:>5.0f} {s.rss_mb or 0:>6.0f} | "
-                if s
-                else " " * 51 + "| "
-            )
-            + f"{ratio:>5.2f}"
+def describe_failure(what: str, exc: BaseException, sc: SidecarProcess | None = None) -> str:
+    """``<what> failed: <Type>: <message>`` and the sidecar's state and log tail. An
+    exception without a message (httpx's timeouts, a bare ``TimeoutError``) still
+    names its type."""
+    lines = [f"{what} failed: {type(exc).__name__}: {str(exc).strip() or '(no message)'}"]
+    if exc.__cause__ is not None:
+        cause = exc.__cause__
+        lines.append(f"caused by {type(cause).__name__}: {str(cause).strip() or '(no message)'}")
+    if sc is not None:
+        proc = sc.proc
+        state = (
+            "never started"
+            if proc is None
+            else "running"
+            if proc.poll() is None
+            else f"exited with {proc.returncode}"
         )
+        lines.append(f"sidecar {sc.url} {state}; log {sc.log_path}, last lines:")
+        lines.append(sc.log_tail(20))
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _step(what: str, sc: SidecarProcess | None = None) -> Iterator[None]:
+    """Turn any failure inside into a :class:`BenchError` that says what failed."""
+    try:
+        yield
+    except BenchError:
+        raise
+    except Exception as exc:
+        raise BenchError(describe_failure(what, exc, sc)) from exc
 
 
 def _values(n: int, size: int) -> list[bytes]:
@@ -126,9 +131,11 @@ async def _drive(
 
     ``send(producer index, base sequence)`` publishes one batch and returns when it is
     acknowledged (raising when it is not). With ``rate`` (records/s over all producers)
-    batches are paced; otherwise each producer sends as fast as its window allows.
+    batches are paced; otherwise each producer sends as fast as its window allows. The
+    first failure stops every producer and is raised once the batches in flight end.
     """
     latencies: list[float] = []
+    failures: list[Exception] = []
     started = time.monotonic()
     stop = started + seconds
 
@@ -138,7 +145,7 @@ async def _drive(
         tasks: list[asyncio.Task[None]] = []
         interval = producers * batch_size / rate if rate else 0.0
         next_at = time.monotonic()
-        while time.monotonic() < stop:
+        while time.monotonic() < stop and not failures:
             if interval:
                 next_at += interval
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
@@ -149,6 +156,8 @@ async def _drive(
                     t0 = time.monotonic()
                     await send(i, base)
                     latencies.append(time.monotonic() - t0)
+                except Exception as exc:
+                    failures.append(exc)
                 finally:
                     window.release()
 
@@ -157,6 +166,8 @@ async def _drive(
         await asyncio.gather(*tasks)
 
     await asyncio.gather(*(run(i) for i in range(producers)))
+    if failures:
+        raise failures[0]
     return _Run(len(latencies), time.monotonic() - started, latencies)
 
 
@@ -230,18 +241,23 @@ class _KeepAlive:
         host, _, port = url.removeprefix("http://").partition(":")
         self.host, self.port = host, int(port)
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._all: list[asyncio.StreamWriter] = []
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         if self._idle:
             reader, writer = self._idle.pop()
         else:
             reader, writer = await asyncio.open_connection(self.host, self.port)
+            self._all.append(writer)
         writer.write(
             f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json"
             f"\r\ncontent-length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        status = int((await reader.readline()).split()[1])
+        status_line = await reader.readline()
+        if not status_line:
+            raise ConnectionError(f"the sidecar closed the connection before answering {path}")
+        status = int(status_line.split()[1])
         length = 0
         while (line := await reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.partition(b":")
@@ -251,9 +267,15 @@ class _KeepAlive:
         self._idle.append((reader, writer))
         return status, data
 
-    def close(self) -> None:
-        for _, writer in self._idle:
+    async def close(self) -> None:
+        """Close every connection, idle or not (a failed run leaves some in use)."""
+        for writer in self._all:
             writer.close()
+        for writer in self._all:
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        self._all.clear()
+        self._idle.clear()
 
 
 async def _sidecar_cell(
@@ -288,7 +310,7 @@ async def _sidecar_cell(
         run = await _drive(producers, batch_size, seconds, rate, send)
         cpu = sc.cpu_seconds() - cpu0
     finally:
-        client.close()
+        await client.close()
     return _cell(
         "sidecar",
         batch_size,
@@ -301,37 +323,50 @@ async def _sidecar_cell(
 
 
 def _sidecar(args: argparse.Namespace, **settings: Any) -> SidecarProcess:
-    """A sidecar subprocess logging into the --out dir, at the default log level (what a
-    deployment pays)."""
-    return SidecarProcess(
+    """A sidecar subprocess logging into the --out dir (kept), at the default log level
+    (what a deployment pays)."""
+    sc = SidecarProcess(
         args.pulsar_service_url,
         args.pulsar_admin_url,
         log_dir=Path(args.out),
         log_level="INFO",
         **settings,
-    ).start()
+    )
+    with _step("starting the sidecar"):
+        sc.start()
+    _say(f"bench: sidecar at {sc.url}, log {sc.log_path}")
+    return sc
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_matrix(args: argparse.Namespace) -> dict[str, Any]:
-    sc = _sidecar(args)
+def _topic(args: argparse.Namespace) -> str:
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    create_topic(args.pulsar_admin_url, topic)
+    return topic
+
+
+def _full(topic: str) -> str:
+    return f"persistent://public/kafka/{topic}"
+
+
+def run_matrix(args: argparse.Namespace, sc: SidecarProcess) -> tuple[list[Cell], dict[str, Any]]:
+    """Every (batch size, producers, repetition, mode) cell, then the half-load run."""
     cells: list[Cell] = []
-    try:
-        for size in args.batch_sizes:
-            for prods in args.producers:
-                for rep in range(args.reps):
-                    for mode in ("direct", "sidecar"):
-                        topic = f"bench-{uuid.uuid4().hex[:8]}"
-                        create_topic(args.pulsar_admin_url, topic)
+    for size in args.batch_sizes:
+        for prods in args.producers:
+            for rep in range(args.reps):
+                for mode in ("direct", "sidecar"):
+                    what = f"{mode} cell (batch {size}, {prods} producers, rep {rep + 1})"
+                    with _step(what, sc):
+                        topic = _topic(args)
                         if mode == "direct":
-                            full = f"persistent://public/kafka/{topic}"
                             cell = asyncio.run(
                                 _direct_cell(
                                     args.pulsar_service_url,
-                                    full,
+                                    _full(topic),
                                     size,
                                     prods,
                                     args.seconds,
@@ -342,48 +377,38 @@ def run_matrix(args: argparse.Namespace) -> dict[str, Any]:
                             cell = asyncio.run(
                                 _sidecar_cell(sc, topic, size, prods, args.seconds, args.value_size)
                             )
-                        cells.append(cell)
-                        _say(
-                            f"bench: batch {size:>4} producers {prods:>2} rep {rep} {mode:>7}: "
-                            f"{cell.records_per_s:>9,.0f} rec/s p99 {cell.p99_ms:6.1f} ms"
-                        )
-        half = _half_load(args, sc, cells)
-    finally:
-        sc.stop()
-    return {"cells": [c.to_dict() for c in cells], "half_load": half}
+                    cells.append(cell)
+                    _say(
+                        f"bench: batch {size:>4} producers {prods:>2} rep {rep + 1} {mode:>7}: "
+                        f"{cell.records_per_s:>9,.0f} rec/s p99 {cell.p99_ms:6.1f} ms"
+                    )
+    with _step("the half-load run", sc):
+        half = _half_load(args, sc, summarize(cells))
+    return cells, half
 
 
-def _best(cells: list[Cell], mode: str, size: int, prods: int) -> Cell | None:
-    matching = [
-        c
-        for c in cells
-        if (c.mode, c.batch_size, c.producers) == (mode, size, prods) and c.rate_limited is None
-    ]
-    return max(matching, key=lambda c: c.records_per_s, default=None)
-
-
-def _half_load(args: argparse.Namespace, sc: SidecarProcess, cells: list[Cell]) -> dict[str, Any]:
+def _half_load(args: argparse.Namespace, sc: SidecarProcess, rows: list[Row]) -> dict[str, Any]:
+    """Both modes paced at half the sidecar's peak (as the table shows it) at 100-record
+    batches and the most producers up to 8: the latency the sidecar adds below its limit."""
     size, prods = 100, max((p for p in args.producers if p <= 8), default=None)
-    peak = None if prods is None else _best(cells, "sidecar", size, prods)
-    if prods is None or peak is None:  # no 100-record cell with at most 8 producers
+    row = next((r for r in rows if (r.batch_size, r.producers) == (size, prods)), None)
+    if row is None or row.sidecar is None:  # no 100-record cell with at most 8 producers
         return {}
-    rate = peak.records_per_s / 2
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    create_topic(args.pulsar_admin_url, topic)
+    rate = row.sidecar.records_per_s / 2
     d = asyncio.run(
         _direct_cell(
             args.pulsar_service_url,
-            f"persistent://public/kafka/{topic}",
+            _full(_topic(args)),
             size,
-            prods,
+            row.producers,
             args.seconds,
             args.value_size,
             rate=rate,
         )
     )
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    create_topic(args.pulsar_admin_url, topic)
-    s = asyncio.run(_sidecar_cell(sc, topic, size, prods, args.seconds, args.value_size, rate=rate))
+    s = asyncio.run(
+        _sidecar_cell(sc, _topic(args), size, row.producers, args.seconds, args.value_size, rate)
+    )
     _say(
         f"bench: half load {rate:,.0f} rec/s: direct p99 {d.p99_ms:.2f} ms, "
         f"sidecar p99 {s.p99_ms:.2f} ms"
@@ -391,7 +416,7 @@ def _half_load(args: argparse.Namespace, sc: SidecarProcess, cells: list[Cell]) 
     return {
         "rate": rate,
         "batch_size": size,
-        "producers": prods,
+        "producers": row.producers,
         "direct": d.to_dict(),
         "sidecar": s.to_dict(),
         "added_p99_ms": s.p99_ms - d.p99_ms,
@@ -399,74 +424,88 @@ def _half_load(args: argparse.Namespace, sc: SidecarProcess, cells: list[Cell]) 
     }
 
 
-def run_memory(args: argparse.Namespace) -> dict[str, Any]:
-    """RSS with 10,000 idle producer states; CPU per batch from 1 to 64 producers."""
-    sc = _sidecar(args, producer_idle_seconds=5, max_open_producers=20_000)
-    try:
-        rss0 = sc.rss_mb()
-        topics = [f"mem-{uuid.uuid4().hex[:8]}" for _ in range(10)]
-        for t in topics:
-            create_topic(args.pulsar_admin_url, t)
+async def _idle_states(url: str, topics: list[str], n: int) -> None:
+    """``n`` producer ids each store one batch, 64 at a time."""
+    limits = httpx.Limits(max_connections=64)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as c:
+        sem = asyncio.Semaphore(64)
+        base = int(uuid.uuid4().int % 10**12)
 
-        async def states(n: int) -> None:
-            limits = httpx.Limits(max_connections=64)
-            async with httpx.AsyncClient(base_url=sc.url, limits=limits, timeout=120) as c:
-                sem = asyncio.Semaphore(64)
-                base = int(uuid.uuid4().int % 10**12)
+        async def one(i: int) -> None:
+            body = {
+                "batches": [
+                    {
+                        "topic": topics[i % len(topics)],
+                        "partition": 0,
+                        "producerId": base + i,
+                        "producerEpoch": 0,
+                        "baseSequence": 0,
+                        "lastSequence": 0,
+                        "records": [{"value": "eA=="}],
+                    }
+                ]
+            }
+            async with sem:
+                r = await c.post("/v1/produce", json=body)
+            try:
+                code = r.json()["results"][0]["errorCode"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                code = None
+            if code != 0:
+                raise RuntimeError(
+                    f"producer {base + i}'s batch was answered HTTP {r.status_code}: {r.text[:300]}"
+                )
 
-                async def one(i: int) -> None:
-                    async with sem:
-                        body = {
-                            "batches": [
-                                {
-                                    "topic": topics[i % len(topics)],
-                                    "partition": 0,
-                                    "producerId": base + i,
-                                    "producerEpoch": 0,
-                                    "baseSequence": 0,
-                                    "lastSequence": 0,
-                                    "records": [{"value": "eA=="}],
-                                }
-                            ]
-                        }
-                        r = await c.post("/v1/produce", json=body)
-                        assert r.json()["results"][0]["errorCode"] == 0, r.text
+        await asyncio.gather(*(one(i) for i in range(n)))
 
-                await asyncio.gather(*(one(i) for i in range(n)))
 
+def _wait_idle(url: str, timeout: float = 120.0) -> None:
+    """Poll /v1/stats until the sidecar has closed every idle producer."""
+    deadline = time.monotonic() + timeout
+    open_now = None
+    while time.monotonic() < deadline:
+        open_now = httpx.get(f"{url}/v1/stats", timeout=10).json()["openProducers"]
+        if open_now == 0:
+            return
+        time.sleep(1)
+    raise TimeoutError(f"{open_now} producers still open after {timeout:.0f}s")
+
+
+def run_memory(args: argparse.Namespace, sc: SidecarProcess) -> dict[str, Any]:
+    """RSS with 10,000 idle producer states; CPU per batch from 1 to 64 producers. ``sc``
+    runs with ``producer_idle_seconds=5`` and room for the states."""
+    rss0 = sc.rss_mb()
+    with _step(f"creating {args.idle_states} producer states", sc):
+        topics = [_topic(args) for _ in range(10)]
         started = time.monotonic()
-        asyncio.run(states(args.idle_states))
+        asyncio.run(_idle_states(sc.url, topics, args.idle_states))
         created_s = time.monotonic() - started
-        rss_busy = sc.rss_mb()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if httpx.get(f"{sc.url}/v1/stats", timeout=10).json()["openProducers"] == 0:
-                break
-            time.sleep(1)
-        time.sleep(2)
-        rss_idle = sc.rss_mb()
-        _say(
-            f"bench: {args.idle_states} producer states: RSS {rss0:.0f} MB at start, "
-            f"{rss_busy:.0f} MB with producers open, {rss_idle:.0f} MB idle"
-        )
-        per_batch = []
-        for prods in (1, 8, 64):
-            topic = f"bench-{uuid.uuid4().hex[:8]}"
-            create_topic(args.pulsar_admin_url, topic)
+    rss_busy = sc.rss_mb()
+    with _step("waiting for the idle producers to close", sc):
+        _wait_idle(sc.url)
+    time.sleep(2)  # let the allocator settle before reading RSS (no state to poll)
+    rss_idle = sc.rss_mb()
+    _say(
+        f"bench: {args.idle_states} producer states: RSS {rss0:.0f} MB at start, "
+        f"{rss_busy:.0f} MB with producers open, {rss_idle:.0f} MB idle"
+    )
+    per_batch = []
+    for prods in (1, 8, 64):
+        with _step(f"the cost-per-batch cell with {prods} producers", sc):
             cpu0 = sc.cpu_seconds()
-            cell = asyncio.run(_sidecar_cell(sc, topic, 100, prods, args.seconds, args.value_size))
-            cpu = sc.cpu_seconds() - cpu0
-            per_batch.append(
-                {
-                    "producers": prods,
-                    "batches": cell.batches,
-                    "cpu_ms_per_batch": round(1000 * cpu / max(cell.batches, 1), 3),
-                    "records_per_s": round(cell.records_per_s, 1),
-                }
+            cell = asyncio.run(
+                _sidecar_cell(sc, _topic(args), 100, prods, args.seconds, args.value_size)
             )
-            _say(f"bench: {prods:>2} producers: {per_batch[-1]['cpu_ms_per_batch']} ms CPU/batch")
-    finally:
-        sc.stop()
+            cpu = sc.cpu_seconds() - cpu0
+        per_batch.append(
+            {
+                "producers": prods,
+                "batches": cell.batches,
+                "cpu_ms_per_batch": round(1000 * cpu / max(cell.batches, 1), 3),
+                "records_per_s": round(cell.records_per_s, 1),
+            }
+        )
+        _say(f"bench: {prods:>2} producers: {per_batch[-1]['cpu_ms_per_batch']} ms CPU/batch")
     return {
         "idle_states": args.idle_states,
         "rss_start_mb": rss0,
@@ -478,106 +517,143 @@ def run_memory(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _pyplot() -> Any:
-    """matplotlib's pyplot on the file-only backend; a clear error when it is missing."""
+# -- the broker --------------------------------------------------------------------
+
+
+def may_start_broker(args: argparse.Namespace) -> bool:
+    """Start a local broker when none answers? Only when allowed and both URLs point at
+    this machine (a remote broker that does not answer is the user's to fix)."""
+    hosts = {urlsplit(args.pulsar_service_url).hostname, urlsplit(args.pulsar_admin_url).hostname}
+    return not args.no_start_broker and hosts <= _LOOPBACK
+
+
+@contextlib.contextmanager
+def _broker(args: argparse.Namespace, out: Path) -> Iterator[dict[str, Any]]:
+    """The broker for this run: the one that answers at the URLs, or a local one started
+    (and stopped, its data wiped, its log kept under ``out``) for the run."""
+    admin = args.pulsar_admin_url
+    if broker_ready(admin):
+        yield {"service_url": args.pulsar_service_url, "admin_url": admin, "started": False}
+        return
+    if not may_start_broker(args):
+        raise BenchError(
+            f"no Pulsar broker answers at {admin}. Start one with `kop-dedup pulsar start` "
+            "(a local standalone broker with deduplication on) and pass its URLs with "
+            "--service-url/--admin-url (or KOP_DEDUP_PULSAR_SERVICE_URL/"
+            "KOP_DEDUP_PULSAR_ADMIN_URL). Without --no-start-broker, kop-dedup bench "
+            "starts a local broker itself when both URLs are on loopback."
+        )
+    local = LocalPulsar.throwaway(out.resolve() / "pulsar-logs", prefix="kop-dedup-bench-")
+    _say(
+        f"bench: no Pulsar broker answers at {admin}; starting a local one for this run "
+        f"({local.service_url}, admin {local.admin_url}, log {local.log_file})"
+    )
     try:
-        import matplotlib as mpl  # noqa: PLC0415 - only the plot needs it
-
-        mpl.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(
-            "the benchmark's plot needs matplotlib: pip install 'kop-dedup[bench]' "
-            "(or pip install matplotlib)"
-        ) from exc
-    return plt
+        seconds = local.start()  # a BrokerError names the log (kept) and shows its tail
+        _say(f"bench: local broker ready in {seconds:.0f}s")
+        args.pulsar_service_url, args.pulsar_admin_url = local.service_url, local.admin_url
+        yield {"service_url": local.service_url, "admin_url": local.admin_url, "started": True}
+    finally:
+        local.wipe()
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
-
-    cells = [
-        Cell(**{k: v for k, v in c.items() if k not in ("records_per_s", "batches_per_s")})
-        for c in results["cells"]
-    ]
-    prods = sorted({c.producers for c in cells})
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for p in prods:
-        for mode, style in (("direct", "--"), ("sidecar", "-")):
-            pts = sorted({c.batch_size for c in cells})
-            best = [_best(cells, mode, s, p) for s in pts]
-            xs = [s for s, b in zip(pts, best, strict=True) if b]
-            axes[0].plot(
-                xs,
-                [b.records_per_s for b in best if b],
-                style,
-                marker="o",
-                label=f"{mode}, {p} producers",
-            )
-            axes[1].plot(
-                xs, [b.p99_ms for b in best if b], style, marker="o", label=f"{mode}, {p} producers"
-            )
-    for ax, title in ((axes[0], "records/s"), (axes[1], "p99 batch latency (ms)")):
-        ax.set_xscale("log")
-        ax.set_xlabel("records per batch")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    axes[1].set_yscale("log")
-    axes[0].legend(fontsize=7)
-    fig.suptitle("kop-dedup sidecar vs direct Pulsar producer (same broker, same run)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+# -- the command -------------------------------------------------------------------
 
 
-def _handler(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    machine = {
+def _machine() -> dict[str, Any]:
+    return {
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "platform": sys.platform,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    if args.memory:
-        memory = {"machine": machine, "memory": run_memory(args)}
-        (out / "memory.json").write_text(json.dumps(memory, indent=2))
-        print(json.dumps(memory["memory"], indent=2))
-        return 0
-    results: dict[str, Any] = {"machine": machine, **run_matrix(args)}
+
+
+def write_results(
+    out: Path, cells: list[Cell], half: dict[str, Any], broker: dict[str, Any]
+) -> str:
+    """bench.json and bench.png from one aggregation of ``cells``; the report to print."""
+    rows = summarize(cells)
+    results = {
+        "machine": _machine(),
+        "broker": broker,
+        "aggregation": AGGREGATION,
+        "summary": summary_json(rows),
+        "cells": [c.to_dict() for c in cells],
+        "half_load": half,
+    }
     (out / "bench.json").write_text(json.dumps(results, indent=2))
-    plot(results, out / "bench.png")
-    cells = [
-        Cell(**{k: v for k, v in c.items() if k not in ("records_per_s", "batches_per_s")})
-        for c in results["cells"]
-    ]
-    print(render_table(cells))
-    half = results.get("half_load") or {}
+    plot(rows, out / "bench.png")
+    report = [render_table(rows)]
     if half:
-        print(
+        report.append(
             f"\nat half of the sidecar's peak ({half['rate']:,.0f} rec/s, batch "
             f"{half['batch_size']}, {half['producers']} producers): added p99 "
             f"{half['added_p99_ms']:.2f} ms, added p50 {half['added_p50_ms']:.2f} ms"
         )
-    print(f"\nwrote {out / 'bench.json'} and {out / 'bench.png'}")
+    report.append(f"\nwrote {out / 'bench.json'} and {out / 'bench.png'}")
+    return "\n".join(report)
+
+
+def _matrix(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
+    sc = _sidecar(args)
+    try:
+        cells, half = run_matrix(args, sc)
+    finally:
+        sc.stop()
+    print(write_results(out, cells, half, broker))
+
+
+def _memory(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
+    sc = _sidecar(
+        args, producer_idle_seconds=5, max_open_producers=max(20_000, 2 * args.idle_states)
+    )
+    try:
+        memory = run_memory(args, sc)
+    finally:
+        sc.stop()
+    (out / "memory.json").write_text(
+        json.dumps({"machine": _machine(), "broker": broker, "memory": memory}, indent=2)
+    )
+    print(json.dumps(memory, indent=2))
+
+
+def _handler(args: argparse.Namespace) -> int:
+    if args.quick:
+        args.batch_sizes, args.producers, args.reps = [100], [1, 8], 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with _broker(args, out) as broker:
+        (_memory if args.memory else _matrix)(args, out, broker)
     return 0
 
 
 def add_cli(subparsers: Any) -> None:
-    p = subparsers.add_parser("bench", help="benchmark the sidecar against a direct producer")
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark the sidecar against a direct producer (starts a broker if needed)",
+        description="Benchmark the sidecar (a kop-dedup serve subprocess) against a direct "
+        "Pulsar producer on the same broker in one run. The table, plot and JSON summary "
+        "show the best repetition by records/s of each mode; the JSON keeps every one. "
+        "Needs a Pulsar broker at --service-url/--admin-url: when none answers there and "
+        "both are on loopback, it starts a local standalone broker on free ports for the "
+        "run (the `kop-dedup pulsar` launcher; Apache Pulsar from the Maven cache) and "
+        "stops it at the end (--no-start-broker: fail instead). Logs (sidecar, started "
+        "broker) stay in --out.",
+    )
     add_pulsar_url_options(p)
+    p.add_argument(
+        "--no-start-broker",
+        action="store_true",
+        help="fail at once when no broker answers instead of starting a local one",
+    )
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
     p.add_argument("--producers", type=int, nargs="+", default=[1, 8, 64])
-    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--reps", type=int, default=2, help="repetitions per cell and mode")
     p.add_argument("--seconds", type=float, default=4.0, help="per cell and mode")
     p.add_argument("--value-size", type=int, default=100)
     p.add_argument("--quick", action="store_true", help="batch 100, producers 1 and 8, one rep")
     p.add_argument("--memory", action="store_true", help="idle-state memory and cost per batch")
     p.add_argument("--idle-states", type=int, default=10_000)
-    p.add_argument("--out", default="bench-results")
-
-    def handler(args: argparse.Namespace) -> int:
-        if args.quick:
-            args.batch_sizes, args.producers, args.reps = [100], [1, 8], 1
-        return _handler(args)
-
-    p.set_defaults(func=handler)
+    p.add_argument("--out", default="bench-results", help="results and logs (kept)")
+    p.set_defaults(func=_handler)

@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -47,7 +48,15 @@ from typing import Any
 from kop_dedup import resources
 from kop_dedup.resources import cache_dir
 
-__all__ = ["DEFAULT_VERSION", "BrokerError", "LocalPulsar", "add_cli", "cache_dir", "free_port"]
+__all__ = [
+    "DEFAULT_VERSION",
+    "BrokerError",
+    "LocalPulsar",
+    "add_cli",
+    "broker_ready",
+    "cache_dir",
+    "free_port",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +92,27 @@ class BrokerError(RuntimeError):
     """The broker could not be fetched, started or stopped; the message says why."""
 
 
+def broker_ready(admin_url: str, timeout: float = 2.0, cluster: str | None = None) -> bool:
+    """The admin API at ``admin_url`` answers (listing ``cluster``, when given) and the
+    broker can store: its health check (a round trip through a heartbeat topic) passes.
+    After an unclean stop the admin API answers seconds before the bookie has recovered
+    its ledgers."""
+    base = admin_url.rstrip("/")
+    try:
+        with urllib.request.urlopen(  # noqa: S310 - an http URL the user gave or we built
+            f"{base}/admin/v2/clusters", timeout=timeout
+        ) as resp:
+            if cluster is not None and cluster not in json.loads(resp.read() or b"[]"):
+                return False
+        with urllib.request.urlopen(  # noqa: S310 - an http URL the user gave or we built
+            f"{base}/admin/v2/brokers/health", timeout=max(timeout, 10.0)
+        ) as resp:
+            health: bytes = resp.read()
+            return health.strip() == b"ok"
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
+
+
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,10 +132,26 @@ class LocalPulsar:
     data_dir: Path | None = None
     heap: str = "768m"
     cache: Path = field(default_factory=cache_dir)
+    log_dir: Path | None = None
+    """Where the broker logs (default ``<data dir>/logs``); outside the data dir, the
+    log outlives a wipe."""
+
+    @classmethod
+    def throwaway(cls, log_dir: Path, prefix: str = "kop-dedup-pulsar-") -> LocalPulsar:
+        """One on free ports with a fresh temporary data dir (gone after :meth:`wipe`),
+        logging into ``log_dir`` (kept, for post-mortems): for a test session or a run."""
+        return cls(
+            broker_port=free_port(),
+            web_port=free_port(),
+            data_dir=Path(tempfile.mkdtemp(prefix=prefix)),
+            log_dir=log_dir,
+        )
 
     def __post_init__(self) -> None:
         if self.data_dir is None:
             self.data_dir = self.cache / "data" / str(self.web_port)
+        if self.log_dir is None:
+            self.log_dir = self.data_dir / "logs"
 
     # -- where things are ----------------------------------------------------------
 
@@ -128,7 +174,8 @@ class LocalPulsar:
 
     @property
     def log_file(self) -> Path:
-        return self.data / "logs" / "pulsar.log"
+        assert self.log_dir is not None  # set in __post_init__
+        return self.log_dir / "pulsar.log"
 
     @property
     def pid_file(self) -> Path:
@@ -247,22 +294,8 @@ class LocalPulsar:
         return pid
 
     def is_ready(self, timeout: float = 2.0) -> bool:
-        """The admin API answers and the broker can store: its health check (a
-        round trip through a heartbeat topic) passes. After an unclean stop the
-        admin API answers seconds before the bookie has recovered its ledgers."""
-        try:
-            with urllib.request.urlopen(  # noqa: S310 - a loopback http URL we built
-                f"{self.admin_url}/admin/v2/clusters", timeout=timeout
-            ) as resp:
-                if "standalone" not in json.loads(resp.read() or b"[]"):
-                    return False
-            with urllib.request.urlopen(  # noqa: S310 - a loopback http URL we built
-                f"{self.admin_url}/admin/v2/brokers/health", timeout=max(timeout, 10.0)
-            ) as resp:
-                health: bytes = resp.read()
-                return health.strip() == b"ok"
-        except (OSError, ValueError, urllib.error.URLError):
-            return False
+        """See :func:`broker_ready` (this broker's cluster is ``standalone``)."""
+        return broker_ready(self.admin_url, timeout, cluster="standalone")
 
     def start(self, timeout: float = 180.0) -> float:
         """Start (or find running) and wait until ready; returns seconds to ready."""
@@ -271,13 +304,13 @@ class LocalPulsar:
             return 0.0
         home = self.ensure_distribution()
         conf = self.write_config()
-        (self.data / "logs").mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
             "PULSAR_MEM": f"-Xms256m -Xmx{self.heap} -XX:MaxDirectMemorySize=512m",
             "PULSAR_GC": "-XX:+UseG1GC -XX:MaxGCPauseMillis=50",
             "PULSAR_GC_LOG": " ",
-            "PULSAR_LOG_DIR": str(self.data / "logs"),
+            "PULSAR_LOG_DIR": str(self.log_file.parent),
             "PULSAR_STANDALONE_CONF": str(conf),
         }
         store = self.metadata_store()
@@ -425,8 +458,9 @@ class LocalPulsar:
             "version": self.version,
         }
 
-    def wipe(self) -> None:
-        self.stop()
+    def wipe(self, timeout: float = 60.0) -> None:
+        """Stop, then remove the data dir (a log dir outside it stays)."""
+        self.stop(timeout)
         shutil.rmtree(self.data, ignore_errors=True)
 
 

@@ -143,3 +143,16 @@ def test_a_data_dir_with_rocksdb_metadata_keeps_it(tmp_path):
     assert args[0] == "zk="
     assert option(args, "--metadata-dir") == str(broker.data / "metadata")
     assert "--zookeeper-port" not in args
+
+
+def test_a_throwaway_broker_wipes_its_data_but_keeps_its_log(tmp_path):
+    broker = LocalPulsar.throwaway(tmp_path / "logs", prefix="kop-dedup-test-")
+    assert broker.broker_port != broker.web_port
+    assert broker.data.is_dir()
+    assert broker.data.name.startswith("kop-dedup-test-")
+    assert broker.log_file == tmp_path / "logs" / "pulsar.log"
+    broker.log_file.parent.mkdir()
+    broker.log_file.write_text("kept\n")
+    broker.wipe()  # nothing running: only the data goes
+    assert not broker.data.exists()
+    assert broker.log_file.read_text() == "kept\n"

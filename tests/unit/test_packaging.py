@@ -103,10 +103,10 @@ import sys
 sys.modules["psutil"] = None
 sys.modules["matplotlib"] = None
 from kop_dedup.cli import build_parser
-import kop_dedup_tools.bench as bench
-from kop_dedup_tools import sidecar
+import kop_dedup_tools.bench
+from kop_dedup_tools import bench_results, sidecar
 build_parser().parse_args(["bench", "--quick"])
-for use in (bench._pyplot, sidecar._psutil):
+for use in (bench_results._pyplot, sidecar._psutil):
     try:
         use()
     except ModuleNotFoundError as exc:

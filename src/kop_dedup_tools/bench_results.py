@@ -1,0 +1,218 @@
+"""What ``kop-dedup bench`` measured and how it is shown: one aggregation for the table,
+the plot and the JSON, so the three always agree.
+
+A :class:`Cell` is one timed run of one mode (``direct`` or ``sidecar``) at one batch
+size and producer count. Each combination runs ``--reps`` times per mode; the figures
+shown are the **best repetition by records/s, chosen for each mode on its own**
+(:func:`summarize`), and the ratio is sidecar over direct of those two. Best-of-N is the
+usual benchmark convention (the least disturbed run of each side on a shared machine);
+every repetition is kept in the JSON's ``cells`` for whoever wants a median.
+
+>>> rows = summarize(cells)
+>>> print(render_table(rows))           # the header says "best of N by records/s"
+>>> series = plot_series(rows)          # the plot's points, from the same rows
+>>> summary_json(rows)                  # the JSON's "summary", from the same rows
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "AGGREGATION",
+    "Cell",
+    "Row",
+    "plot",
+    "plot_series",
+    "render_table",
+    "summarize",
+    "summary_json",
+]
+
+AGGREGATION = "best repetition by records/s, chosen for each mode on its own"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One timed run of one mode."""
+
+    mode: str
+    batch_size: int
+    producers: int
+    records: int
+    batches: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    cpu_pct: float | None = None
+    rss_mb: float | None = None
+    rate_limited: float | None = None
+    """The paced rate (records/s) of a half-load run; None for a run at full speed."""
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+    @property
+    def batches_per_s(self) -> float:
+        return self.batches / self.seconds if self.seconds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "records_per_s": round(self.records_per_s, 1),
+            "batches_per_s": round(self.batches_per_s, 1),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cell:
+        """The inverse of :meth:`to_dict` (derived fields are dropped)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One (batch size, producers) combination: each mode's best repetition."""
+
+    batch_size: int
+    producers: int
+    reps: int
+    """Repetitions the best was chosen from (the fewer of the two modes')."""
+    direct: Cell | None
+    sidecar: Cell | None
+
+    @property
+    def ratio(self) -> float | None:
+        """Sidecar records/s over direct records/s; None when either is missing."""
+        d, s = self.direct, self.sidecar
+        if d is None or s is None or not d.records_per_s:
+            return None
+        return s.records_per_s / d.records_per_s
+
+
+def summarize(cells: list[Cell]) -> list[Row]:
+    """The one aggregation: per (batch size, producers) and mode, the repetition with the
+    most records/s. Paced (half-load) cells are not part of it."""
+    groups: dict[tuple[int, int], dict[str, list[Cell]]] = {}
+    for c in cells:
+        if c.rate_limited is None:
+            groups.setdefault((c.batch_size, c.producers), {}).setdefault(c.mode, []).append(c)
+    rows = []
+    for (size, prods), modes in sorted(groups.items()):
+        best = {mode: max(runs, key=lambda c: c.records_per_s) for mode, runs in modes.items()}
+        reps = min(len(runs) for runs in modes.values())
+        rows.append(Row(size, prods, reps, best.get("direct"), best.get("sidecar")))
+    return rows
+
+
+def summary_json(rows: list[Row]) -> list[dict[str, Any]]:
+    """The JSON's ``summary``: the rows the table and the plot show."""
+    return [
+        {
+            "batch_size": r.batch_size,
+            "producers": r.producers,
+            "reps": r.reps,
+            "direct": r.direct.to_dict() if r.direct else None,
+            "sidecar": r.sidecar.to_dict() if r.sidecar else None,
+            "ratio": None if r.ratio is None else round(r.ratio, 3),
+        }
+        for r in rows
+    ]
+
+
+def _reps_label(rows: list[Row]) -> str:
+    reps = sorted({r.reps for r in rows})
+    if reps == [1]:
+        return "one repetition per mode"
+    n = str(reps[0]) if len(reps) == 1 else f"{reps[0]}-{reps[-1]}"
+    return f"best of {n} repetitions by records/s, each mode on its own"
+
+
+def render_table(rows: list[Row]) -> str:
+    """A heading that says what the figures are, then one line per row."""
+    head = (
+        f"{'batch':>5} {'prod':>4} | {'direct rec/s':>12} {'p50':>6} {'p99':>6} | "
+        f"{'sidecar rec/s':>13} {'batch/s':>8} {'p50':>6} {'p99':>6} {'cpu%':>5} "
+        f"{'rss MB':>6} | {'ratio':>5}"
+    )
+    lines = [
+        f"{_reps_label(rows)}; latencies in ms per batch" if rows else "no cells",
+        head,
+        "-" * len(head),
+    ]
+    for r in rows:
+        d, s = r.direct, r.sidecar
+        lines.append(
+            f"{r.batch_size:>5} {r.producers:>4} | "
+            + (
+                f"{d.records_per_s:>12,.0f} {d.p50_ms:>6.1f} {d.p99_ms:>6.1f} | "
+                if d
+                else " " * 27 + "| "
+            )
+            + (
+                f"{s.records_per_s:>13,.0f} {s.batches_per_s:>8,.0f} {s.p50_ms:>6.1f} "
+                f"{s.p99_ms:>6.1f} {s.cpu_pct or 0:>5.0f} {s.rss_mb or 0:>6.0f} | "
+                if s
+                else " " * 50 + "| "
+            )
+            + (f"{r.ratio:>5.2f}" if r.ratio is not None else f"{'-':>5}")
+        )
+    return "\n".join(lines)
+
+
+def plot_series(rows: list[Row]) -> dict[str, list[tuple[int, float, float]]]:
+    """The plot's lines: "<mode>, <n> producers" -> [(batch size, records/s, p99 ms)]."""
+    series: dict[str, list[tuple[int, float, float]]] = {}
+    for prods in sorted({r.producers for r in rows}):
+        for mode in ("direct", "sidecar"):
+            points = [
+                (r.batch_size, cell.records_per_s, cell.p99_ms)
+                for r in rows
+                if r.producers == prods and (cell := getattr(r, mode)) is not None
+            ]
+            if points:
+                series[f"{mode}, {prods} producers"] = sorted(points)
+    return series
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend; a clear error when it is missing."""
+    try:
+        import matplotlib as mpl  # noqa: PLC0415 - only the plot needs it
+
+        mpl.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "the benchmark's plot needs matplotlib: pip install 'kop-dedup[bench]' "
+            "(or pip install matplotlib)"
+        ) from exc
+    return plt
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    """records/s and p99 against batch size, per mode and producer count."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, points in plot_series(rows).items():
+        style = "--" if label.startswith("direct") else "-"
+        xs = [p[0] for p in points]
+        axes[0].plot(xs, [p[1] for p in points], style, marker="o", label=label)
+        axes[1].plot(xs, [p[2] for p in points], style, marker="o", label=label)
+    for ax, title in ((axes[0], "records/s"), (axes[1], "p99 batch latency (ms)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("records per batch")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[1].set_yscale("log")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(
+        f"kop-dedup sidecar vs direct Pulsar producer (same broker, same run; {_reps_label(rows)})",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
