@@ -1,9 +1,12 @@
-"""Helpers shared by integration tests: JSON batches, reading topics back."""
+"""Helpers shared by integration tests: JSON batches, reading topics back, waiting for
+observable state (never a bare sleep)."""
 
 from __future__ import annotations
 
 import base64
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -76,3 +79,27 @@ def new_pid(api: httpx.Client) -> int:
 
 def uniq(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``check`` until it holds; AssertionError naming ``what`` past ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def gauges(api: httpx.Client) -> dict[str, float]:
+    """The sidecar's unlabelled ``kop_dedup_*`` samples from GET /metrics."""
+    out = {}
+    for line in api.get("/metrics").text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("kop_dedup_") and "{" not in name and value:
+            out[name] = float(value)
+    return out
+
+
+def waiting_batches(api: httpx.Client) -> int:
+    """Batches inside the sidecar waiting for their turn (a gap, earlier ones in flight)."""
+    return int(gauges(api)["kop_dedup_waiting_batches"])

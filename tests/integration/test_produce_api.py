@@ -15,7 +15,16 @@ import pytest
 from kop_dedup import errors
 from kop_dedup.protocol.records import SEQ_MODULUS
 from kop_dedup.pulsar.wire import PROP_EPOCH, PROP_HEADERS, PROP_PRODUCER_ID, PROP_SEQUENCE
-from tests.helpers import b64, batch, new_pid, read_all, uniq
+from tests.helpers import (
+    b64,
+    batch,
+    gauges,
+    new_pid,
+    read_all,
+    uniq,
+    wait_until,
+    waiting_batches,
+)
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -58,19 +67,27 @@ def test_five_shuffled_pipelined_batches_over_separate_connections(
 ):
     topic, pid = uniq(), new_pid(api)
     batches = [batch(topic, pid, i * 4, 4) for i in range(5)]
-    order = [3, 1, 4, 0, 2]
-    barrier = threading.Barrier(5)
+    # arrival order 3, 1, 4, 0, 2: each is sent once the one before is seen inside the
+    # sidecar (waiting batches: 3; 3 and 1; 3, 1 and 4; 0 and 1 stored, 3 and 4 still)
+    arrivals = [(3, 1), (1, 2), (4, 3), (0, 2), (2, 0)]
+    results: dict[int, dict[str, Any]] = {}
 
-    def send(i: int) -> dict[str, Any]:
+    def send(i: int) -> None:
         with httpx.Client(base_url=sidecar.url, timeout=30) as own_connection:
-            barrier.wait()
-            time.sleep(0.02 * order.index(i))  # arrive in the shuffled order
             r = own_connection.post("/v1/produce", json={"batches": [batches[i]]})
-            return r.json()["results"][0]
+        results[i] = r.json()["results"][0]
 
-    with ThreadPoolExecutor(5) as pool:
-        results = list(pool.map(send, order))
-    assert [r["errorCode"] for r in results] == [0] * 5, results
+    threads = []
+    for i, waiting in arrivals:
+        threads.append(threading.Thread(target=send, args=(i,)))
+        threads[-1].start()
+        wait_until(
+            f"{waiting} waiting batches once batch {i} arrived",
+            lambda n=waiting: waiting_batches(api) == n,
+        )
+    for t in threads:
+        t.join(timeout=30)
+    assert [results[i]["errorCode"] for i in range(5)] == [0] * 5, results
     msgs = read_all(pulsar_reader_client, f"{NS}/{topic}-partition-0", expect=20)
     assert [int(m.properties()[PROP_SEQUENCE]) for m in msgs] == list(range(20))
 
@@ -300,10 +317,10 @@ def test_idle_producers_are_closed_and_state_comes_back_from_the_broker(pulsar):
         for pid in pids:
             assert codes(produce(api, batch(topic, pid, 0, 1))) == [0]
         assert api.get("/v1/stats").json()["openProducers"] == 3
-        deadline = time.monotonic() + 10
-        while api.get("/v1/stats").json()["openProducers"] and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert api.get("/v1/stats").json()["openProducers"] == 0
+        wait_until(
+            "the idle producers to close",
+            lambda: api.get("/v1/stats").json()["openProducers"] == 0,
+        )
         assert not sc.runtime.service.channels
         assert codes(produce(api, batch(topic, pids[0], 0, 1))) == [46]
         assert codes(produce(api, batch(topic, pids[0], 1, 1))) == [0]
@@ -360,19 +377,17 @@ def test_requests_over_the_in_flight_byte_budget_wait_for_earlier_ones(pulsar):
 
         threads = [threading.Thread(target=post, args=("held", held))]
         threads[0].start()
-        time.sleep(0.3)  # the held request is in (its body read, its batch waiting)
+        wait_until("the held batch to wait for its gap", lambda: waiting_batches(api) == 1)
         threads.append(threading.Thread(target=post, args=("other", other)))
         threads[1].start()
-        time.sleep(0.3)
-        gauges = {
-            line.split()[0]: float(line.split()[1])
-            for line in api.get("/metrics").text.splitlines()
-            if line.startswith("kop_dedup_") and " " in line
-        }
+        wait_until(
+            "the second request to wait for memory",
+            lambda: gauges(api)["kop_dedup_requests_waiting_for_memory"] == 1,
+        )
+        seen = gauges(api)
         for t in threads:
             t.join(timeout=30)
-    assert gauges["kop_dedup_requests_waiting_for_memory"] == 1, gauges
-    assert gauges["kop_dedup_inflight_request_bytes"] == len(held), gauges
+    assert seen["kop_dedup_inflight_request_bytes"] == len(held), seen
     assert (done["held"][1], done["other"][1]) == (45, 0), done
     assert done["other"][0] >= done["held"][0], (
         "the second request was served before the first let go"

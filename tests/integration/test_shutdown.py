@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.helpers import batch, new_pid, read_all, uniq
+from tests.helpers import batch, new_pid, read_all, uniq, wait_until, waiting_batches
 from tests.sidecar import ProcessSidecar
 
 pytestmark = pytest.mark.integration
@@ -31,9 +31,7 @@ def test_sigterm_answers_held_batches_retriably_and_exits_cleanly(
                 held = pool.submit(
                     api.post, "/v1/produce", json={"batches": [batch(topic, pid, 4, 2)]}
                 )
-                deadline = time.monotonic() + 10
-                while not sc_has_waiting_batch(api) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                wait_until("the held batch to wait", lambda: waiting_batches(api) == 1)
                 assert sc.proc is not None
                 signalled = time.monotonic()
                 sc.proc.send_signal(signal.SIGTERM)
@@ -49,8 +47,3 @@ def test_sigterm_answers_held_batches_retriably_and_exits_cleanly(
     read_all(pulsar_reader_client, f"persistent://public/kafka/{topic}-partition-0", expect=2)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{sc.url}/healthz", timeout=2)
-
-
-def sc_has_waiting_batch(api: httpx.Client) -> bool:
-    metrics = api.get("/metrics").text
-    return "kop_dedup_waiting_batches 1" in metrics

@@ -93,6 +93,7 @@ def test_ready_means_the_broker_can_store_not_only_that_its_admin_api_answers(tm
         assert broker.is_ready()
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def recording_distribution(tmp_path) -> LocalPulsar:
