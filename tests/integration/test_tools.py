@@ -1,6 +1,10 @@
-"""The tools against the real broker: topic creation, the load driver's command."""
+"""The tools against the real broker: topic creation, the load and bench commands."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -19,3 +23,52 @@ def test_create_topic_makes_the_partitions_and_a_second_call_is_fine(pulsar):
         f"{pulsar.admin_url}/admin/v2/persistent/public/kafka/{topic}/partitions", timeout=30
     )
     assert r.json()["partitions"] == 3
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kop_dedup", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_load_command_delivers_and_verifies_every_record(pulsar, sidecar):
+    topic = uniq("load")
+    proc = run_cli(
+        *("load", "--url", sidecar.url, "--topic", topic, "--partitions", "2"),
+        *("--producers", "2", "--batches", "4", "--records", "3", "--verify", "--json"),
+        *("--admin-url", pulsar.admin_url, "--service-url", pulsar.service_url),
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["load"]["delivered_records"] == 2 * 2 * 4 * 3
+    assert report["verify"]["read"] == 2 * 2 * 4 * 3
+    assert report["verify"]["ok"], report["verify"]
+    r = httpx.get(
+        f"{pulsar.admin_url}/admin/v2/persistent/public/kafka/{topic}/partitions", timeout=30
+    )
+    assert r.json()["partitions"] == 2  # created up front through --admin-url
+
+
+def test_bench_smoke_writes_results_that_agree_and_keeps_the_sidecar_log(pulsar, tmp_path):
+    """One tiny cell per mode: the command works end to end (never a timing assertion)."""
+    proc = run_cli(
+        *("bench", "--batch-sizes", "10", "--producers", "1", "--reps", "1"),
+        *("--seconds", "0.5", "--out", str(tmp_path)),
+        *("--service-url", pulsar.service_url, "--admin-url", pulsar.admin_url),
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "bench.json").read_text())
+    assert results["broker"]["started"] is False  # the session's broker answered
+    [row] = results["summary"]
+    assert (row["batch_size"], row["producers"]) == (10, 1)
+    assert row["direct"]["records"] > 0
+    assert row["sidecar"]["records"] > 0
+    printed = next(line for line in proc.stdout.splitlines() if line.split()[:2] == ["10", "1"])
+    assert printed.split()[-1] == f"{row['ratio']:.2f}"
+    assert (tmp_path / "bench.png").stat().st_size > 0
+    [log] = tmp_path.glob("sidecar-*.log")
+    assert "kop-dedup listening" in log.read_text()
