@@ -2,7 +2,8 @@
 
 ``Runtime.start()`` checks the broker (admin API answers, deduplication on
 for the data namespace, enabling it when allowed), prepares the system
-namespace, replays the epoch registry, and only then lets the API serve.
+namespace (its registry topics compacted by the broker), replays the epoch
+registry, and only then lets the API serve.
 """
 
 from __future__ import annotations
@@ -50,7 +51,12 @@ class Runtime:
             tls_validate_hostname=settings.pulsar_tls_validate_hostname,
         )
         system_ns = f"{settings.tenant}/{settings.system_namespace}"
-        self.registry = Registry(self.publisher.client, system_ns, settings.producer_name_prefix)
+        self.registry = Registry(
+            self.publisher.client,
+            system_ns,
+            settings.producer_name_prefix,
+            compact=self.admin.compact,
+        )
         self.stats = Stats()
         self.service = ProduceService(
             settings, self.publisher, self.admin, self.registry, self.stats
@@ -66,9 +72,9 @@ class Runtime:
                 f"(pulsar-admin namespaces set-deduplication {ns} --enable) or set "
                 "KOP_DEDUP_ENSURE_DEDUPLICATION=true to let the sidecar do it"
             )
-        await self.admin.ensure_namespace(
-            f"{s.tenant}/{s.system_namespace}", deduplication=True, infinite_retention=True
-        )
+        system_ns = f"{s.tenant}/{s.system_namespace}"
+        await self.admin.ensure_namespace(system_ns, deduplication=True, infinite_retention=True)
+        await self.admin.set_compaction_threshold(system_ns, s.registry_compaction_threshold_bytes)
         await self.registry.start()
         self.service.start()
         log.info("ready: namespace %s has deduplication on", ns)

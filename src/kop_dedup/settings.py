@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     producer_idle_seconds: float = Field(default=300.0, gt=0)
     max_open_producers: int = Field(default=2_000, ge=1)
 
+    # -- the registries in the system namespace
+    registry_compaction_threshold_bytes: int = Field(default=1 << 20, ge=0)
+    """Set on the system namespace: the broker compacts a registry topic once this many
+    bytes are uncompacted, so a start reads about one record per key (0: the broker
+    compacts only when a start finds the topic worth it)."""
+
     # -- HTTP
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)

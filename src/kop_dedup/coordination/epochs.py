@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import logging
 
-from kop_dedup.pulsar.tables import KeyedTable, KeyedWriter, PulsarClient, TableRecord
+from kop_dedup.pulsar.tables import (
+    CompactTopic,
+    KeyedTable,
+    KeyedWriter,
+    PulsarClient,
+    TableRecord,
+)
 
 __all__ = ["EpochRegistry"]
 
@@ -29,10 +35,12 @@ log = logging.getLogger(__name__)
 class EpochRegistry:
     """Highest epoch per producer id, durable in Pulsar."""
 
-    def __init__(self, client: PulsarClient, topic: str) -> None:
+    def __init__(
+        self, client: PulsarClient, topic: str, *, compact: CompactTopic | None = None
+    ) -> None:
         self.topic = topic
         self._highest: dict[int, int] = {}
-        self._table = KeyedTable(client, topic, self._apply)
+        self._table = KeyedTable(client, topic, self._apply, compact=compact)
         self._writer = KeyedWriter(client, topic)
 
     def _apply(self, record: TableRecord) -> None:
@@ -47,6 +55,20 @@ class EpochRegistry:
 
     async def catch_up(self) -> None:
         await self._table.catch_up()
+
+    async def load(self) -> None:
+        """Replay the topic (read compacted); ask for compaction when that read many
+        more records than there are producer ids, so the next start reads fewer."""
+        await self._table.catch_up()
+        await self._table.compact_if_due(len(self._highest))
+
+    @property
+    def records_read(self) -> int:
+        """Records read from the topic since this registry was created."""
+        return self._table.records_read
+
+    def __len__(self) -> int:
+        return len(self._highest)
 
     async def barrier(self) -> None:
         """Return once every epoch written before this call is applied here (coalesced)."""

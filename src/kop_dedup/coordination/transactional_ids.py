@@ -15,7 +15,7 @@ from kop_dedup.coordination.epochs import EpochRegistry
 from kop_dedup.coordination.producer_ids import ProducerIdAllocator
 from kop_dedup.protocol.records import MAX_EPOCH
 from kop_dedup.pulsar.exclusive import NameMutex
-from kop_dedup.pulsar.tables import KeyedTable, PulsarClient, TableRecord
+from kop_dedup.pulsar.tables import CompactTopic, KeyedTable, PulsarClient, TableRecord
 
 __all__ = ["TransactionalIds"]
 
@@ -30,12 +30,15 @@ class TransactionalIds:
         mutex_name: str,
         allocator: ProducerIdAllocator,
         epochs: EpochRegistry,
+        *,
+        compact: CompactTopic | None = None,
     ) -> None:
         self.topic = topic
         self._mutex = NameMutex(client, topic, mutex_name)
         self._allocator, self._epochs = allocator, epochs
         self._ids: dict[str, tuple[int, int]] = {}
-        self._table = KeyedTable(client, topic, self._apply)
+        self._table = KeyedTable(client, topic, self._apply, compact=compact)
+        self._loaded = False
 
     def _apply(self, record: TableRecord) -> None:
         if record.value is None:
@@ -46,7 +49,7 @@ class TransactionalIds:
 
     async def init(self, transactional_id: str) -> tuple[int, int]:
         async with self._mutex.hold() as held:
-            await self._table.catch_up()
+            await self._catch_up()
             current = self._ids.get(transactional_id)
             if current is None or current[1] >= MAX_EPOCH:
                 pid, epoch = await self._allocator.allocate(), 0
@@ -58,6 +61,16 @@ class TransactionalIds:
             await held.send(json.dumps(doc).encode(), key=transactional_id)
             self._ids[transactional_id] = (pid, epoch)
             return pid, epoch
+
+    async def _catch_up(self) -> None:
+        """Catch up; after the first (full) read, ask for compaction when it is due."""
+        await self._table.catch_up()
+        if not self._loaded:
+            self._loaded = True
+            await self._table.compact_if_due(len(self._ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
     async def close(self) -> None:
         await self._table.close()

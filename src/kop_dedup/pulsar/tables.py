@@ -17,9 +17,12 @@ What the owner of a table (a coordinator) gets here::
     await writer.send("key", b"value")           # durable when it returns
     await writer.tombstone("key")
 
-``apply`` sees every record in topic order, tombstones included (``value is
-None``), exactly once per table object; a replaced reader restarts after the
-last record applied. A coordinator that must be the only writer of its table
+``apply`` sees every keyed record in topic order, tombstones included (``value
+is None``), exactly once per table object; a replaced reader restarts after the
+last record applied. Messages without a key are skipped: after compaction, a
+batch keeps the slots of its removed records as empty messages without a key,
+which the C++ client (pulsar-client 3.13) hands out where the Java client skips
+them (``compactedOut``). A coordinator that must be the only writer of its table
 uses :class:`kop_dedup.pulsar.exclusive.FencedWriter` instead of
 :class:`KeyedWriter`.
 
@@ -34,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -42,6 +45,7 @@ import pulsar
 import pulsar.asyncio as pulsar_async
 
 __all__ = [
+    "CompactTopic",
     "KeyedTable",
     "KeyedWriter",
     "LatestRecords",
@@ -56,6 +60,10 @@ log = logging.getLogger(__name__)
 PulsarClient: TypeAlias = pulsar_async.Client
 """The asyncio Pulsar client the adapters are built on (coordinators only pass it on)."""
 
+CompactTopic: TypeAlias = Callable[[str], Awaitable[None]]
+"""Asks the broker to compact a topic (``PulsarAdmin.compact``)."""
+
+_COMPACTION_SLACK = 1000
 _DISCARD_WAIT_S = 5.0
 _PROBE_WAIT_S = 5.0
 _SEND_TIMEOUT_MS = 30_000
@@ -130,9 +138,11 @@ class KeyedTable:
         apply: Callable[[TableRecord], None],
         *,
         read_compacted: bool = True,
+        compact: CompactTopic | None = None,
     ) -> None:
         self.topic = topic
         self._client, self._apply, self._compacted = client, apply, read_compacted
+        self._compact = compact
         self._reader: Any = None
         self._last: Any = None
         self._lock = asyncio.Lock()
@@ -140,6 +150,9 @@ class KeyedTable:
         self._queued: asyncio.Future[None] | None = None
         self.records_read = 0
         """Records applied since this table was created (tombstones included)."""
+        self.slots_skipped = 0
+        """Messages without a key skipped: compacted-out slots of batches, which the C++
+        client hands out as empty messages (the Java client skips them), or strays."""
 
     async def catch_up(self) -> int:
         """Apply every record written so far (by anyone); return how many were new.
@@ -165,6 +178,32 @@ class KeyedTable:
                 else:
                     break
             return self.records_read - before
+
+    def compaction_due(self, live_keys: int) -> bool:
+        """Reading cost far more records than the table keeps keys (> 2x + 1000)."""
+        return self.records_read > 2 * live_keys + _COMPACTION_SLACK
+
+    async def compact_if_due(self, live_keys: int) -> bool:
+        """Ask the broker to compact the topic when :meth:`compaction_due`, so the next
+        reader reads about one record per key; True when asked.
+
+        Meant for right after the first catch-up. A failure is logged, not raised:
+        compaction only saves start-up time.
+        """
+        if self._compact is None or not self.compaction_due(live_keys):
+            return False
+        log.info(
+            "asking the broker to compact %s: read %d records for %d keys",
+            self.topic,
+            self.records_read,
+            live_keys,
+        )
+        try:
+            await self._compact(self.topic)
+        except Exception as exc:  # any failure: the table works uncompacted, only slower
+            log.warning("could not ask for compaction of %s: %s", self.topic, exc)
+            return False
+        return True
 
     async def barrier(self) -> None:
         """Return once every record written before this call is applied here.
@@ -209,12 +248,15 @@ class KeyedTable:
         # timeout here (30 s, as long as a request): give up sooner and replace it
         while await asyncio.wait_for(self._reader.has_message_available(), _PROBE_WAIT_S):
             msg = await self._reader.read_next()
+            self._last = msg.message_id()
+            if not msg.partition_key():  # a compacted-out slot, or a stray unkeyed message
+                self.slots_skipped += 1
+                continue
             try:
                 self._apply(_record(msg))
             except (ValueError, KeyError) as exc:
                 log.warning("skipping malformed record in %s: %s", self.topic, exc)
             self.records_read += 1
-            self._last = msg.message_id()
 
     async def _drop_reader(self) -> None:
         reader, self._reader = self._reader, None
