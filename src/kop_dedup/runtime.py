@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from kop_dedup.coordination.registry import Registry
+from kop_dedup.coordination.expiry import Bounds
+from kop_dedup.coordination.registry import Registry, RegistryBounds
 from kop_dedup.observability.stats import Stats
 from kop_dedup.produce.service import ProduceService
 from kop_dedup.pulsar.admin import PulsarAdmin
@@ -18,13 +19,28 @@ from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import Publisher
 from kop_dedup.settings import Settings
 
-__all__ = ["DeduplicationOff", "Runtime"]
+__all__ = ["DeduplicationOff", "Runtime", "registry_bounds"]
 
 log = logging.getLogger(__name__)
 
 
 class DeduplicationOff(RuntimeError):
     """The data namespace has deduplication off and we may not turn it on."""
+
+
+def registry_bounds(settings: Settings) -> RegistryBounds:
+    """The registries' memory bounds from the settings."""
+    return RegistryBounds(
+        epochs=Bounds(
+            expiry_ms=int(settings.producer_epoch_expiry_seconds * 1000),
+            max_entries=settings.max_producer_epochs,
+        ),
+        transactional_ids=Bounds(
+            expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
+            max_entries=settings.max_transactional_ids,
+        ),
+        sweep_interval_s=settings.registry_sweep_seconds,
+    )
 
 
 class Runtime:
@@ -55,6 +71,7 @@ class Runtime:
             self.publisher.client,
             system_ns,
             settings.producer_name_prefix,
+            bounds=registry_bounds(settings),
             compact=self.admin.compact,
         )
         self.stats = Stats()

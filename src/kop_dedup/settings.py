@@ -62,6 +62,22 @@ class Settings(BaseSettings):
     bytes are uncompacted, so a start reads about one record per key (0: the broker
     compacts only when a start finds the topic worth it)."""
 
+    producer_epoch_expiry_seconds: float = Field(default=7 * 86_400.0, ge=60)
+    """A producer id's epoch is forgotten this long after it was last raised (Kafka's
+    ``transactional.id.expiration.ms``); a zombie of a forgotten producer id is no
+    longer fenced by the registry."""
+    max_producer_epochs: int = Field(default=200_000, ge=1_000)
+    """Producer ids whose epoch is kept in memory; above it, those raised longest ago
+    are forgotten first (about 230 bytes each)."""
+    transactional_id_expiry_seconds: float = Field(default=7 * 86_400.0, ge=60)
+    """A transactional id is forgotten this long after its last init; its next init
+    gets a new producer id at epoch 0."""
+    max_transactional_ids: int = Field(default=100_000, ge=1_000)
+    """Transactional ids kept in memory; above it, those initialised longest ago are
+    forgotten first."""
+    registry_sweep_seconds: float = Field(default=60.0, ge=1)
+    """How often expired and over-cap registry entries are dropped and tombstoned."""
+
     # -- HTTP
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)
@@ -74,6 +90,16 @@ class Settings(BaseSettings):
     def _timeouts_consistent(self) -> Settings:
         if self.default_timeout_ms > self.max_timeout_ms:
             raise ValueError("default_timeout_ms must not exceed max_timeout_ms")
+        return self
+
+    @model_validator(mode="after")
+    def _sweep_within_expiry(self) -> Settings:
+        shortest = min(self.producer_epoch_expiry_seconds, self.transactional_id_expiry_seconds)
+        if self.registry_sweep_seconds > shortest:
+            raise ValueError(
+                "registry_sweep_seconds must not exceed the registry expiries "
+                f"({shortest:g} s): entries would outlive their expiry by more than itself"
+            )
         return self
 
     def pulsar_token(self) -> str | None:

@@ -4,6 +4,7 @@ start-up reads, bounds."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -12,7 +13,8 @@ import pulsar as pulsar_client
 import pulsar.asyncio as pulsar_async
 import pytest
 
-from kop_dedup.coordination.registry import Registry
+from kop_dedup.coordination.expiry import Bounds
+from kop_dedup.coordination.registry import Registry, RegistryBounds
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.tables import KeyedWriter
@@ -97,3 +99,113 @@ def test_the_runtime_has_the_broker_compact_the_system_namespace(pulsar):
     with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
         r = admin.get(f"/admin/v2/namespaces/public/{ns}/compactionThreshold")
     assert r.json() == 123_456
+
+
+class SettableClock:
+    """Wall time until set to a given instant (epoch ms)."""
+
+    def __init__(self) -> None:
+        self.at_ms: int | None = None
+
+    def __call__(self) -> float:
+        return time.time() if self.at_ms is None else self.at_ms / 1000
+
+
+async def _open(pulsar: Any) -> tuple[Any, PulsarAdmin]:
+    client = pulsar_async.Client(
+        pulsar.service_url, logger=pulsar_client.ConsoleLogger(pulsar_client.LoggerLevel.Error)
+    )
+    return client, PulsarAdmin(pulsar.admin_url, Naming("public", "kafka", "kop"))
+
+
+async def _compacted(admin: PulsarAdmin, topic: str) -> None:
+    await admin.compact(topic)
+    deadline = asyncio.get_running_loop().time() + 30
+    while await admin.compaction_status(topic) != "SUCCESS":
+        assert asyncio.get_running_loop().time() < deadline, "compaction did not finish"
+        await asyncio.sleep(0.1)
+
+
+def test_expired_epochs_are_tombstoned_so_a_fresh_start_neither_knows_nor_reads_them(
+    pulsar, system_namespace
+):
+    """Item 6, memory and topic: an epoch raised more than the expiry ago is forgotten
+    by the sidecar that sweeps, by every other one (the tombstone), and after compaction
+    by the topic itself. Old code kept every epoch forever, in memory and on every start."""
+
+    async def scenario() -> tuple[list[int | None], int, list[int | None], int]:
+        client, admin = await _open(pulsar)
+        topic = f"persistent://{system_namespace}/producer-epochs"
+        bounds = RegistryBounds(epochs=Bounds(expiry_ms=86_400_000, max_entries=1000))
+        try:
+            clock = SettableClock()
+            sweeper = Registry(client, system_namespace, "kop", bounds=bounds, clock=clock)
+            await sweeper.epochs.load()
+            for pid in (1, 2):
+                await sweeper.epochs.raise_to(pid, 1)
+            await sweeper.epochs.barrier()  # entries now carry the broker's publish times
+            raised_2 = sweeper.epochs._map._entries.entry(2)[1]
+            while time.time() * 1000 < raised_2 + 10:  # let the broker's clock move on
+                await asyncio.sleep(0.002)
+            await sweeper.epochs.raise_to(3, 1)
+            await sweeper.epochs.barrier()
+            raised_3 = sweeper.epochs._map._entries.entry(3)[1]
+            assert raised_3 > raised_2 + 5
+            clock.at_ms = raised_3 - 2 + 86_400_000  # a day after 1 and 2, not after 3
+            other = Registry(client, system_namespace, "kop", bounds=bounds)
+            await other.epochs.load()  # it knows 1, 2 and 3 (its clock has not moved)
+            await sweeper.sweep()
+            await sweeper.close()
+            await other.epochs.barrier()
+            seen_by_other = [other.epochs.highest(pid) for pid in (1, 2, 3)]
+            await other.close()
+            await _compacted(admin, topic)
+            fresh = Registry(client, system_namespace, "kop", bounds=bounds)
+            await fresh.epochs.load()
+            after = [fresh.epochs.highest(pid) for pid in (1, 2, 3)]
+            read = fresh.epochs.records_read
+            await fresh.close()
+            return seen_by_other, 0, after, read
+        finally:
+            await admin.close()
+            await client.close()
+
+    seen_by_other, _, after, read = asyncio.run(scenario())
+    assert seen_by_other == [None, None, 1]
+    assert after == [None, None, 1]
+    assert read == 1  # compaction removed the expired producer ids and their tombstones
+
+
+def test_an_epoch_written_out_of_order_is_written_again_so_compaction_keeps_the_highest(
+    pulsar, system_namespace
+):
+    """Compaction keeps the latest record of a key; the registry means the highest
+    epoch. Two sidecars raising one producer id at once can store 3 then 2: without
+    the repair a start after compaction knew 2, and a zombie at epoch 2 could write."""
+
+    async def scenario() -> tuple[int | None, int | None]:
+        client, admin = await _open(pulsar)
+        topic = f"persistent://{system_namespace}/producer-epochs"
+        try:
+            writer = KeyedWriter(client, topic)
+            await writer.send("5", b"3")
+            await writer.send("5", b"2")  # from a sidecar that had not seen 3
+            await writer.close()
+            reader = Registry(client, system_namespace, "kop")
+            await reader.epochs.load()
+            knows = reader.epochs.highest(5)
+            repairing = reader.epochs._repairing
+            assert repairing is not None
+            await repairing
+            await reader.close()
+            await _compacted(admin, topic)
+            fresh = Registry(client, system_namespace, "kop")
+            await fresh.epochs.load()
+            after = fresh.epochs.highest(5)
+            await fresh.close()
+            return knows, after
+        finally:
+            await admin.close()
+            await client.close()
+
+    assert asyncio.run(scenario()) == (3, 3)
