@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -20,17 +21,19 @@ from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.tables import KeyedWriter
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
+from kop_dedup_tools.registry_startup import delete_namespace, measure
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def system_namespace(pulsar: Any) -> str:
-    """A fresh system namespace, as a new cluster would have."""
+def system_namespace(pulsar: Any) -> Iterator[str]:
+    """A fresh system namespace, as a new cluster would have; deleted afterwards."""
     ns = f"public/kop-dedup-reg-{uuid.uuid4().hex[:8]}"
     with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
         assert admin.put(f"/admin/v2/namespaces/{ns}").status_code == 204
-    return ns
+    yield ns
+    asyncio.run(delete_namespace(pulsar.admin_url, ns))
 
 
 def test_a_start_that_reads_far_more_records_than_keys_compacts_so_the_next_reads_one_per_key(
@@ -95,10 +98,13 @@ def test_the_runtime_has_the_broker_compact_the_system_namespace(pulsar):
         finally:
             await runtime.close()
 
-    asyncio.run(scenario())
-    with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
-        r = admin.get(f"/admin/v2/namespaces/public/{ns}/compactionThreshold")
-    assert r.json() == 123_456
+    try:
+        asyncio.run(scenario())
+        with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
+            r = admin.get(f"/admin/v2/namespaces/public/{ns}/compactionThreshold")
+        assert r.json() == 123_456
+    finally:
+        asyncio.run(delete_namespace(pulsar.admin_url, f"public/{ns}"))
 
 
 class SettableClock:
@@ -209,3 +215,15 @@ def test_an_epoch_written_out_of_order_is_written_again_so_compaction_keeps_the_
             await client.close()
 
     assert asyncio.run(scenario()) == (3, 3)
+
+
+def test_the_registry_startup_tool_measures_a_start_before_and_after_compaction(pulsar):
+    namespace, _, _, runs = asyncio.run(
+        measure(pulsar.service_url, pulsar.admin_url, records=3000, keys=100, runs=1)
+    )
+    assert [(r.phase, r.records_read, r.keys) for r in runs] == [
+        ("before", 3000, 100),
+        ("after", 100, 100),
+    ]
+    with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
+        assert admin.get(f"/admin/v2/namespaces/{namespace}").status_code == 404  # cleaned up

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,6 +18,7 @@ from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.exclusive import FencedWriter, MutexBusy, NameMutex, OwnershipLost
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.tables import KeyedTable, KeyedWriter, LatestRecords
+from kop_dedup_tools.registry_startup import delete_namespace
 
 pytestmark = pytest.mark.integration
 
@@ -25,11 +26,13 @@ NAMESPACE = "public/kop-dedup-tables-test"
 
 
 @pytest.fixture(scope="module")
-def namespace(pulsar: Any) -> str:
+def namespace(pulsar: Any) -> Iterator[str]:
+    ns = f"{NAMESPACE}-{uuid.uuid4().hex[:6]}"
     with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
-        r = admin.put(f"/admin/v2/namespaces/{NAMESPACE}")
-        assert r.status_code in {204, 409}, r.text
-    return NAMESPACE
+        r = admin.put(f"/admin/v2/namespaces/{ns}")
+        assert r.status_code == 204, r.text
+    yield ns
+    asyncio.run(delete_namespace(pulsar.admin_url, ns))
 
 
 @pytest.fixture
