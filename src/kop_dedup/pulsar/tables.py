@@ -27,9 +27,9 @@ uses :class:`kop_dedup.pulsar.exclusive.FencedWriter` instead of
 :class:`KeyedWriter`.
 
 Pulsar 4.0.x keeps a *non-batched* empty-payload message from the C++ client in
-the compacted ledger (the compactor sizes it with its headers; apache/pulsar
-#25817 fixes that later): writers here therefore send through a batching
-producer, whose single-message batches are compacted as tombstones.
+the compacted ledger (seen on 4.0.8; fixed later by apache/pulsar#25817): writers
+here therefore send through a batching producer, whose single-message batches
+are compacted as tombstones (tests/integration/test_tables.py checks it).
 """
 
 from __future__ import annotations
