@@ -2,14 +2,16 @@
 
 ``Runtime.start()`` checks the broker (admin API answers, deduplication on
 for the data namespace, enabling it when allowed), prepares the system
-namespace, replays the epoch registry, and only then lets the API serve.
+namespace (its registry topics compacted by the broker), replays the epoch
+registry, and only then lets the API serve.
 """
 
 from __future__ import annotations
 
 import logging
 
-from kop_dedup.coordination.registry import Registry
+from kop_dedup.coordination.expiry import Bounds
+from kop_dedup.coordination.registry import Registry, RegistryBounds
 from kop_dedup.observability.stats import Stats
 from kop_dedup.produce.service import ProduceService
 from kop_dedup.pulsar.admin import PulsarAdmin
@@ -17,13 +19,28 @@ from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import Publisher
 from kop_dedup.settings import Settings
 
-__all__ = ["DeduplicationOff", "Runtime"]
+__all__ = ["DeduplicationOff", "Runtime", "registry_bounds"]
 
 log = logging.getLogger(__name__)
 
 
 class DeduplicationOff(RuntimeError):
     """The data namespace has deduplication off and we may not turn it on."""
+
+
+def registry_bounds(settings: Settings) -> RegistryBounds:
+    """The registries' memory bounds from the settings."""
+    return RegistryBounds(
+        epochs=Bounds(
+            expiry_ms=int(settings.producer_epoch_expiry_seconds * 1000),
+            max_entries=settings.max_producer_epochs,
+        ),
+        transactional_ids=Bounds(
+            expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
+            max_entries=settings.max_transactional_ids,
+        ),
+        sweep_interval_s=settings.registry_sweep_seconds,
+    )
 
 
 class Runtime:
@@ -56,7 +73,13 @@ class Runtime:
             tls_validate_hostname=settings.pulsar_tls_validate_hostname,
         )
         system_ns = f"{settings.tenant}/{settings.system_namespace}"
-        self.registry = Registry(self.publisher.client, system_ns, settings.producer_name_prefix)
+        self.registry = Registry(
+            self.publisher.client,
+            system_ns,
+            settings.producer_name_prefix,
+            bounds=registry_bounds(settings),
+            compact=self.admin.compact,
+        )
         self.stats = Stats(
             max_topics=settings.stats_max_topics, max_producers=settings.stats_max_producers
         )
@@ -74,9 +97,9 @@ class Runtime:
                 f"(pulsar-admin namespaces set-deduplication {ns} --enable) or set "
                 "KOP_DEDUP_ENSURE_DEDUPLICATION=true to let the sidecar do it"
             )
-        await self.admin.ensure_namespace(
-            f"{s.tenant}/{s.system_namespace}", deduplication=True, infinite_retention=True
-        )
+        system_ns = f"{s.tenant}/{s.system_namespace}"
+        await self.admin.ensure_namespace(system_ns, deduplication=True, infinite_retention=True)
+        await self.admin.set_compaction_threshold(system_ns, s.registry_compaction_threshold_bytes)
         await self.registry.start()
         self.service.start()
         log.info("ready: namespace %s has deduplication on", ns)

@@ -78,6 +78,28 @@ class Settings(BaseSettings):
     """Producer ids whose counters /v1/stats/producers keeps: the most recently used;
     the least recently used is dropped first (counted in ``producersEvicted``)."""
 
+    # -- the registries in the system namespace
+    registry_compaction_threshold_bytes: int = Field(default=1 << 20, ge=0)
+    """Set on the system namespace: the broker compacts a registry topic once this many
+    bytes are uncompacted, so a start reads about one record per key (0: the broker
+    compacts only when a start finds the topic worth it)."""
+
+    producer_epoch_expiry_seconds: float = Field(default=7 * 86_400.0, ge=60)
+    """A producer id's epoch is forgotten this long after it was last raised (Kafka's
+    ``transactional.id.expiration.ms``); a zombie of a forgotten producer id is no
+    longer fenced by the registry."""
+    max_producer_epochs: int = Field(default=200_000, ge=1_000)
+    """Producer ids whose epoch is kept in memory; above it, those raised longest ago
+    are forgotten first (about 230 bytes each)."""
+    transactional_id_expiry_seconds: float = Field(default=7 * 86_400.0, ge=60)
+    """A transactional id is forgotten this long after its last init; its next init
+    gets a new producer id at epoch 0."""
+    max_transactional_ids: int = Field(default=100_000, ge=1_000)
+    """Transactional ids kept in memory; above it, those initialised longest ago are
+    forgotten first."""
+    registry_sweep_seconds: float = Field(default=60.0, ge=1)
+    """How often expired and over-cap registry entries are dropped and tombstoned."""
+
     # -- HTTP
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)
@@ -103,6 +125,16 @@ class Settings(BaseSettings):
     def producer_queue_records(self) -> int:
         """Records a channel's Pulsar producer queues: room for every batch in flight."""
         return self.max_batch_records * self.max_inflight_batches
+
+    @model_validator(mode="after")
+    def _sweep_within_expiry(self) -> Settings:
+        shortest = min(self.producer_epoch_expiry_seconds, self.transactional_id_expiry_seconds)
+        if self.registry_sweep_seconds > shortest:
+            raise ValueError(
+                "registry_sweep_seconds must not exceed the registry expiries "
+                f"({shortest:g} s): entries would outlive their expiry by more than itself"
+            )
+        return self
 
     def pulsar_token(self) -> str | None:
         """The Pulsar auth token from the setting or its file, if any."""

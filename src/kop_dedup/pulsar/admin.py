@@ -278,3 +278,30 @@ class PulsarAdmin:
         if value is not False:
             self._dedup_scopes[key] = (value, time.monotonic() + self._dedup_ttl_s)
         return value
+
+    # -- compaction (the system namespace's keyed tables) -----------------------
+
+    async def set_compaction_threshold(self, namespace_path: str, threshold_bytes: int) -> None:
+        """Let the broker compact a namespace's topics once this many bytes are uncompacted
+        (0: only when asked, see :meth:`compact`)."""
+        await self._request(
+            "PUT",
+            f"/admin/v2/namespaces/{namespace_path}/compactionThreshold",
+            json=threshold_bytes,
+        )
+
+    async def compact(self, topic: str) -> None:
+        """Ask the broker to compact ``persistent://tenant/ns/topic`` now (it runs in the
+        background; one already running is fine)."""
+        path = topic.removeprefix("persistent://")
+        try:
+            await self._request("PUT", f"/admin/v2/persistent/{path}/compaction")
+        except AdminError as exc:
+            if exc.status != 409:  # 409: a compaction of that topic is already running
+                raise
+
+    async def compaction_status(self, topic: str) -> str:
+        """NOT_RUN, RUNNING, SUCCESS or ERROR for the topic's last compaction."""
+        path = topic.removeprefix("persistent://")
+        resp = await self._request("GET", f"/admin/v2/persistent/{path}/compaction")
+        return str(resp.json().get("status", "NOT_RUN"))
