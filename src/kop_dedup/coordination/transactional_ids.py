@@ -85,6 +85,12 @@ class TransactionalIds:
         """(producer id, epoch) as last seen here."""
         return self._ids.get(transactional_id)
 
+    async def lookup(self, transactional_id: str) -> tuple[int, int] | None:
+        """(producer id, epoch) of an id initialised before the transaction coordinator
+        took over transactional ids (read-only from then on)."""
+        await self._catch_up()
+        return self._ids.get(transactional_id)
+
     async def init(self, transactional_id: str) -> tuple[int, int]:
         async with self._mutex.hold() as held:
             await self._catch_up()

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 _SEND_TIMEOUT_MS = 30_000
 # a fenced producer answers ProducerFenced, and AlreadyClosed once the client closed it
-_LOST = frozenset({"ProducerFenced", "AlreadyClosed"})
+_LOST = frozenset({_pulsar.Result.ProducerFenced, _pulsar.Result.AlreadyClosed})
 
 
 class MutexBusy(TimeoutError):
@@ -141,7 +141,7 @@ class NameMutex:
                     send_timeout_millis=_SEND_TIMEOUT_MS,
                 )
             except pulsar_async.PulsarException as exc:
-                if exc.error().name != "ProducerBusy":
+                if exc.error() != _pulsar.Result.ProducerBusy:
                     raise
                 if loop.time() + delay > deadline:
                     raise MutexBusy(
@@ -200,7 +200,7 @@ class FencedWriter:
         try:
             await self._producer.send(value, partition_key=key, properties=dict(properties or {}))
         except pulsar_async.PulsarException as exc:
-            if exc.error().name in _LOST:
+            if exc.error() in _LOST:
                 self._lost = OwnershipLost(self.topic, exc)
                 log.warning("lost ownership of %s: %s", self.topic, exc)
                 raise self._lost from exc
