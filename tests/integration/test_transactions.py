@@ -259,7 +259,7 @@ class CheckBackApp:
         app = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 app.asked.append(body)
                 answers = app.script.get(body["transactionalId"], ["UNKNOWN"])

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from kop_dedup import errors
+from kop_dedup.coordination.transactions.coordinator import TxnStats
 from kop_dedup.observability.stats import Stats
 from kop_dedup.produce.service import BatchResult
 from kop_dedup.protocol.records import KafkaBatch
@@ -62,8 +63,12 @@ class StubTransactions:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.stats = TxnStats()
         self.epochs: dict[str, int] = {}
         self.init_producer_id: Callable[..., Awaitable[tuple[int, int]]] = self._bump
+
+    def owned_open(self) -> int:
+        return 0
 
     def check_timeout(self, timeout_ms: int | None) -> int:
         timeout = timeout_ms or self.settings.default_transaction_timeout_ms

@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from kop_dedup import errors
@@ -101,6 +101,53 @@ class TxnStats:
     def applied(self, ms: float) -> None:
         self.applied_ms.append(ms)
         del self.applied_ms[:-1000]
+
+    def to_dict(self) -> dict[str, object]:
+        ordered = sorted(self.applied_ms)
+
+        def pct(q: float) -> float | None:
+            return round(ordered[int(q * (len(ordered) - 1))], 2) if ordered else None
+
+        return {
+            "commits": self.commits,
+            "aborts": self.aborts,
+            "timeouts": self.timeouts,
+            "fenced": self.fenced,
+            "checkBacks": dict(self.check_backs),
+            "copyStateLost": self.copy_state_lost,
+            "appliedMsP50": pct(0.5),
+            "appliedMsP99": pct(0.99),
+        }
+
+    def counters(self) -> list[tuple[str, str, Sequence[tuple[Mapping[str, str], float]]]]:
+        """Prometheus counter families (see observability.metrics.render)."""
+        return [
+            (
+                "txn_completed_total",
+                "Transactions this sidecar applied, by decision.",
+                [({"decision": "commit"}, self.commits), ({"decision": "abort"}, self.aborts)],
+            ),
+            (
+                "txn_timeouts_total",
+                "Transactions aborted or checked back on timeout.",
+                [({}, self.timeouts)],
+            ),
+            (
+                "txn_fenced_total",
+                "Open transactions fenced by a new init-producer-id.",
+                [({}, self.fenced)],
+            ),
+            (
+                "txn_check_backs_total",
+                "Check-backs to applications, by answer.",
+                [({"answer": a}, n) for a, n in sorted(self.check_backs.items())],
+            ),
+            (
+                "txn_copy_state_lost_total",
+                "Recoveries that found a copy's producer name forgotten by the broker.",
+                [({}, self.copy_state_lost)],
+            ),
+        ]
 
 
 def _now_ms() -> int:
@@ -191,6 +238,16 @@ class TransactionCoordinator:
         p = self.parts.partition_of(transactional_id)
         await self.parts.read(p)
         return self.view.get(p, transactional_id)
+
+    def owned_open(self) -> int:
+        """Open transactions in the log partitions this sidecar owns (no I/O)."""
+        return sum(
+            1
+            for p in range(self.settings.log_partitions)
+            if self.parts.owned(p)
+            for t in self.view.in_partition(p)
+            if t.state.open
+        )
 
     async def open_transactions(self) -> list[Transaction]:
         await self.parts.read_all()

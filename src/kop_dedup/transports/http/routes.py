@@ -155,7 +155,11 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
     ``topics``/``maxTopics`` (names counted by name) and ``producers``/
     ``maxProducers``/``producersEvicted`` (per-producer counters kept).
     """
-    return {**runtime.stats.totals(), "openProducers": runtime.service.open_producers()}
+    return {
+        **runtime.stats.totals(),
+        "openProducers": runtime.service.open_producers(),
+        "transactions": runtime.transactions.stats.to_dict(),
+    }
 
 
 @router.get(
@@ -259,7 +263,11 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
         "inflight_request_bytes": float(admission.in_use),
         "requests_waiting_for_memory": float(admission.waiting),
     }
-    return PlainTextResponse(render(runtime.stats, gauges), media_type=CONTENT_TYPE)
+    gauges["open_transactions_owned"] = float(runtime.transactions.owned_open())
+    return PlainTextResponse(
+        render(runtime.stats, gauges, runtime.transactions.stats.counters()),
+        media_type=CONTENT_TYPE,
+    )
 
 
 @router.get("/healthz", tags=["health"])
