@@ -63,8 +63,8 @@ def partition_of(key: str, partitions: int) -> int:
 Apply = Callable[[int, TableRecord], None]
 Acquired = Callable[[int], Coroutine[Any, Any, None]]
 Lost = Callable[[int], None]
-Writers = Callable[[], Awaitable[dict[int, int]]]
-"""Producers the broker has on each partition of the log (the admin API's stats)."""
+Writers = Callable[[], Awaitable[dict[int, list[str]]]]
+"""Names of the producers the broker has on each partition (the admin API's stats)."""
 
 
 class _Partition:
@@ -197,13 +197,23 @@ class StatePartitions:
 
     async def adopt_orphans(self) -> int:
         """Take every partition that has no writer at the broker; how many were taken.
+        A partition this sidecar believes it owns but the broker does not list it for
+        is given up first (it was fenced while idle).
 
         Two sidecars adopting the same orphan at once both open with fencing: the later
         one wins, the earlier one's marker write fails and it leaves the partition."""
         live = await self._writers()
         taken = 0
         for part in self._parts:
-            if part.writer.owned or live.get(part.index, 0) > 0:
+            names = live.get(part.index, [])
+            if part.writer.owned:
+                if part.writer.name in names:
+                    continue  # ours, as the broker sees it
+                # fenced while idle (another sidecar took it, maybe gone since): we
+                # would only have learnt it at our next write
+                part.writer.lost()
+                self._on_lost(part.index)
+            if names:
                 continue
             async with part.lock:
                 if part.writer.owned:

@@ -323,16 +323,17 @@ class PulsarAdmin:
             return await self._partition_count(path)
         return partitions
 
-    async def partition_writers(self, topic: str) -> dict[int, int]:
-        """Producers connected to each partition of ``persistent://tenant/ns/topic``."""
+    async def partition_writers(self, topic: str) -> dict[int, list[str]]:
+        """Names of the producers connected to each partition of
+        ``persistent://tenant/ns/topic``."""
         path = topic.removeprefix("persistent://")
         resp = await self._request(
             "GET", f"/admin/v2/persistent/{path}/partitioned-stats", params={"perPartition": "true"}
         )
-        out: dict[int, int] = {}
+        out: dict[int, list[str]] = {}
         for name, stats in (resp.json().get("partitions") or {}).items():
             index = int(name.rsplit("-partition-", 1)[1])
-            out[index] = len(stats.get("publishers") or [])
+            out[index] = [str(p.get("producerName")) for p in stats.get("publishers") or []]
         return out
 
     async def last_position(self, topic: str) -> tuple[int, int] | None:

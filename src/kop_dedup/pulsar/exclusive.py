@@ -166,6 +166,17 @@ class FencedWriter:
         """Open and not (yet known to be) fenced."""
         return self._producer is not None and self._lost is None
 
+    @property
+    def name(self) -> str | None:
+        """The producer name the broker knows this writer by (None when not open)."""
+        return None if self._producer is None else str(self._producer.producer_name())
+
+    def lost(self) -> None:
+        """The broker no longer lists this writer (it was fenced while idle): stop
+        believing it owns the topic; its next send would fail anyway."""
+        if self._lost is None:
+            self._lost = OwnershipLost(self.topic)
+
     async def open(self) -> None:
         """Take ownership: from here on, no earlier writer's send can succeed."""
         await self.close()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,13 +138,29 @@ class OffsetStore:
 
     # -- writes (as the owner of the group's partition) --------------------------------
 
+    async def _owned(self, group: str, write: Callable[[int], Awaitable[None]]) -> None:
+        """Run ``write`` as the owner of the group's partition; when another sidecar takes
+        the partition meanwhile, take it back and run it again (writes are keyed and
+        idempotent)."""
+        p = self.parts.partition_of(group)
+        for attempt in range(3):
+            async with self.parts.lock(p):
+                await self.parts.own(p)
+                try:
+                    await write(p)
+                except errors.NotCoordinator:
+                    if attempt == 2:
+                        raise
+                else:
+                    return
+
     async def commit(self, group: str, offsets: Iterable[StagedOffset]) -> None:
         """Commit offsets (plain commits, and a committed transaction's); a pending
         marker for the same partitions is cleared with them."""
-        p = self.parts.partition_of(group)
+        offsets = list(offsets)
         now = int(time.time() * 1000)
-        async with self.parts.lock(p):
-            await self.parts.own(p)
+
+        async def write(p: int) -> None:
             for o in offsets:
                 await self._write(
                     p,
@@ -159,12 +175,14 @@ class OffsetStore:
                 if self._view.get(p, pending) is not None:
                     await self._remove(p, pending)
 
+        await self._owned(group, write)
+
     async def mark_pending(
         self, group: str, keys: Iterable[tuple[str, int]], transactional_id: str, ordinal: int
     ) -> None:
-        p = self.parts.partition_of(group)
-        async with self.parts.lock(p):
-            await self.parts.own(p)
+        keys = list(keys)
+
+        async def write(p: int) -> None:
             for topic, partition in keys:
                 await self._write(
                     p,
@@ -172,19 +190,24 @@ class OffsetStore:
                     {"transactionalId": transactional_id, "ordinal": ordinal},
                 )
 
+        await self._owned(group, write)
+
     async def clear_pending(
         self, group: str, keys: Iterable[tuple[str, int]], transactional_id: str, ordinal: int
     ) -> None:
         """Remove the pending markers this transaction left (an abort)."""
-        p = self.parts.partition_of(group)
-        async with self.parts.lock(p):
-            await self.parts.own(p)
+        keys = list(keys)
+
+        async def write(p: int) -> None:
             for topic, partition in keys:
                 key = _key("p", group, topic, partition)
                 doc = self._view.get(p, key)
-                mine = doc is not None and doc.get("transactionalId") == transactional_id
-                if mine and int(doc["ordinal"]) == ordinal:  # type: ignore[index]
+                if doc is None or doc.get("transactionalId") != transactional_id:
+                    continue
+                if int(doc["ordinal"]) == ordinal:
                     await self._remove(p, key)
+
+        await self._owned(group, write)
 
     async def _write(self, p: int, key: str, doc: dict[str, Any]) -> None:
         current = self._view.get(p, key)

@@ -265,13 +265,21 @@ class TransactionCoordinator:
         """Run ``decide`` on the current state as the partition's owner; write what it
         returns (None: no change)."""
         p = self.parts.partition_of(transactional_id)
-        async with self.parts.lock(p):
-            await self.parts.own(p)
-            current = self.view.get(p, transactional_id)
-            nxt = await decide(current)
-            if nxt is None or nxt == current:
-                return current
-            return await self._write(p, nxt)
+        for attempt in range(_TAKEOVER_ATTEMPTS):
+            async with self.parts.lock(p):
+                await self.parts.own(p)
+                current = self.view.get(p, transactional_id)
+                nxt = await decide(current)
+                if nxt is None or nxt == current:
+                    return current
+                try:
+                    return await self._write(p, nxt)
+                except errors.NotCoordinator:
+                    # another sidecar took the partition meanwhile (two adopting at once,
+                    # or a client on each): take it back and decide again on its state
+                    if attempt + 1 == _TAKEOVER_ATTEMPTS:
+                        raise
+        raise errors.NotCoordinator(f"transaction log partition {p} keeps moving; retry")
 
     async def _write(self, p: int, txn: Transaction) -> Transaction:
         current = self.view.get(p, txn.transactional_id)
@@ -861,6 +869,7 @@ class TransactionCoordinator:
 
 
 _CHECK_BACK_RECORDS = 1000
+_TAKEOVER_ATTEMPTS = 3
 
 
 def _count_check_back(
