@@ -1,4 +1,4 @@
-"""The ``kop-dedup`` command: serve, pulsar, audit, load, bench.
+"""The ``kop-dedup`` command: serve, pulsar, audit, load, bench, registry-startup.
 
 Each subcommand lives with the module that does the work and registers
 itself through an ``add_cli(subparsers)`` function; this file only wires
@@ -36,6 +36,7 @@ _COMMANDS = (
     "kop_dedup.spark.cli",
     "kop_dedup_tools.load",
     "kop_dedup_tools.bench",
+    "kop_dedup_tools.registry_startup",
 )
 
 

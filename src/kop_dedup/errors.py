@@ -14,8 +14,11 @@ The tree::
     +-- NotLeaderOrFollower (6, retriable)
     +-- RequestTimedOut (7, retriable)
     +-- MessageTooLarge (10)
+    +-- NotCoordinator (16, retriable)
     +-- InvalidTopic (17)
     +-- NotEnoughReplicas (19, retriable)
+    +-- IllegalGeneration (22)
+    +-- UnknownMemberId (25)
     +-- TopicAuthorizationFailed (29)
     +-- InvalidRequest (42)
     +-- PolicyViolation (44)
@@ -29,6 +32,7 @@ The tree::
     +-- KafkaStorageError (56, retriable)
     +-- UnknownProducerId (59)
     +-- InvalidRecord (87)
+    +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
 
 Success has no class: its code and name are :data:`NONE_ERRNO` and
@@ -49,6 +53,7 @@ __all__ = [
     "ConcurrentTransactions",
     "CorruptMessage",
     "DuplicateSequenceNumber",
+    "IllegalGeneration",
     "InvalidProducerEpoch",
     "InvalidProducerIdMapping",
     "InvalidRecord",
@@ -59,6 +64,7 @@ __all__ = [
     "KafkaError",
     "KafkaStorageError",
     "MessageTooLarge",
+    "NotCoordinator",
     "NotEnoughReplicas",
     "NotLeaderOrFollower",
     "OutOfOrderSequenceNumber",
@@ -66,8 +72,10 @@ __all__ = [
     "ProducerFenced",
     "RequestTimedOut",
     "TopicAuthorizationFailed",
+    "UnknownMemberId",
     "UnknownProducerId",
     "UnknownTopicOrPartition",
+    "UnstableOffsetCommit",
     "error_for_code",
 ]
 
@@ -112,12 +120,24 @@ class MessageTooLarge(KafkaError):
     errno, name = 10, "MESSAGE_TOO_LARGE"
 
 
+class NotCoordinator(KafkaError):
+    errno, name, retriable = 16, "NOT_COORDINATOR", True
+
+
 class InvalidTopic(KafkaError):
     errno, name = 17, "INVALID_TOPIC_EXCEPTION"
 
 
 class NotEnoughReplicas(KafkaError):
     errno, name, retriable = 19, "NOT_ENOUGH_REPLICAS", True
+
+
+class IllegalGeneration(KafkaError):
+    errno, name = 22, "ILLEGAL_GENERATION"
+
+
+class UnknownMemberId(KafkaError):
+    errno, name = 25, "UNKNOWN_MEMBER_ID"
 
 
 class TopicAuthorizationFailed(KafkaError):
@@ -170,6 +190,10 @@ class UnknownProducerId(KafkaError):
 
 class InvalidRecord(KafkaError):
     errno, name = 87, "INVALID_RECORD"
+
+
+class UnstableOffsetCommit(KafkaError):
+    errno, name, retriable = 88, "UNSTABLE_OFFSET_COMMIT", True
 
 
 class ProducerFenced(KafkaError):

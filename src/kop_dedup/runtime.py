@@ -2,28 +2,69 @@
 
 ``Runtime.start()`` checks the broker (admin API answers, deduplication on
 for the data namespace, enabling it when allowed), prepares the system
-namespace, replays the epoch registry, and only then lets the API serve.
+namespace (its registry topics compacted by the broker), replays the epoch
+registry, and only then lets the API serve.
 """
 
 from __future__ import annotations
 
 import logging
 
-from kop_dedup.coordination.registry import Registry
+from kop_dedup.coordination.expiry import Bounds
+from kop_dedup.coordination.groups.offsets import OffsetStore
+from kop_dedup.coordination.registry import Registry, RegistryBounds
+from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator, TxnSettings
+from kop_dedup.coordination.transactions.copier import Copier
+from kop_dedup.coordination.transactions.journal import Journal
+from kop_dedup.errors import KafkaError
 from kop_dedup.observability.stats import Stats
 from kop_dedup.produce.service import ProduceService
+from kop_dedup.protocol.records import KafkaBatch
+from kop_dedup.protocol.transactions import Partition, Transaction
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import Publisher
 from kop_dedup.settings import Settings
 
-__all__ = ["DeduplicationOff", "Runtime"]
+__all__ = ["DeduplicationOff", "Runtime", "registry_bounds", "txn_settings"]
 
 log = logging.getLogger(__name__)
 
 
 class DeduplicationOff(RuntimeError):
     """The data namespace has deduplication off and we may not turn it on."""
+
+
+def registry_bounds(settings: Settings) -> RegistryBounds:
+    """The registries' memory bounds from the settings."""
+    return RegistryBounds(
+        epochs=Bounds(
+            expiry_ms=int(settings.producer_epoch_expiry_seconds * 1000),
+            max_entries=settings.max_producer_epochs,
+        ),
+        transactional_ids=Bounds(
+            expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
+            max_entries=settings.max_transactional_ids,
+        ),
+        sweep_interval_s=settings.registry_sweep_seconds,
+    )
+
+
+def txn_settings(settings: Settings) -> TxnSettings:
+    """The transaction coordinator's settings."""
+    return TxnSettings(
+        log_partitions=settings.txn_log_partitions,
+        default_timeout_ms=settings.default_transaction_timeout_ms,
+        max_timeout_ms=settings.max_transaction_timeout_ms,
+        check_back_max=settings.check_back_max,
+        check_back_interval_ms=settings.check_back_interval_ms,
+        check_back_timeout_s=settings.check_back_timeout_ms / 1000,
+        sweep_interval_s=settings.txn_sweep_interval_ms / 1000,
+        adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
+        apply_delay_s=settings.txn_apply_delay_ms / 1000,
+        expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
+        decisions_retention_minutes=settings.journal_retention_minutes,
+    )
 
 
 class Runtime:
@@ -56,12 +97,79 @@ class Runtime:
             tls_validate_hostname=settings.pulsar_tls_validate_hostname,
         )
         system_ns = f"{settings.tenant}/{settings.system_namespace}"
-        self.registry = Registry(self.publisher.client, system_ns, settings.producer_name_prefix)
+        self.registry = Registry(
+            self.publisher.client,
+            system_ns,
+            settings.producer_name_prefix,
+            bounds=registry_bounds(settings),
+            compact=self.admin.compact,
+        )
         self.stats = Stats(
             max_topics=settings.stats_max_topics, max_producers=settings.stats_max_producers
         )
         self.service = ProduceService(
             settings, self.publisher, self.admin, self.registry.epochs, self.stats
+        )
+        base = f"persistent://{system_ns}"
+        self.offsets = OffsetStore(
+            self.publisher.client,
+            self.admin,
+            f"{base}/consumer-offsets",
+            settings.offsets_partitions,
+            adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
+        )
+        journal = Journal(
+            self.admin,
+            self.naming,
+            system_ns,
+            retention_minutes=settings.journal_retention_minutes,
+        )
+        self.transactions = TransactionCoordinator(
+            self.publisher.client,
+            self.admin,
+            log_topic=f"{base}/transaction-log",
+            decisions_topic=f"{base}/transaction-decisions",
+            journal=journal,
+            copier=Copier(
+                self.publisher.client,
+                self.publisher,
+                self.naming,
+                journal,
+                prefix=settings.producer_name_prefix,
+                on_state_lost=self._copy_state_lost,
+            ),
+            offsets=self.offsets,
+            allocator=self.registry.allocator,
+            epochs=self.registry.epochs,
+            legacy=self.registry.transactional,
+            journaler=self._journal,
+            partitions_of=self._partitions_of,
+            settings=txn_settings(settings),
+        )
+
+    async def _journal(
+        self, batch: KafkaBatch, deadline: float, ptopic: str, extra: dict[str, str]
+    ) -> tuple[KafkaError | None, str | None]:
+        result = await self.service.produce(batch, deadline, journal=(ptopic, extra))
+        return result.error, result.message_id
+
+    async def _partitions_of(self, topic: str) -> int:
+        s = self.settings
+        return await self.admin.partitions(
+            topic, create_with=s.default_partitions if s.auto_create_topics else None
+        )
+
+    def _copy_state_lost(self, txn: Transaction, part: Partition, present: int) -> None:
+        self.transactions.stats.copy_state_lost += 1
+        log.error(
+            "the broker forgot the copy producer of transaction %d of %r on %s-%d: %d of its "
+            "batches were already in the data partition and are not copied again; check "
+            "brokerDeduplicationProducerInactivityTimeoutMinutes",
+            txn.ordinal,
+            txn.transactional_id,
+            part.topic,
+            part.partition,
+            present,
         )
 
     async def start(self) -> None:
@@ -74,11 +182,13 @@ class Runtime:
                 f"(pulsar-admin namespaces set-deduplication {ns} --enable) or set "
                 "KOP_DEDUP_ENSURE_DEDUPLICATION=true to let the sidecar do it"
             )
-        await self.admin.ensure_namespace(
-            f"{s.tenant}/{s.system_namespace}", deduplication=True, infinite_retention=True
-        )
+        system_ns = f"{s.tenant}/{s.system_namespace}"
+        await self.admin.ensure_namespace(system_ns, deduplication=True, infinite_retention=True)
+        await self.admin.set_compaction_threshold(system_ns, s.registry_compaction_threshold_bytes)
         await self.registry.start()
         self.service.start()
+        await self.offsets.start()
+        await self.transactions.start()
         log.info("ready: namespace %s has deduplication on", ns)
 
     async def ready(self) -> tuple[bool, str]:
@@ -91,6 +201,8 @@ class Runtime:
         return True, "ok"
 
     async def close(self) -> None:
+        await self.transactions.close()
+        await self.offsets.close()
         await self.service.close()
         await self.registry.close()
         await self.publisher.close()

@@ -78,6 +78,50 @@ class Settings(BaseSettings):
     """Producer ids whose counters /v1/stats/producers keeps: the most recently used;
     the least recently used is dropped first (counted in ``producersEvicted``)."""
 
+    # -- the registries in the system namespace
+    registry_compaction_threshold_bytes: int = Field(default=1 << 20, ge=0)
+    """Set on the system namespace: the broker compacts a registry topic once this many
+    bytes are uncompacted, so a start reads about one record per key (0: the broker
+    compacts only when a start finds the topic worth it)."""
+
+    producer_epoch_expiry_seconds: float = Field(default=7 * 86_400.0, ge=60)
+    """A producer id's epoch is forgotten this long after it was last raised (Kafka's
+    ``transactional.id.expiration.ms``); a zombie of a forgotten producer id is no
+    longer fenced by the registry."""
+    max_producer_epochs: int = Field(default=200_000, ge=1_000)
+    """Producer ids whose epoch is kept in memory; above it, those raised longest ago
+    are forgotten first (about 230 bytes each)."""
+    transactional_id_expiry_seconds: float = Field(default=7 * 86_400.0, ge=60)
+    """A transactional id is forgotten this long after its last init; its next init
+    gets a new producer id at epoch 0."""
+    max_transactional_ids: int = Field(default=100_000, ge=1_000)
+    """Transactional ids kept in memory; above it, those initialised longest ago are
+    forgotten first."""
+    registry_sweep_seconds: float = Field(default=60.0, ge=1)
+    """How often expired and over-cap registry entries are dropped and tombstoned."""
+
+    # -- transactions and consumer groups
+    txn_log_partitions: int = Field(default=8, ge=1, le=256)
+    """Partitions of the transaction log (fixed once the log exists: ids hash onto them)."""
+    offsets_partitions: int = Field(default=8, ge=1, le=256)
+    """Partitions of the consumer-offsets log (fixed once it exists)."""
+    default_transaction_timeout_ms: int = Field(default=60_000, ge=1)
+    max_transaction_timeout_ms: int = Field(default=900_000, ge=1)
+    """Kafka's transaction.max.timeout.ms: longer timeouts answer 50."""
+    check_back_max: int = Field(default=15, ge=1, le=1000)
+    check_back_interval_ms: int = Field(default=1_000, ge=10)
+    """The first wait between check-backs; it doubles each time, up to a minute."""
+    check_back_timeout_ms: int = Field(default=5_000, ge=10)
+    txn_sweep_interval_ms: int = Field(default=1_000, ge=10)
+    """How often the owner of a log partition looks for timed-out transactions."""
+    coordinator_adopt_interval_ms: int = Field(default=5_000, ge=10)
+    """How often a sidecar looks for coordinator partitions whose owner went away."""
+    journal_retention_minutes: int = Field(default=1440, ge=1)
+    """How long journals (and the decisions log) keep records: longer than the longest
+    transaction timeout plus a recovery."""
+    txn_apply_delay_ms: int = Field(default=0, ge=0)
+    """Fault injection: wait this long between a decision and applying it."""
+
     # -- HTTP
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)
@@ -95,6 +139,15 @@ class Settings(BaseSettings):
                 f"max_batch_records x max_inflight_batches = {self.producer_queue_records} "
                 f"records per Pulsar producer queue; the limit is {_MAX_QUEUE_RECORDS}"
             )
+        if self.default_transaction_timeout_ms > self.max_transaction_timeout_ms:
+            raise ValueError(
+                "default_transaction_timeout_ms must not exceed max_transaction_timeout_ms"
+            )
+        if self.journal_retention_minutes * 60_000 < 2 * self.max_transaction_timeout_ms:
+            raise ValueError(
+                "journal_retention_minutes must cover twice max_transaction_timeout_ms: a "
+                "journal must outlive the longest transaction plus its recovery"
+            )
         if self.max_batch_bytes > self.pulsar_max_message_bytes:
             raise ValueError("max_batch_bytes must not exceed pulsar_max_message_bytes")
         return self
@@ -103,6 +156,16 @@ class Settings(BaseSettings):
     def producer_queue_records(self) -> int:
         """Records a channel's Pulsar producer queues: room for every batch in flight."""
         return self.max_batch_records * self.max_inflight_batches
+
+    @model_validator(mode="after")
+    def _sweep_within_expiry(self) -> Settings:
+        shortest = min(self.producer_epoch_expiry_seconds, self.transactional_id_expiry_seconds)
+        if self.registry_sweep_seconds > shortest:
+            raise ValueError(
+                "registry_sweep_seconds must not exceed the registry expiries "
+                f"({shortest:g} s): entries would outlive their expiry by more than itself"
+            )
+        return self
 
     def pulsar_token(self) -> str | None:
         """The Pulsar auth token from the setting or its file, if any."""

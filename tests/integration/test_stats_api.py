@@ -29,6 +29,12 @@ OUR_FAMILIES = {
     "kop_dedup_waiting_batches",
     "kop_dedup_inflight_request_bytes",
     "kop_dedup_requests_waiting_for_memory",
+    "kop_dedup_open_transactions_owned",
+    "kop_dedup_txn_completed",
+    "kop_dedup_txn_timeouts",
+    "kop_dedup_txn_fenced",
+    "kop_dedup_txn_check_backs",
+    "kop_dedup_txn_copy_state_lost",
 }
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from kop_dedup import errors
+from kop_dedup.coordination.transactions.coordinator import TxnStats
 from kop_dedup.observability.stats import Stats
 from kop_dedup.produce.service import BatchResult
 from kop_dedup.protocol.records import KafkaBatch
@@ -51,26 +53,40 @@ class StubAllocator:
         return self.issued
 
 
-class StubTransactional:
-    def __init__(self) -> None:
-        self.init: Callable[[str], Awaitable[tuple[int, int]]] = self._bump
-        self.epochs: dict[str, int] = {}
-
-    async def _bump(self, transactional_id: str) -> tuple[int, int]:
-        self.epochs[transactional_id] = self.epochs.get(transactional_id, -1) + 1
-        return 4242, self.epochs[transactional_id]
-
-
 class StubRegistry:
     def __init__(self) -> None:
         self.allocator = StubAllocator()
-        self.transactional = StubTransactional()
+
+
+class StubTransactions:
+    """The coordinator's init-producer-id as the route sees it (epoch + 1 per call)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.stats = TxnStats()
+        self.epochs: dict[str, int] = {}
+        self.init_producer_id: Callable[..., Awaitable[tuple[int, int]]] = self._bump
+
+    def owned_open(self) -> int:
+        return 0
+
+    def check_timeout(self, timeout_ms: int | None) -> int:
+        timeout = timeout_ms or self.settings.default_transaction_timeout_ms
+        if not 0 < timeout <= self.settings.max_transaction_timeout_ms:
+            raise errors.InvalidTransactionTimeout(f"transactionTimeoutMs {timeout}")
+        return timeout
+
+    async def _bump(self, tid: str, timeout_ms: int | None, url: str | None) -> tuple[int, int]:
+        self.check_timeout(timeout_ms)
+        self.epochs[tid] = self.epochs.get(tid, -1) + 1
+        return 4242, self.epochs[tid]
 
 
 class StubRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings, self.service, self.stats = settings, StubService(), Stats()
         self.registry = StubRegistry()
+        self.transactions = StubTransactions(settings)
 
 
 class Client:

@@ -50,10 +50,10 @@ def test_init_producer_id_pulsar_trouble_goes_through_the_one_translation():
 def test_init_producer_id_kafka_errors_are_answered_with_their_own_code():
     client = Client()
 
-    async def busy(_tid: str) -> tuple[int, int]:
+    async def busy(_tid: str, _timeout: int | None, _url: str | None) -> tuple[int, int]:
         raise errors.ConcurrentTransactions("another init is running")
 
-    client.runtime.registry.transactional.init = busy
+    client.runtime.transactions.init_producer_id = busy
     body = client.post("/v1/init-producer-id", json={"transactionalId": "app"}).json()
     assert body["errorCode"] == errors.ConcurrentTransactions.errno
     assert body["error"] == errors.ConcurrentTransactions.name

@@ -105,7 +105,7 @@ def fast(raw: bytes) -> Any:
 
 def whole(raw: bytes) -> Any:
     try:
-        batches, timeout_ms = decode(raw)
+        batches, timeout_ms, _ = decode(raw)
     except InvalidBody:
         return "422"
     return ["87" if isinstance(b, Refused) else b for b in batches], timeout_ms
@@ -228,7 +228,7 @@ def test_garbage_is_422_for_both(raw):
 
 
 def test_a_valid_body_decodes_straight_into_kafka_batches():
-    batches, timeout_ms = decode(VALID)
+    batches, timeout_ms, _ = decode(VALID)
     assert timeout_ms == 1000
     (batch,) = batches
     assert type(batch) is KafkaBatch
@@ -242,7 +242,7 @@ def test_bad_base64_refuses_only_its_batch_and_says_where():
     good = doc["batches"][0]
     bad = {**good, "topic": "bad", "records": [{"value": "%%%"}]}
     doc["batches"] = [good, bad, good]
-    batches, _ = decode(json.dumps(doc).encode())
+    batches, _, _ = decode(json.dumps(doc).encode())
     assert [type(b).__name__ for b in batches] == ["KafkaBatch", "Refused", "KafkaBatch"]
     refused = batches[1]
     assert isinstance(refused, Refused)

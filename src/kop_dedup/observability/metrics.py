@@ -16,11 +16,11 @@ What keeps a scrape parseable whatever clients send:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from kop_dedup.observability.stats import OUTCOMES, Stats
 
-__all__ = ["CONTENT_TYPE", "escape_label_value", "render"]
+__all__ = ["CONTENT_TYPE", "Counter", "escape_label_value", "render"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -53,8 +53,14 @@ class _Text:
         self.lines.append(f"{name}{_labels(labels)} {value}")
 
 
-def render(stats: Stats, gauges: Mapping[str, float]) -> str:
-    """The whole exposition: per-topic counters, the latency histogram, ``gauges``.
+Counter = tuple[str, str, Sequence[tuple[Mapping[str, str], float]]]
+"""(name without the ``kop_dedup_`` prefix, help, [(labels, value)]): a counter family
+with fixed label values (no client-chosen label ever goes here)."""
+
+
+def render(stats: Stats, gauges: Mapping[str, float], counters: Sequence[Counter] = ()) -> str:
+    """The whole exposition: per-topic counters, the latency histogram, ``counters``
+    (the coordinators'), ``gauges``.
 
     ``gauges`` maps a name (without the ``kop_dedup_`` prefix) to its value.
     """
@@ -82,6 +88,10 @@ def render(stats: Stats, gauges: Mapping[str, float]) -> str:
         out.sample("kop_dedup_batch_latency_seconds_bucket", cumulative, le=le)
     out.sample("kop_dedup_batch_latency_seconds_sum", stats.latency_sum)
     out.sample("kop_dedup_batch_latency_seconds_count", cumulative)
+    for name, help_text, samples in counters:
+        out.family(f"kop_dedup_{name}", "counter", help_text)
+        for labels, value in samples:
+            out.sample(f"kop_dedup_{name}", value, **labels)
     for name, value in sorted(gauges.items()):
         out.lines.append(f"# TYPE kop_dedup_{name} gauge")
         out.sample(f"kop_dedup_{name}", value)

@@ -242,7 +242,7 @@ class ChannelManager:
         if previous is not None:  # the broker refuses a second holder of the name
             await asyncio.wait({previous}, timeout=_CLOSE_WAIT_S)
         try:
-            if pid >= 0:
+            if pid >= 0 and channel.topic:  # journals (no Kafka topic) live where dedup is on
                 await self._check_deduplication(channel)
             return await self._publisher.create(ptopic, name, capacity=self._queue_records)
         except Exception as exc:

@@ -35,6 +35,9 @@ __all__ = ["BatchResult", "ProduceService"]
 
 log = logging.getLogger("kop_dedup.produce")
 
+Journal = tuple[str, dict[str, str]]
+"""(journal partition topic, properties for every record) of a transactional batch."""
+
 
 @dataclass(frozen=True, slots=True)
 class BatchResult:
@@ -105,12 +108,19 @@ class ProduceService:
 
     # -- produce -----------------------------------------------------------------------
 
-    async def produce(self, batch: KafkaBatch, deadline: float) -> BatchResult:
-        """Answer one batch; never raises for a per-batch problem."""
+    async def produce(
+        self, batch: KafkaBatch, deadline: float, journal: Journal | None = None
+    ) -> BatchResult:
+        """Answer one batch; never raises for a per-batch problem.
+
+        ``journal``: a transactional batch goes to this journal partition topic, its
+        records carrying these properties, instead of to its data partition (every
+        idempotence rule holds there; it is counted under its data topic).
+        """
         started = time.monotonic()
         error: errors.KafkaError | None
         try:
-            error, message_id = await self._produce(batch, deadline)
+            error, message_id = await self._produce(batch, deadline, journal)
         except Exception as exc:
             error, message_id = translate(exc, "produce"), None
         elapsed = time.monotonic() - started
@@ -139,7 +149,7 @@ class ProduceService:
         return BatchResult(batch.topic, batch.partition, error, message_id)
 
     async def _produce(
-        self, batch: KafkaBatch, deadline: float
+        self, batch: KafkaBatch, deadline: float, journal: Journal | None
     ) -> tuple[errors.KafkaError | None, str | None]:
         if self.closing:
             raise errors.NotLeaderOrFollower("the sidecar is shutting down; retry elsewhere")
@@ -158,6 +168,10 @@ class ProduceService:
             raise errors.UnknownTopicOrPartition(
                 f"topic {batch.topic!r} has partitions 0..{count - 1}; got {batch.partition}"
             )
+        if journal is not None:
+            if not batch.idempotent:
+                raise errors.InvalidRecord("a transactional batch needs a producer id")
+            return await self._produce_idempotent(journal[0], batch, deadline, journal[1])
         ptopic = self.naming.partition_topic(batch.topic, batch.partition)
         if not batch.idempotent:
             return None, await self._produce_plain(ptopic, batch, deadline)
@@ -181,10 +195,15 @@ class ProduceService:
             self.channels.release(channel)
 
     async def _produce_idempotent(
-        self, ptopic: str, batch: KafkaBatch, deadline: float
+        self,
+        ptopic: str,
+        batch: KafkaBatch,
+        deadline: float,
+        extra: dict[str, str] | None = None,
     ) -> tuple[errors.KafkaError | None, str | None]:
         pid, epoch = batch.producer_id, batch.producer_epoch
-        channel = self.channels.lease((ptopic, pid, epoch), batch.topic)
+        # a journal's channel needs no dedup policy check: its namespace is the sidecar's
+        channel = self.channels.lease((ptopic, pid, epoch), "" if extra else batch.topic)
         channel.arrived.append(batch.base_sequence)
         attempt = Attempt(
             pid, epoch, batch.base_sequence, len(batch.records), f"{batch.topic}-{batch.partition}"
@@ -212,7 +231,7 @@ class ProduceService:
                 verdict = decide(channel.state, attempt, moment)
                 act = verdict.act
                 if act is Act.SEND or act is Act.RESEND:
-                    return await self._send(channel, batch, verdict, deadline)
+                    return await self._send(channel, batch, verdict, deadline, extra)
                 if act is Act.DUPLICATE:
                     if verdict.state_lost:
                         self._lost(channel, batch, "the sidecar's memory answered 46 instead")
@@ -248,11 +267,21 @@ class ProduceService:
         return False
 
     async def _send(
-        self, channel: Channel, batch: KafkaBatch, verdict: Verdict, deadline: float
+        self,
+        channel: Channel,
+        batch: KafkaBatch,
+        verdict: Verdict,
+        deadline: float,
+        extra: dict[str, str] | None,
     ) -> tuple[errors.KafkaError | None, str | None]:
         resend = verdict.act is Act.RESEND
         receipt = await self._hand(
-            channel, batch, to_pulsar(verdict.last), deadline, (verdict.first, verdict.last, resend)
+            channel,
+            batch,
+            to_pulsar(verdict.last),
+            deadline,
+            (verdict.first, verdict.last, resend),
+            extra,
         )
         if receipt.duplicate:
             return errors.DuplicateSequenceNumber(
@@ -271,6 +300,7 @@ class ProduceService:
         sequence_id: int,
         deadline: float,
         span: tuple[int, int, bool] | None = None,
+        extra: dict[str, str] | None = None,
     ) -> BatchReceipt:
         """Hand the batch to Pulsar in this step and await the receipt; the channel's state
         follows the answer when it comes, even after the batch gave up waiting.
@@ -282,7 +312,7 @@ class ProduceService:
             raise errors.NotLeaderOrFollower("the Pulsar producer was being reopened; retry")
         state = channel.state
         try:
-            future = producer.send_batch(batch, sequence_id)
+            future = producer.send_batch(batch, sequence_id, extra)
         except PartialBatch as exc:
             if span is not None:
                 state.on_handed(span[0], span[1], resend=span[2])

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from kop_dedup import errors
 from kop_dedup.protocol.records import MAX_EPOCH
@@ -38,11 +38,14 @@ __all__ = [
     "Partition",
     "Transaction",
     "TxnState",
+    "asked",
     "check_end",
     "complete",
+    "doubt",
     "fence",
     "init",
     "join",
+    "needs_new_producer_id",
     "prepare",
     "stage_offsets",
     "timed_out",
@@ -135,7 +138,11 @@ class Transaction:
     check_back_url: str | None = None
     check_backs: int = 0
     """Times the application was asked about this (timed-out) transaction."""
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
+    in_doubt: bool = False
+    """Timed out with a check-back URL: the producer is fenced and the application is
+    asked whether to commit."""
+    version: int = 0
+    """Bumped by the coordinator on every write: a reader keeps the highest."""
 
     def partition(self, topic: str, partition: int) -> Partition | None:
         return next((p for p in self.partitions if p.key == (topic, partition)), None)
@@ -217,6 +224,7 @@ def _begin(txn: Transaction, now_ms: int) -> Transaction:
         offsets=(),
         started_ms=now_ms,
         check_backs=0,
+        in_doubt=False,
     )
 
 
@@ -302,6 +310,21 @@ def fence(txn: Transaction, *, now_ms: int) -> Transaction:
     return replace(txn, producer_epoch=epoch, state=TxnState.PREPARE_EPOCH_FENCE, updated_ms=now_ms)
 
 
+def doubt(txn: Transaction, *, now_ms: int) -> Transaction:
+    """A timed-out transaction whose producer registered a check-back URL: fence the
+    producer (epoch + 1; its batches and calls are refused from now on) and keep the
+    transaction open while the application is asked (:func:`asked`)."""
+    if txn.state is not TxnState.ONGOING:
+        raise errors.InvalidTxnState(f"cannot check back on a {txn.state.value} transaction")
+    epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
+    return replace(txn, producer_epoch=epoch, in_doubt=True, check_backs=0, updated_ms=now_ms)
+
+
+def asked(txn: Transaction, *, now_ms: int) -> Transaction:
+    """One more check-back answered UNKNOWN (or not at all)."""
+    return replace(txn, check_backs=txn.check_backs + 1, updated_ms=now_ms)
+
+
 def complete(txn: Transaction, *, now_ms: int) -> Transaction:
     """The decision is applied (copied and offsets written, or nothing for an abort)."""
     if not txn.state.preparing:
@@ -312,5 +335,9 @@ def complete(txn: Transaction, *, now_ms: int) -> Transaction:
 
 
 def timed_out(txn: Transaction, now_ms: int) -> bool:
-    """Ongoing for longer than its timeout."""
-    return txn.state is TxnState.ONGOING and now_ms - txn.started_ms >= txn.timeout_ms
+    """Ongoing (and not already in doubt) for longer than its timeout."""
+    return (
+        txn.state is TxnState.ONGOING
+        and not txn.in_doubt
+        and now_ms - txn.started_ms >= txn.timeout_ms
+    )

@@ -278,3 +278,78 @@ class PulsarAdmin:
         if value is not False:
             self._dedup_scopes[key] = (value, time.monotonic() + self._dedup_ttl_s)
         return value
+
+    # -- compaction (the system namespace's keyed tables) -----------------------
+
+    async def set_compaction_threshold(self, namespace_path: str, threshold_bytes: int) -> None:
+        """Let the broker compact a namespace's topics once this many bytes are uncompacted
+        (0: only when asked, see :meth:`compact`)."""
+        await self._request(
+            "PUT",
+            f"/admin/v2/namespaces/{namespace_path}/compactionThreshold",
+            json=threshold_bytes,
+        )
+
+    async def compact(self, topic: str) -> None:
+        """Ask the broker to compact ``persistent://tenant/ns/topic`` now (it runs in the
+        background; one already running is fine)."""
+        path = topic.removeprefix("persistent://")
+        try:
+            await self._request("PUT", f"/admin/v2/persistent/{path}/compaction")
+        except AdminError as exc:
+            if exc.status != 409:  # 409: a compaction of that topic is already running
+                raise
+
+    async def compaction_status(self, topic: str) -> str:
+        """NOT_RUN, RUNNING, SUCCESS or ERROR for the topic's last compaction."""
+        path = topic.removeprefix("persistent://")
+        resp = await self._request("GET", f"/admin/v2/persistent/{path}/compaction")
+        return str(resp.json().get("status", "NOT_RUN"))
+
+    # -- coordinator logs (partitioned topics in the system namespace) ----------------
+
+    async def ensure_partitioned_topic(self, topic: str, partitions: int) -> int:
+        """Create ``persistent://tenant/ns/topic`` with ``partitions`` partitions if it does
+        not exist; return the partition count it has."""
+        path = topic.removeprefix("persistent://")
+        count = await self._partition_count(path)
+        if count:
+            return count
+        try:
+            await self._request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
+        except AdminError as exc:
+            if exc.status != 409:  # another sidecar created it first
+                raise
+            return await self._partition_count(path)
+        return partitions
+
+    async def partition_writers(self, topic: str) -> dict[int, list[str]]:
+        """Names of the producers connected to each partition of
+        ``persistent://tenant/ns/topic``."""
+        path = topic.removeprefix("persistent://")
+        resp = await self._request(
+            "GET", f"/admin/v2/persistent/{path}/partitioned-stats", params={"perPartition": "true"}
+        )
+        out: dict[int, list[str]] = {}
+        for name, stats in (resp.json().get("partitions") or {}).items():
+            index = int(name.rsplit("-partition-", 1)[1])
+            out[index] = [str(p.get("producerName")) for p in stats.get("publishers") or []]
+        return out
+
+    async def last_position(self, topic: str) -> tuple[int, int] | None:
+        """(ledger, entry) of a (partition) topic's last entry: everything stored so far
+        lies at or before it. Entry -1: the current ledger is still empty (the entries
+        before it are in earlier ledgers). None: the topic has no ledger at all."""
+        path = topic.removeprefix("persistent://")
+        body = (await self._request("GET", f"/admin/v2/persistent/{path}/lastMessageId")).json()
+        ledger, entry = int(body.get("ledgerId", -1)), int(body.get("entryId", -1))
+        return None if ledger < 0 else (ledger, entry)
+
+    async def set_topic_retention(self, topic: str, minutes: int) -> None:
+        """A topic-level retention policy (time only) on a partitioned topic."""
+        path = topic.removeprefix("persistent://")
+        await self._request(
+            "POST",
+            f"/admin/v2/persistent/{path}/retention",
+            json={"retentionTimeInMinutes": minutes, "retentionSizeInMB": -1},
+        )

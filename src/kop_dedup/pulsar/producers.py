@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,13 +170,14 @@ class PulsarProducer:
         """The broker's highest sequence id for this name when the producer connected."""
         return int(self._producer.last_sequence_id())
 
-    def send_batch(  # noqa: C901 - one loop on the hot path: no helper call per record
-        self, batch: KafkaBatch, sequence_id: int
+    def send_batch(  # noqa: C901, PLR0912 - one loop on the hot path: no call per record
+        self, batch: KafkaBatch, sequence_id: int, extra: Mapping[str, str] | None = None
     ) -> asyncio.Future[BatchReceipt]:
         """Enqueue every record and flush, in one loop step; the future answers the batch.
 
         ``sequence_id`` is the entry's Pulsar sequence id (that of the batch's last
-        record), set on every record; ignored for non-idempotent batches. Raises
+        record), set on every record; ignored for non-idempotent batches. ``extra``
+        properties go on every record (a transaction's markers). Raises
         :class:`~kop_dedup.pulsar.failures.SendFailed` when the client refuses the
         first record (nothing was enqueued) and :class:`PartialBatch` when it refuses
         a later one; the future fails when any record fails later.
@@ -201,6 +202,8 @@ class PulsarProducer:
             partition=partition,
             key_encoding=None,
         )
+        if extra:
+            common.update(extra)
         base = batch.base_sequence
         for i, record in enumerate(batch.records):
             builder = _pulsar.MessageBuilder()
@@ -219,6 +222,8 @@ class PulsarProducer:
                     partition=partition,
                     key_encoding=None,
                 )
+                if extra:
+                    props.update(extra)
             if key_encoding is not None:
                 props[PROP_KEY_ENCODING] = key_encoding
             if idempotent:

@@ -32,6 +32,7 @@ from kop_dedup.transports.http.answers import invalid_request
 from kop_dedup.transports.http.docs import mount_docs
 from kop_dedup.transports.http.produce import PATH, ProduceEndpoint, openapi_paths
 from kop_dedup.transports.http.routes import body_schemas, router
+from kop_dedup.transports.http.transactions import router as transactions_router
 
 __all__ = ["create_app"]
 
@@ -143,6 +144,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.admission = ByteBudget(settings.max_inflight_bytes)
     app.state.tokens = settings.http_tokens()
     app.include_router(router)
+    app.include_router(transactions_router)
     # the hot path: a plain ASGI endpoint (produce.py), served ahead of FastAPI's own
     # path (_App) behind the body limit, and as the router's first route
     endpoint = ProduceEndpoint(app.state)

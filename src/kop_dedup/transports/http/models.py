@@ -32,12 +32,17 @@ from kop_dedup.protocol.records import Header, KafkaBatch, KafkaRecord
 __all__ = [
     "BatchIn",
     "BatchOut",
+    "EndTxnIn",
     "HeaderIn",
     "InitProducerIdIn",
     "InitProducerIdOut",
+    "KafkaAnswer",
+    "OffsetCommitIn",
+    "OffsetIn",
     "ProduceIn",
     "ProduceOut",
     "RecordIn",
+    "TxnOffsetCommitIn",
     "to_batch",
 ]
 
@@ -78,9 +83,18 @@ class BatchIn(_Model):
     records: list[RecordIn]
 
 
+TransactionalId = Annotated[str, Field(min_length=1, max_length=32_767)]
+
+
 class ProduceIn(_Model):
     timeoutMs: int | None = Field(  # noqa: N815
         default=None, ge=1, le=3_600_000, description="per-request deadline, milliseconds"
+    )
+    transactionalId: TransactionalId | None = Field(  # noqa: N815
+        default=None,
+        description="every batch of the request is part of this transactional id's open "
+        "transaction (the first batch starts one); answer 0 means durably journaled, "
+        "visible once the transaction commits",
     )
     batches: list[BatchIn] = Field(min_length=1)
 
@@ -99,8 +113,51 @@ class ProduceOut(BaseModel):
 
 
 class InitProducerIdIn(_Model):
-    transactionalId: str | None = Field(default=None, min_length=1, max_length=32_767)  # noqa: N815
-    transactionTimeoutMs: int | None = None  # noqa: N815
+    transactionalId: TransactionalId | None = None  # noqa: N815
+    transactionTimeoutMs: Int32 | None = Field(  # noqa: N815
+        default=None, description="default 60000; at most KOP_DEDUP_MAX_TRANSACTION_TIMEOUT_MS"
+    )
+    checkBackUrl: str | None = Field(  # noqa: N815
+        default=None,
+        min_length=1,
+        max_length=4096,
+        pattern=r"^https?://",
+        description="asked (POST) whether to commit when a transaction of this id times out",
+    )
+
+
+class OffsetIn(_Model):
+    topic: str = Field(min_length=1, max_length=1000)
+    partition: Int32 = Field(ge=0)
+    offset: Int64 = Field(ge=0, description="the next record to read")
+    metadata: str | None = Field(default=None, max_length=32_767)
+
+
+class TxnOffsetCommitIn(_Model):
+    transactionalId: TransactionalId  # noqa: N815
+    producerId: Int64  # noqa: N815
+    producerEpoch: Int16  # noqa: N815
+    groupId: str = Field(min_length=1, max_length=32_767)  # noqa: N815
+    offsets: list[OffsetIn] = Field(min_length=1)
+
+
+class EndTxnIn(_Model):
+    transactionalId: TransactionalId  # noqa: N815
+    producerId: Int64  # noqa: N815
+    producerEpoch: Int16  # noqa: N815
+    commit: bool
+
+
+class OffsetCommitIn(_Model):
+    offsets: list[OffsetIn] = Field(min_length=1)
+
+
+class KafkaAnswer(BaseModel):
+    """The answer of a call that succeeds or fails as a whole."""
+
+    errorCode: int  # noqa: N815
+    error: str
+    errorMessage: str | None = None  # noqa: N815
 
 
 class InitProducerIdOut(BaseModel):

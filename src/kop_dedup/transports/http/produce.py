@@ -59,6 +59,7 @@ class ProduceRequest(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
 
     batches: Annotated[list[KafkaBatch], Meta(min_length=1)]
     timeoutMs: Annotated[int, Meta(ge=1, le=MAX_REQUEST_TIMEOUT_MS)] | None = None  # noqa: N815
+    transactionalId: Annotated[str, Meta(min_length=1, max_length=32_767)] | None = None  # noqa: N815
 
 
 _decode_fast = msgspec.json.Decoder(ProduceRequest).decode
@@ -85,8 +86,8 @@ class Refused:
     error: errors.KafkaError
 
 
-def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None]:
-    """(batches, timeoutMs) of a produce body; raises :class:`InvalidBody`.
+def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None, str | None]:
+    """(batches, timeoutMs, transactionalId) of a produce body; raises :class:`InvalidBody`.
 
     One C-level pass for a well-formed body; the pydantic models only when that
     pass refuses the body, for the 422's field paths or the per-batch 87s.
@@ -96,7 +97,7 @@ def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None]:
     except (msgspec.ValidationError, msgspec.DecodeError):
         pass
     else:
-        return list(body.batches), body.timeoutMs
+        return list(body.batches), body.timeoutMs, body.transactionalId
     try:
         checked = ProduceIn.model_validate_json(raw)
     except ValidationError as exc:
@@ -111,7 +112,7 @@ def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None]:
             batches.append(
                 Refused(b.topic, b.partition, b.producerId, b.producerEpoch, len(b.records), exc)
             )
-    return batches, checked.timeoutMs
+    return batches, checked.timeoutMs, checked.transactionalId
 
 
 class ProduceEndpoint:
@@ -150,12 +151,12 @@ class ProduceEndpoint:
         await budget.acquire(held)
         try:
             try:
-                batches, timeout_ms = decode(raw)
+                batches, timeout_ms, transactional_id = decode(raw)
             except InvalidBody as exc:
                 await invalid_request(exc.problems)(scope, receive, send)
                 return
             del raw
-            results = await _produce(runtime, batches, timeout_ms)
+            results = await _produce(runtime, batches, timeout_ms, transactional_id)
             body = _encode({"results": [batch_answer(r) for r in results]})
             await send(
                 {
@@ -184,7 +185,10 @@ async def _read_body(receive: Receive) -> bytes | None:
 
 
 async def _produce(
-    runtime: Runtime, batches: list[KafkaBatch | Refused], timeout_ms: int | None
+    runtime: Runtime,
+    batches: list[KafkaBatch | Refused],
+    timeout_ms: int | None,
+    transactional_id: str | None = None,
 ) -> list[BatchResult]:
     """One result per batch, in request order; the batches of one request concurrently
     (a later batch may be the one an earlier batch's sequence waits for)."""
@@ -196,6 +200,8 @@ async def _produce(
         return [BatchResult(b.topic, b.partition, err) for b in batches]
     deadline = time.monotonic() + min(timeout_ms or s.default_timeout_ms, s.max_timeout_ms) / 1000
     service = runtime.service
+    if transactional_id is not None:
+        return await _produce_transactional(runtime, batches, deadline, transactional_id)
     if len(batches) == 1 and isinstance(batches[0], KafkaBatch):
         return [await service.produce(batches[0], deadline)]  # no task to gather
 
@@ -206,6 +212,27 @@ async def _produce(
         return await service.produce(b, deadline)
 
     return list(await asyncio.gather(*(one(b) for b in batches)))
+
+
+async def _produce_transactional(
+    runtime: Runtime, batches: list[KafkaBatch | Refused], deadline: float, transactional_id: str
+) -> list[BatchResult]:
+    """Every batch through the transaction coordinator (journaled until the commit)."""
+    good = [b for b in batches if isinstance(b, KafkaBatch)]
+    answers = iter(await runtime.transactions.produce(transactional_id, good, deadline))
+    results = []
+    for b in batches:
+        if isinstance(b, Refused):
+            runtime.stats.record(b.topic, b.producer_id, b.producer_epoch, b.error, b.records, 0.0)
+            results.append(BatchResult(b.topic, b.partition, b.error))
+            continue
+        (error, message_id), counted = next(answers)
+        if not counted:
+            runtime.stats.record(
+                b.topic, b.producer_id, b.producer_epoch, error, len(b.records), 0.0
+            )
+        results.append(BatchResult(b.topic, b.partition, error, message_id))
+    return results
 
 
 def _code(cls: type[errors.KafkaError]) -> str:

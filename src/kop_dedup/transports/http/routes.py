@@ -27,27 +27,35 @@ from kop_dedup.transports.http.answers import (
 )
 from kop_dedup.transports.http.deps import Authorized, RuntimeDep
 from kop_dedup.transports.http.models import (
+    EndTxnIn,
     InitProducerIdIn,
     InitProducerIdOut,
+    OffsetCommitIn,
     ProduceIn,
     ProduceOut,
+    TxnOffsetCommitIn,
 )
 
-__all__ = ["body_schemas", "router"]
+__all__ = ["body_schemas", "body_spec", "parsed_body", "router"]
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "nothing known about it", **JSON_OBJECT}
 }
 router = APIRouter(responses=AUTH_RESPONSES)
-MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 
 
 M = TypeVar("M", bound=BaseModel)
-_BODY_MODELS: tuple[type[BaseModel], ...] = (ProduceIn, InitProducerIdIn)
+_BODY_MODELS: tuple[type[BaseModel], ...] = (
+    ProduceIn,
+    InitProducerIdIn,
+    TxnOffsetCommitIn,
+    EndTxnIn,
+    OffsetCommitIn,
+)
 _ANSWER_MODELS: tuple[type[BaseModel], ...] = (ProduceOut,)
 
 
-def _body_spec(model: type[BaseModel]) -> dict[str, Any]:
+def body_spec(model: type[BaseModel]) -> dict[str, Any]:
     ref = {"$ref": f"#/components/schemas/{model.__name__}"}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
@@ -108,27 +116,29 @@ def _init_answer(
     "/v1/init-producer-id",
     dependencies=[Authorized],
     tags=["produce"],
-    openapi_extra=_body_spec(InitProducerIdIn),
+    openapi_extra=body_spec(InitProducerIdIn),
     responses={**TOO_LARGE_RESPONSE, **INVALID_RESPONSE},
 )
 async def init_producer_id(
     body: Annotated[InitProducerIdIn, Depends(parsed_body(InitProducerIdIn))],
     runtime: RuntimeDep,
 ) -> InitProducerIdOut:
-    """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1."""
-    timeout = body.transactionTimeoutMs
-    if timeout is not None and not 0 < timeout <= MAX_TRANSACTION_TIMEOUT_MS:
-        return _init_answer(
-            errors.InvalidTransactionTimeout(
-                f"transactionTimeoutMs must be in 1..{MAX_TRANSACTION_TIMEOUT_MS}, got {timeout}"
-            )
-        )
+    """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1.
+
+    With a transactional id whose transaction is open, that transaction is aborted and
+    its producer fenced first: 51 CONCURRENT_TRANSACTIONS until the abort is complete
+    (retry). ``transactionTimeoutMs`` outside 1..max: 50 INVALID_TRANSACTION_TIMEOUT.
+    ``checkBackUrl``: asked whether to commit when a transaction of this id times out.
+    """
     try:
-        registry = runtime.registry
         if body.transactionalId is None:
-            pid, epoch = await registry.allocator.allocate(), 0
+            if body.transactionTimeoutMs is not None:
+                runtime.transactions.check_timeout(body.transactionTimeoutMs)
+            pid, epoch = await runtime.registry.allocator.allocate(), 0
         else:
-            pid, epoch = await registry.transactional.init(body.transactionalId)
+            pid, epoch = await runtime.transactions.init_producer_id(
+                body.transactionalId, body.transactionTimeoutMs, body.checkBackUrl
+            )
     except errors.KafkaError as exc:
         return _init_answer(exc)
     except Exception as exc:  # Pulsar trouble: the one translation says which code
@@ -145,7 +155,11 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
     ``topics``/``maxTopics`` (names counted by name) and ``producers``/
     ``maxProducers``/``producersEvicted`` (per-producer counters kept).
     """
-    return {**runtime.stats.totals(), "openProducers": runtime.service.open_producers()}
+    return {
+        **runtime.stats.totals(),
+        "openProducers": runtime.service.open_producers(),
+        "transactions": runtime.transactions.stats.to_dict(),
+    }
 
 
 @router.get(
@@ -249,7 +263,11 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
         "inflight_request_bytes": float(admission.in_use),
         "requests_waiting_for_memory": float(admission.waiting),
     }
-    return PlainTextResponse(render(runtime.stats, gauges), media_type=CONTENT_TYPE)
+    gauges["open_transactions_owned"] = float(runtime.transactions.owned_open())
+    return PlainTextResponse(
+        render(runtime.stats, gauges, runtime.transactions.stats.counters()),
+        media_type=CONTENT_TYPE,
+    )
 
 
 @router.get("/healthz", tags=["health"])

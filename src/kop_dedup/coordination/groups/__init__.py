@@ -1,0 +1,2 @@
+"""Consumer groups: the durable offset store (shared with transactions), and later
+membership, assignment and server-side resets."""

@@ -1,0 +1,168 @@
+"""Applying a commit: copy a transaction's journaled batches into a data partition,
+idempotently under Pulsar's deduplication.
+
+The copy of a transaction's ``i``-th batch in a partition is published through the
+producer ``<prefix>-txn-<producerId>-<epoch>`` with the sequence id
+``ordinal * 2**32 + i + 1``: deterministic, and growing across the transactions of
+a producer id and epoch (their ordinals grow), so a copy replayed after a crash comes
+back -1/-1 and the broker's high-water mark for the name says how far a copy got. The
+name is per producer id and epoch, not per transaction, because the broker remembers at
+most ``brokerDeduplicationMaxNumberOfProducers`` names per topic.
+
+Each copied record keeps the original's properties (producer id, epoch, sequence, key,
+headers, timestamp) and gains the transaction's markers: its id and ordinal, the
+batch's index in it, the transaction's record count in this partition and its
+partition count, which is what the audit checks a transaction against.
+
+When the broker no longer remembers the name (it forgets a name 360 minutes after it
+disconnects), a recovery compares what the data partition already holds after the
+decision (the markers) before copying again, and raises the alarm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+
+from kop_dedup.coordination.transactions.journal import (
+    PROP_TXN_ID,
+    PROP_TXN_ORDINAL,
+    PROP_TXN_PARTITIONS,
+    PROP_TXN_RECORDS,
+    Journal,
+)
+from kop_dedup.protocol.transactions import Partition, Transaction
+from kop_dedup.pulsar.entries import StoredBatch, decode_position, read_batches
+from kop_dedup.pulsar.failures import translate
+from kop_dedup.pulsar.naming import Naming
+from kop_dedup.pulsar.producers import BatchReceipt, Publisher, PulsarProducer
+from kop_dedup.pulsar.tables import PulsarClient
+
+__all__ = ["PROP_TXN_BATCH", "Copier"]
+
+log = logging.getLogger(__name__)
+
+PROP_TXN_BATCH = "kafka.txn.batch"
+"""On a copied record: the index of its batch among the transaction's in this partition."""
+
+_ORDINAL_SHIFT = 1 << 32
+_MAX_QUEUE = 100_000
+_BUSY_WAIT_S = 0.2
+
+CopyStateLost = Callable[[Transaction, Partition, int], None]
+"""(transaction, partition, batches already there): the broker forgot the copy's name."""
+
+
+def copy_sequence_id(ordinal: int, index: int) -> int:
+    """The Pulsar sequence id of the copy of a transaction's ``index``-th batch."""
+    return ordinal * _ORDINAL_SHIFT + index + 1
+
+
+class Copier:
+    def __init__(
+        self,
+        client: PulsarClient,
+        publisher: Publisher,
+        naming: Naming,
+        journal: Journal,
+        *,
+        prefix: str,
+        on_state_lost: CopyStateLost,
+    ) -> None:
+        self._client, self._publisher, self._naming = client, publisher, naming
+        self._journal, self._prefix = journal, prefix
+        self._on_state_lost = on_state_lost
+
+    def _picks(self, txn: Transaction) -> Callable[[Mapping[str, str]], bool]:
+        tid, ordinal = txn.transactional_id, str(txn.ordinal)
+        return lambda p: p.get(PROP_TXN_ID) == tid and p.get(PROP_TXN_ORDINAL) == ordinal
+
+    async def journaled(self, txn: Transaction, part: Partition) -> list[StoredBatch]:
+        """The transaction's batches in the partition's journal, in order."""
+        if part.journal_end is None:
+            return []
+        return await read_batches(
+            self._client,
+            self._journal.partition_topic(part.topic, part.partition),
+            after=None if part.journal_start is None else decode_position(part.journal_start),
+            upto=decode_position(part.journal_end),
+            topic_name=part.topic,
+            partition=part.partition,
+            select=self._picks(txn),
+        )
+
+    async def copy(self, txn: Transaction, part: Partition, *, recovering: bool) -> int:
+        """Copy the transaction's batches of one partition; return its record count.
+        Raises (a Kafka error) when Pulsar fails: calling again is safe."""
+        batches = await self.journaled(txn, part)
+        total = sum(len(b.batch.records) for b in batches)
+        if not batches:
+            return 0
+        ptopic = self._naming.partition_topic(part.topic, part.partition)
+        head = batches[0].batch
+        name = f"{self._prefix}-txn-{head.producer_id}-{head.producer_epoch}"
+        producer = await self._create(ptopic, name, min(max(total, 1), _MAX_QUEUE))
+        try:
+            last = producer.last_sequence_id()
+            present: set[int] = set()
+            if recovering and last < 0:
+                present = await self._already_copied(txn, part)
+                if present:
+                    self._on_state_lost(txn, part, len(present))
+            extra = {
+                PROP_TXN_ID: txn.transactional_id,
+                PROP_TXN_ORDINAL: str(txn.ordinal),
+                PROP_TXN_RECORDS: str(total),
+                PROP_TXN_PARTITIONS: str(len(txn.partitions)),
+            }
+            pending: list[asyncio.Future[BatchReceipt]] = []
+            for index, stored in enumerate(batches):
+                sequence_id = copy_sequence_id(txn.ordinal, index)
+                if sequence_id <= last or index in present:
+                    continue
+                while pending and producer.room < len(stored.batch.records):
+                    await pending.pop(0)
+                batch_extra = {**extra, PROP_TXN_BATCH: str(index)}
+                pending.append(producer.send_batch(stored.batch, sequence_id, batch_extra))
+            await asyncio.gather(*pending)
+        except Exception as exc:
+            raise translate(
+                exc, f"copying transaction {txn.ordinal} of {txn.transactional_id!r}"
+            ) from exc
+        finally:
+            await producer.close()
+        return total
+
+    async def _create(self, ptopic: str, name: str, capacity: int) -> PulsarProducer:
+        """The copy producer; a name still held elsewhere (a copy by a previous owner
+        still running) is waited for: both copy the same, the broker keeps one."""
+        delay = _BUSY_WAIT_S
+        for _ in range(100):
+            try:
+                return await self._publisher.create(ptopic, name, capacity=capacity)
+            except Exception as exc:
+                error = translate(exc, f"creating the copy producer {name}")
+                if not error.retriable:
+                    raise error from exc
+                log.info("copy producer %s on %s: %s; retrying", name, ptopic, error.message)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        return await self._publisher.create(ptopic, name, capacity=capacity)
+
+    async def _already_copied(self, txn: Transaction, part: Partition) -> set[int]:
+        """Indexes of this transaction's batches already in the data partition (read after
+        the position it had at the decision)."""
+        end = await self._journal.data_end(part.topic, part.partition)
+        if end is None:
+            return set()
+        copies = await read_batches(
+            self._client,
+            self._naming.partition_topic(part.topic, part.partition),
+            after=None if part.data_start is None else decode_position(part.data_start),
+            upto=decode_position(end),
+            topic_name=part.topic,
+            partition=part.partition,
+            select=self._picks(txn),
+        )
+        return {int(c.properties.get(PROP_TXN_BATCH, -1)) for c in copies}

@@ -1,0 +1,80 @@
+"""Journal topics: where transactional batches wait for the decision.
+
+One journal per data partition, in the sidecar's system namespace (deduplication on):
+``txn-journal.<partition>.<topic>``, a partitioned topic of one partition (created
+explicitly, whatever the cluster's auto-creation type). Its batches are written
+through the idempotent produce path with the producer's own name
+(``<prefix>-<producerId>-<epoch>``) and sequences, so a retried transactional batch is
+a duplicate like any other; each record also carries the transaction's id and
+ordinal, which is how a copy picks a transaction's batches out of a journal shared by
+every transactional producer of that partition.
+
+A journal keeps its records ``journal_retention_minutes`` (a topic-level policy), which
+must outlive the longest transaction timeout plus a recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
+from kop_dedup.pulsar.entries import encode_position
+from kop_dedup.pulsar.naming import Naming
+
+__all__ = ["PROP_TXN_ID", "PROP_TXN_ORDINAL", "PROP_TXN_PARTITIONS", "PROP_TXN_RECORDS", "Journal"]
+
+log = logging.getLogger(__name__)
+
+PROP_TXN_ID = "kafka.txn.id"
+PROP_TXN_ORDINAL = "kafka.txn.ordinal"
+"""The transaction's number for its transactional id: (id, ordinal) names it for good."""
+PROP_TXN_RECORDS = "kafka.txn.records"
+"""On a copied record: the transaction's records in this partition (the audit counts them)."""
+PROP_TXN_PARTITIONS = "kafka.txn.partitions"
+"""On a copied record: how many partitions the transaction wrote to."""
+
+
+class Journal:
+    def __init__(
+        self, admin: PulsarAdmin, naming: Naming, system_namespace: str, *, retention_minutes: int
+    ) -> None:
+        self._admin, self._naming = admin, naming
+        self._base = f"persistent://{system_namespace}"
+        self._retention = retention_minutes
+        self._ready: set[tuple[str, int]] = set()
+
+    def topic(self, topic: str, partition: int) -> str:
+        """The journal's partitioned topic for a Kafka topic and partition."""
+        return f"{self._base}/txn-journal.{partition}.{topic}"
+
+    def partition_topic(self, topic: str, partition: int) -> str:
+        return f"{self.topic(topic, partition)}-partition-0"
+
+    async def ensure(self, topic: str, partition: int) -> None:
+        """Create the journal (once per sidecar and partition) with its retention."""
+        if (topic, partition) in self._ready:
+            return
+        journal = self.topic(topic, partition)
+        await self._admin.ensure_partitioned_topic(journal, 1)
+        try:
+            await self._admin.set_topic_retention(journal, self._retention)
+        except AdminError as exc:  # topic-level policies off: the namespace's retention holds
+            log.warning("could not set the retention of %s: %s", journal, exc)
+        self._ready.add((topic, partition))
+
+    async def end(self, topic: str, partition: int) -> str | None:
+        """The journal's last position now (everything journaled lies at or before it)."""
+        return await self._last(self.partition_topic(topic, partition))
+
+    async def data_end(self, topic: str, partition: int) -> str | None:
+        """The data partition's last position now."""
+        return await self._last(self._naming.partition_topic(topic, partition))
+
+    async def _last(self, ptopic: str) -> str | None:
+        try:
+            position = await self._admin.last_position(ptopic)
+        except AdminError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return None if position is None else encode_position(position)

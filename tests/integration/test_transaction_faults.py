@@ -1,0 +1,172 @@
+"""Transactions through crashes: a decision is applied exactly once whoever applies it.
+
+The coordinator is a sidecar process that delays applying a decision
+(``txn_apply_delay_ms``), so a test can kill or pause it between the durable
+decision and the copy; another sidecar (or the restarted one) must finish it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import batch, read_all, uniq
+from tests.sidecar import ProcessSidecar, ThreadSidecar
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+NS = "persistent://public/kafka"
+FAST = {"coordinator_adopt_interval_ms": 300, "txn_sweep_interval_ms": 100}
+LOUD = {**FAST, "log_level": "INFO"}  # a process sidecar's log says what it did
+
+
+def poll(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except httpx.HTTPError as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def call(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = httpx.post(f"{url}{path}", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def init(url: str, tid: str) -> tuple[int, int]:
+    body = call(url, "/v1/init-producer-id", {"transactionalId": tid})
+    assert body["errorCode"] == 0, body
+    return body["producerId"], body["producerEpoch"]
+
+
+def end(url: str, tid: str, pid: int, epoch: int, commit: bool = True) -> dict[str, Any]:
+    return call(
+        url,
+        "/v1/end-txn",
+        {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch, "commit": commit},
+    )
+
+
+def described(url: str, tid: str) -> dict[str, Any]:
+    return httpx.get(f"{url}/v1/transactions/{tid}", timeout=30).json()
+
+
+def journal_a_transaction(url: str, tid: str, topics: list[str]) -> tuple[int, int]:
+    pid, epoch = init(url, tid)
+    batches = [batch(t, pid, 0, 5, epoch=epoch) for t in topics]
+    answers = call(url, "/v1/produce", {"transactionalId": tid, "batches": batches})["results"]
+    assert [a["errorCode"] for a in answers] == [0] * len(topics), answers
+    return pid, epoch
+
+
+def visible_once(client: Any, topics: list[str], pid: int, epoch: int) -> None:
+    for t in topics:
+        values = [m.data().decode() for m in read_all(client, f"{NS}/{t}-partition-0")]
+        assert values == [f"{pid}:{epoch}:{i}" for i in range(5)], (t, values)
+
+
+def test_a_coordinator_killed_after_the_decision_has_its_commit_finished_by_another(
+    pulsar, tmp_path, pulsar_reader_client
+):
+    tid, topics = uniq("tx"), [uniq("a"), uniq("b")]
+    with ThreadSidecar(pulsar, **FAST) as other:
+        coordinator = ProcessSidecar(pulsar, tmp_path, txn_apply_delay_ms=60_000, **LOUD).start()
+        try:
+            pid, epoch = journal_a_transaction(coordinator.url, tid, topics)
+            assert end(coordinator.url, tid, pid, epoch)["errorCode"] == 0  # decided, durable
+            assert described(other.url, tid)["state"] == "PrepareCommit"
+            coordinator.kill()  # before it copied anything (its apply waits a minute)
+            poll(
+                "another sidecar to finish the commit",
+                lambda: described(other.url, tid)["state"] == "CompleteCommit",
+            )
+        finally:
+            coordinator.stop()
+        visible_once(pulsar_reader_client, topics, pid, epoch)
+
+
+def test_a_restarted_coordinator_finishes_its_own_decision(pulsar, tmp_path, pulsar_reader_client):
+    tid, topics = uniq("tx"), [uniq("a")]
+    coordinator = ProcessSidecar(pulsar, tmp_path, txn_apply_delay_ms=60_000, **LOUD).start()
+    try:
+        pid, epoch = journal_a_transaction(coordinator.url, tid, topics)
+        assert end(coordinator.url, tid, pid, epoch)["errorCode"] == 0
+        coordinator.kill()
+        coordinator.settings["txn_apply_delay_ms"] = 0
+        coordinator.start()
+        poll(
+            "the restarted sidecar to finish the commit",
+            lambda: described(coordinator.url, tid)["state"] == "CompleteCommit",
+        )
+    finally:
+        coordinator.stop()
+    visible_once(pulsar_reader_client, topics, pid, epoch)
+
+
+def test_a_broker_killed_mid_commit_leaves_the_commit_whole_once_it_is_back(
+    pulsar_control, tmp_path, pulsar_reader_client
+):
+    tid, topics = uniq("tx"), [uniq("a"), uniq("b")]
+    with ProcessSidecar(pulsar_control, tmp_path, txn_apply_delay_ms=1_500, **LOUD) as sc:
+        pid, epoch = journal_a_transaction(sc.url, tid, topics)
+        assert end(sc.url, tid, pid, epoch)["errorCode"] == 0
+        pulsar_control.kill()
+        try:
+            time.sleep(2)  # the apply starts while the broker is down, and fails
+        finally:
+            pulsar_control.start()
+        poll(
+            "the commit to complete after the broker came back",
+            lambda: described(sc.url, tid).get("state") == "CompleteCommit",
+            timeout=120,
+        )
+    visible_once(pulsar_reader_client, topics, pid, epoch)
+
+
+def test_a_paused_old_coordinator_that_resumes_applies_nothing_twice(
+    pulsar, tmp_path, pulsar_reader_client
+):
+    tid, topics = uniq("tx"), [uniq("a"), uniq("b")]
+    old = ProcessSidecar(pulsar, tmp_path, txn_apply_delay_ms=4_000, **LOUD).start()
+    try:
+        with ThreadSidecar(pulsar, **FAST) as new:
+            pid, epoch = journal_a_transaction(old.url, tid, topics)
+            assert end(old.url, tid, pid, epoch)["errorCode"] == 0
+            assert old.proc is not None
+            os.kill(old.proc.pid, signal.SIGSTOP)
+            try:
+                # the client retries end-txn through another sidecar: it takes the log
+                # partition over (fencing the paused one) and applies the decision
+                again = end(new.url, tid, pid, epoch)
+                assert again["errorCode"] in {0, 51}, again
+                poll(
+                    "the new coordinator to finish the commit",
+                    lambda: described(new.url, tid)["state"] == "CompleteCommit",
+                )
+            finally:
+                os.kill(old.proc.pid, signal.SIGCONT)
+            # the old one wakes up with its apply due: its writes are fenced (it says
+            # so), its copy is a duplicate the broker drops
+            poll(
+                "the old coordinator to find itself fenced",
+                lambda: "moved to another sidecar" in old.log_path.read_text(),
+            )
+            assert described(new.url, tid)["state"] == "CompleteCommit"
+            assert end(new.url, tid, pid, epoch)["errorCode"] == 0
+    finally:
+        old.stop()
+    visible_once(pulsar_reader_client, topics, pid, epoch)

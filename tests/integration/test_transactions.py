@@ -1,0 +1,331 @@
+"""Kafka-style transactions against the real broker: commit, abort, fencing, timeouts."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from kop_dedup.coordination.transactions.journal import PROP_TXN_ID, PROP_TXN_ORDINAL
+from tests.helpers import batch, read_all, uniq
+from tests.sidecar import ThreadSidecar
+
+pytestmark = pytest.mark.integration
+
+NS = "persistent://public/kafka"
+
+
+def poll(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def txn_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
+    with ThreadSidecar(
+        pulsar, reorder_window_ms=1500, txn_sweep_interval_ms=100, coordinator_adopt_interval_ms=500
+    ) as sc:
+        yield sc
+
+
+@pytest.fixture
+def tapi(txn_sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=txn_sidecar.url, timeout=60) as client:
+        yield client
+
+
+def init(api: httpx.Client, tid: str, **extra: Any) -> tuple[int, int]:
+    body = api.post("/v1/init-producer-id", json={"transactionalId": tid, **extra}).json()
+    assert body["errorCode"] == 0, body
+    return body["producerId"], body["producerEpoch"]
+
+
+def tproduce(api: httpx.Client, tid: str, *batches: dict[str, Any]) -> list[dict[str, Any]]:
+    r = api.post("/v1/produce", json={"transactionalId": tid, "batches": list(batches)})
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def end(api: httpx.Client, tid: str, pid: int, epoch: int, commit: bool) -> dict[str, Any]:
+    r = api.post(
+        "/v1/end-txn",
+        json={"transactionalId": tid, "producerId": pid, "producerEpoch": epoch, "commit": commit},
+    )
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def state(api: httpx.Client, tid: str) -> dict[str, Any]:
+    r = api.get(f"/v1/transactions/{tid}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def values(client: Any, topic: str, partition: int = 0) -> list[str]:
+    return [m.data().decode() for m in read_all(client, f"{NS}/{topic}-partition-{partition}")]
+
+
+def test_a_committed_transaction_across_topics_becomes_visible_whole(tapi, pulsar_reader_client):
+    tid, a, b = uniq("tx"), uniq("a"), uniq("b")
+    pid, epoch = init(tapi, tid)
+    answers = tproduce(
+        tapi,
+        tid,
+        batch(a, pid, 0, 3, epoch=epoch),
+        batch(b, pid, 0, 2, epoch=epoch),
+    )
+    assert [r["errorCode"] for r in answers] == [0, 0], answers
+    assert values(pulsar_reader_client, a) == []  # journaled, not visible
+    assert state(tapi, tid)["state"] == "Ongoing"
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
+    poll("the commit to complete", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    assert values(pulsar_reader_client, a) == [f"{pid}:{epoch}:{i}" for i in range(3)]
+    assert values(pulsar_reader_client, b) == [f"{pid}:{epoch}:{i}" for i in range(2)]
+    msgs = read_all(pulsar_reader_client, f"{NS}/{a}-partition-0")
+    assert {m.properties()[PROP_TXN_ID] for m in msgs} == {tid}
+    assert {m.properties()[PROP_TXN_ORDINAL] for m in msgs} == {"1"}
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0  # the same decision again
+    assert end(tapi, tid, pid, epoch, False)["errorCode"] == 48
+
+
+def test_an_aborted_transaction_stays_invisible(tapi, pulsar_reader_client):
+    tid, a = uniq("tx"), uniq("a")
+    pid, epoch = init(tapi, tid)
+    assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 0, 3, epoch=epoch))] == [0]
+    assert end(tapi, tid, pid, epoch, False)["errorCode"] == 0
+    poll("the abort to complete", lambda: state(tapi, tid)["state"] == "CompleteAbort")
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 48
+    # the next transaction continues the sequence and commits
+    assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 3, 2, epoch=epoch))] == [0]
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
+    poll("the commit", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    assert values(pulsar_reader_client, a) == [f"{pid}:{epoch}:{i}" for i in (3, 4)]
+
+
+def offsets(api: httpx.Client, group: str, *, stable: bool = False) -> dict[tuple[str, int], Any]:
+    r = api.get(f"/v1/groups/{group}/offsets", params={"requireStable": str(stable).lower()})
+    assert r.status_code == 200, r.text
+    return {(o["topic"], o["partition"]): o for o in r.json()["offsets"]}
+
+
+def create_topic(pulsar: Any, topic: str, partitions: int) -> None:
+    url = f"{pulsar.admin_url}/admin/v2/persistent/public/kafka/{topic}/partitions"
+    assert httpx.put(url, json=partitions).status_code in {204, 409}
+
+
+def test_a_transaction_over_three_topics_and_two_partitions_commits_with_its_offsets(
+    pulsar, tapi, pulsar_reader_client
+):
+    tid, group, source = uniq("tx"), uniq("g"), uniq("src")
+    topics = [uniq("t") for _ in range(3)]
+    for t in topics:
+        create_topic(pulsar, t, 2)
+    pid, epoch = init(tapi, tid)
+    batches = [batch(t, pid, 0, 2, epoch=epoch, partition=p) for t in topics for p in (0, 1)]
+    assert [r["errorCode"] for r in tproduce(tapi, tid, *batches)] == [0] * 6
+    commit_offsets = {
+        "transactionalId": tid,
+        "producerId": pid,
+        "producerEpoch": epoch,
+        "groupId": group,
+        "offsets": [{"topic": source, "partition": 0, "offset": 42, "metadata": "m"}],
+    }
+    assert tapi.post("/v1/txn-offset-commit", json=commit_offsets).json()["errorCode"] == 0
+    pending = offsets(tapi, group, stable=True)[(source, 0)]
+    assert pending["errorCode"] == 88  # staged, not committed
+    assert offsets(tapi, group)[(source, 0)]["offset"] == -1
+    described = state(tapi, tid)
+    assert described["groups"] == [group]
+    assert {(p["topic"], p["partition"]) for p in described["partitions"]} == {
+        (t, p) for t in topics for p in (0, 1)
+    }
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
+    poll("the commit", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    committed = offsets(tapi, group, stable=True)[(source, 0)]
+    assert (committed["offset"], committed["metadata"], committed["errorCode"]) == (42, "m", 0)
+    for t in topics:
+        for p in (0, 1):
+            assert values(pulsar_reader_client, t, p) == [f"{pid}:{epoch}:0", f"{pid}:{epoch}:1"]
+
+
+def test_a_zombie_is_fenced_on_produce_and_end_txn_and_its_open_transaction_is_aborted(
+    tapi, pulsar_reader_client
+):
+    tid, a = uniq("tx"), uniq("a")
+    pid, epoch = init(tapi, tid)
+    assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 0, 2, epoch=epoch))] == [0]
+    # a new instance of the application: its init fences the open transaction first
+    first = tapi.post("/v1/init-producer-id", json={"transactionalId": tid}).json()
+    assert first["errorCode"] == 51, first
+    new = poll(
+        "init to succeed once the fenced transaction is aborted",
+        lambda: (
+            (r := tapi.post("/v1/init-producer-id", json={"transactionalId": tid}).json())[
+                "errorCode"
+            ]
+            == 0
+            and r
+        ),
+    )
+    assert new["producerId"] == pid
+    assert new["producerEpoch"] > epoch
+    zombie = tproduce(tapi, tid, batch(a, pid, 2, 1, epoch=epoch))
+    assert zombie[0]["errorCode"] == 47, zombie
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 90
+    assert values(pulsar_reader_client, a) == []
+    assert state(tapi, tid)["state"] == "CompleteAbort"
+
+
+def test_a_batch_of_another_producer_id_is_invalid_producer_id_mapping(tapi):
+    tid = uniq("tx")
+    pid, epoch = init(tapi, tid)
+    answer = tproduce(tapi, tid, batch(uniq("a"), pid + 1, 0, 1, epoch=epoch))
+    assert answer[0]["errorCode"] == 49, answer
+    unknown = tproduce(tapi, uniq("never-initialised"), batch(uniq("a"), pid, 0, 1, epoch=epoch))
+    assert unknown[0]["errorCode"] == 49
+
+
+def test_end_txn_with_nothing_open_is_invalid_txn_state(tapi):
+    tid = uniq("tx")
+    pid, epoch = init(tapi, tid)
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 48
+
+
+def test_a_timeout_over_the_maximum_is_invalid_transaction_timeout(tapi):
+    body = tapi.post(
+        "/v1/init-producer-id",
+        json={"transactionalId": uniq("tx"), "transactionTimeoutMs": 900_001},
+    ).json()
+    assert body["errorCode"] == 50
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(
+    tapi, pulsar_reader_client
+):
+    tid, a = uniq("tx"), uniq("a")
+    pid, epoch = init(tapi, tid, transactionTimeoutMs=1000)
+    assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 0, 2, epoch=epoch))] == [0]
+    done = poll(
+        "the timeout abort", lambda: (s := state(tapi, tid))["state"] == "CompleteAbort" and s
+    )
+    assert done["producerEpoch"] == epoch + 1
+    assert tproduce(tapi, tid, batch(a, pid, 2, 1, epoch=epoch))[0]["errorCode"] == 47
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 90
+    assert values(pulsar_reader_client, a) == []
+
+
+def test_open_transactions_are_listed(tapi):
+    tid = uniq("tx")
+    pid, epoch = init(tapi, tid)
+    assert tproduce(tapi, tid, batch(uniq("a"), pid, 0, 1, epoch=epoch))[0]["errorCode"] == 0
+    listed = {t["transactionalId"]: t for t in tapi.get("/v1/transactions").json()["transactions"]}
+    assert listed[tid]["state"] == "Ongoing"
+    assert listed[tid]["ageMs"] >= 0
+    assert listed[tid]["timeoutMs"] == 60_000
+    assert end(tapi, tid, pid, epoch, False)["errorCode"] == 0
+    poll(
+        "the transaction to leave the list",
+        lambda: (
+            tid
+            not in {
+                t["transactionalId"] for t in tapi.get("/v1/transactions").json()["transactions"]
+            }
+        ),
+    )
+    assert tapi.get(f"/v1/transactions/{uniq('nobody')}").status_code == 404
+
+
+class CheckBackApp:
+    """The application's check-back endpoint: answers per transactional id from a script
+    (the last answer repeats), records every question."""
+
+    def __init__(self) -> None:
+        self.script: dict[str, list[str]] = {}
+        self.asked: list[dict[str, Any]] = []
+
+    def handler(self) -> type:
+        app = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                app.asked.append(body)
+                answers = app.script.get(body["transactionalId"], ["UNKNOWN"])
+                answer = answers.pop(0) if len(answers) > 1 else answers[0]
+                raw = json.dumps({"decision": answer}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        return Handler
+
+
+@pytest.fixture(scope="module")
+def check_back(pulsar: Any) -> Iterator[tuple[CheckBackApp, str, ThreadSidecar]]:
+    app = CheckBackApp()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), app.handler())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/check"
+    try:
+        with ThreadSidecar(
+            pulsar, txn_sweep_interval_ms=100, check_back_interval_ms=50, check_back_max=3
+        ) as sc:
+            yield app, url, sc
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("script", "final", "visible"),
+    [
+        (["COMMIT"], "CompleteCommit", True),
+        (["ROLLBACK"], "CompleteAbort", False),
+        (["UNKNOWN", "UNKNOWN", "UNKNOWN"], "CompleteAbort", False),
+        (["UNKNOWN", "COMMIT"], "CompleteCommit", True),
+    ],
+    ids=["commit", "rollback", "unknown-until-the-limit", "unknown-then-commit"],
+)
+def test_a_timed_out_transaction_is_checked_back_with_the_application(
+    check_back, pulsar_reader_client, script, final, visible
+):
+    app, url, sc = check_back
+    tid, a = uniq("tx"), uniq("a")
+    app.script[tid] = list(script)
+    with httpx.Client(base_url=sc.url, timeout=30) as api:
+        pid, epoch = init(api, tid, transactionTimeoutMs=500, checkBackUrl=url)
+        assert tproduce(api, tid, batch(a, pid, 0, 2, epoch=epoch))[0]["errorCode"] == 0
+        done = poll(
+            "the check-back decision", lambda: (s := state(api, tid))["state"] == final and s
+        )
+        assert tproduce(api, tid, batch(a, pid, 2, 1, epoch=epoch))[0]["errorCode"] == 47
+    questions = [q for q in app.asked if q["transactionalId"] == tid]
+    expected_asks = 3 if script == ["UNKNOWN"] * 3 else len(script)
+    assert len(questions) == expected_asks
+    assert done["checkBacks"] == expected_asks - (
+        0 if final == "CompleteAbort" and len(script) == 3 else 1
+    )
+    assert questions[0]["producerId"] == pid
+    assert questions[0]["producerEpoch"] == epoch
+    assert questions[0]["recordCount"] == 2
+    assert questions[0]["partitions"] == [{"topic": a, "partition": 0, "records": 2}]
+    expected = [f"{pid}:{epoch}:0", f"{pid}:{epoch}:1"] if visible else []
+    assert values(pulsar_reader_client, a) == expected
