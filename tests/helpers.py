@@ -81,7 +81,7 @@ def uniq(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
     """Poll ``check`` until it holds; AssertionError naming ``what`` past ``timeout``."""
     deadline = time.monotonic() + timeout
     while not check():

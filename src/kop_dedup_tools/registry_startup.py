@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import httpx
 import pulsar
 import pulsar.asyncio as pulsar_async
 
+from kop_dedup.cli import add_pulsar_url_options
 from kop_dedup.coordination.registry import Registry
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming
@@ -168,13 +168,7 @@ def add_cli(subparsers: Any) -> None:
         "registry-startup",
         help="time a registry start over N epoch records, before and after compaction",
     )
-    p.add_argument(
-        "--service-url",
-        default=os.environ.get("KOP_DEDUP_PULSAR_SERVICE_URL", "pulsar://127.0.0.1:6650"),
-    )
-    p.add_argument(
-        "--admin-url", default=os.environ.get("KOP_DEDUP_PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
-    )
+    add_pulsar_url_options(p)
     p.add_argument("--records", type=int, default=100_000, help="epoch records to write")
     p.add_argument("--keys", type=int, default=1_000, help="distinct producer ids among them")
     p.add_argument("--runs", type=int, default=3, help="timed starts before and after")
@@ -186,8 +180,8 @@ def add_cli(subparsers: Any) -> None:
             raise ValueError("--keys must be in 1..--records")
         namespace, wrote, compacted, runs = asyncio.run(
             measure(
-                args.service_url,
-                args.admin_url,
+                args.pulsar_service_url,
+                args.pulsar_admin_url,
                 records=args.records,
                 keys=args.keys,
                 runs=args.runs,

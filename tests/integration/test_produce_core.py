@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +12,7 @@ import httpx
 import pytest
 
 from kop_dedup.pulsar.wire import PROP_SEQUENCE
-from tests.helpers import b64, batch, new_pid, read_all, uniq
+from tests.helpers import b64, batch, new_pid, read_all, uniq, wait_until
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -29,14 +28,6 @@ def produce(api: httpx.Client, *batches: dict[str, Any]) -> list[dict[str, Any]]
 
 def codes(results: list[dict[str, Any]]) -> list[int]:
     return [r["errorCode"] for r in results]
-
-
-def poll(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def in_background(call: Callable[[], Any]) -> Callable[[], Any]:
@@ -86,7 +77,7 @@ def test_a_batch_fenced_while_it_waited_behind_a_gap_is_refused_and_never_writte
     assert codes(produce(api, batch(topic, pid, 0, 1, epoch=epoch))) == [0]
     service = sidecar.runtime.service
     held = in_background(lambda: produce(api, batch(topic, pid, 2, 1, epoch=epoch)))
-    poll("the batch to wait behind the gap", lambda: service.waiting_batches() >= 1)
+    wait_until("the batch to wait behind the gap", lambda: service.waiting_batches() >= 1)
     assert init(other.url, txn) == (pid, epoch + 1)  # fences epoch e everywhere
     filler = produce(api, batch(topic, pid, 1, 1, epoch=epoch))
     answer = held()
@@ -172,7 +163,9 @@ def set_topic_dedup(pulsar: Any, topic: str, enabled: bool | None) -> None:
     r = httpx.delete(url) if enabled is None else httpx.post(url, json=enabled)
     assert r.status_code in {200, 204}, r.text
     expected = "" if enabled is None else str(enabled).lower()
-    poll(f"topic dedup {expected or 'unset'}", lambda: httpx.get(url).text.strip() == expected)
+    wait_until(
+        f"topic dedup {expected or 'unset'}", lambda: httpx.get(url).text.strip() == expected
+    )
 
 
 def forget_dedup_state(pulsar: Any, topic: str) -> None:
@@ -219,7 +212,7 @@ def test_a_reopened_name_the_broker_forgot_is_answered_from_the_sidecars_memory(
         pid = new_pid(api)
         assert codes(produce(api, *(batch(topic, pid, i, 1) for i in range(6)))) == [0] * 6
         service = sc.runtime.service
-        poll("the idle producer to close", lambda: service.open_producers() == 0)
+        wait_until("the idle producer to close", lambda: service.open_producers() == 0)
         forget_dedup_state(pulsar, topic)
         with caplog.at_level(logging.ERROR, logger="kop_dedup"):
             retry = produce(api, batch(topic, pid, 0, 1))
@@ -237,4 +230,6 @@ def test_a_topic_whose_dedup_is_turned_off_is_refused_when_a_producer_opens(puls
     assert codes(refused) == [56], refused
     assert "deduplication is off" in refused[0]["errorMessage"]
     set_topic_dedup(pulsar, topic, enabled=None)
-    poll("the retry to be stored", lambda: codes(produce(api, batch(topic, pid, 0, 1))) == [0])
+    wait_until(
+        "the retry to be stored", lambda: codes(produce(api, batch(topic, pid, 0, 1))) == [0]
+    )

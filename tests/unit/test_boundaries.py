@@ -17,10 +17,6 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-# coordination's registry still reads and writes its topics with the client directly;
-# issue 10's Shape moves that behind pulsar/ (compacted tables). New importers fail.
-PULSAR_CLIENT_ALLOWED = {"kop_dedup.coordination.registry"}
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(SRC).with_suffix("").parts
@@ -91,10 +87,10 @@ def transport_rule(module: str, name: str) -> str | None:
 
 
 def pulsar_client_rule(module: str, name: str) -> str | None:
-    if within(module, "kop_dedup.pulsar") or module in PULSAR_CLIENT_ALLOWED:
+    if within(module, "kop_dedup.pulsar"):
         return None
     if within(module, "kop_dedup_tools"):
-        return None  # the tools drive Pulsar directly on purpose (bench's direct mode, verify)
+        return None  # the tools drive Pulsar directly on purpose (bench, verify, registry)
     if within(name, "pulsar") or within(name, "_pulsar"):
         return "only kop_dedup.pulsar imports the Pulsar client"
     return None
