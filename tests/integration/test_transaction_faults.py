@@ -106,7 +106,7 @@ def test_a_restarted_coordinator_finishes_its_own_decision(pulsar, tmp_path, pul
         pid, epoch = journal_a_transaction(coordinator.url, tid, topics)
         assert end(coordinator.url, tid, pid, epoch)["errorCode"] == 0
         coordinator.kill()
-        coordinator.settings["txn_apply_delay_ms"] = 0
+        coordinator.env["KOP_DEDUP_TXN_APPLY_DELAY_MS"] = "0"
         coordinator.start()
         poll(
             "the restarted sidecar to finish the commit",
