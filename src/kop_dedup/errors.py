@@ -9,6 +9,7 @@ never be written twice. Routes never build codes by hand: they catch
 The tree::
 
     KafkaError (UNKNOWN_SERVER_ERROR, -1)
+    +-- OffsetOutOfRange (1)
     +-- CorruptMessage (2, retriable)
     +-- UnknownTopicOrPartition (3, retriable)
     +-- NotLeaderOrFollower (6, retriable)
@@ -67,6 +68,7 @@ __all__ = [
     "NotCoordinator",
     "NotEnoughReplicas",
     "NotLeaderOrFollower",
+    "OffsetOutOfRange",
     "OutOfOrderSequenceNumber",
     "PolicyViolation",
     "ProducerFenced",
@@ -98,6 +100,10 @@ class KafkaError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"
+
+
+class OffsetOutOfRange(KafkaError):
+    errno, name = 1, "OFFSET_OUT_OF_RANGE"
 
 
 class CorruptMessage(KafkaError):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 
 from kop_dedup.coordination.expiry import Bounds
-from kop_dedup.coordination.groups.offsets import OffsetStore
+from kop_dedup.coordination.groups.coordinator import GroupCoordinator, GroupSettings
+from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.registry import Registry, RegistryBounds
 from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator, TxnSettings
 from kop_dedup.coordination.transactions.copier import Copier
@@ -111,12 +112,27 @@ class Runtime:
             settings, self.publisher, self.admin, self.registry.epochs, self.stats
         )
         base = f"persistent://{system_ns}"
-        self.offsets = OffsetStore(
+        self.offsets = GroupStore(
             self.publisher.client,
             self.admin,
-            f"{base}/consumer-offsets",
+            f"{base}/consumer-groups",
             settings.offsets_partitions,
             adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
+        )
+        self.groups = GroupCoordinator(
+            self.offsets,
+            self.publisher.client,
+            self.admin,
+            self.naming,
+            partitions_of=self._partitions_of,
+            settings=GroupSettings(
+                cursor_interval_s=settings.group_cursor_interval_ms / 1000,
+                sweep_interval_s=settings.group_sweep_interval_ms / 1000,
+                default_session_timeout_ms=settings.group_session_timeout_ms,
+                default_broadcast_expire_ms=settings.group_broadcast_expire_ms,
+                max_pull_records=settings.max_pull_records,
+                max_wait_ms=settings.max_pull_wait_ms,
+            ),
         )
         journal = Journal(
             self.admin,
@@ -188,6 +204,7 @@ class Runtime:
         await self.registry.start()
         self.service.start()
         await self.offsets.start()
+        self.groups.start()
         await self.transactions.start()
         log.info("ready: namespace %s has deduplication on", ns)
 
@@ -202,6 +219,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.transactions.close()
+        await self.groups.close()
         await self.offsets.close()
         await self.service.close()
         await self.registry.close()

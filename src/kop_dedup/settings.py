@@ -122,6 +122,18 @@ class Settings(BaseSettings):
     txn_apply_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between a decision and applying it."""
 
+    group_session_timeout_ms: int = Field(default=30_000, ge=100)
+    """A group's default sessionTimeoutMs (PUT /v1/groups/{id} sets its own)."""
+    group_broadcast_expire_ms: int = Field(default=120_000, ge=100)
+    """A broadcast group's default broadcastExpireMs: members seen this recently count
+    for the group minimum a new member starts at."""
+    group_sweep_interval_ms: int = Field(default=1_000, ge=10)
+    """How often the owner of a groups partition looks for members past their session."""
+    group_cursor_interval_ms: int = Field(default=5_000, ge=100)
+    """How often each group's durable Pulsar subscription is moved to its commits."""
+    max_pull_records: int = Field(default=10_000, ge=1, le=100_000)
+    max_pull_wait_ms: int = Field(default=60_000, ge=0)
+
     # -- HTTP
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)

@@ -72,6 +72,11 @@ _OVERRIDES = {
     "bindAddress": "127.0.0.1",  # loopback only
     "advertisedAddress": "127.0.0.1",
     "allowAutoTopicCreation": "true",
+    # Kafka-style integer offsets for consumer groups: every entry carries the index of
+    # its last message (see kop_dedup.pulsar.positions)
+    "brokerEntryMetadataInterceptors": (
+        "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor"
+    ),
     "managedLedgerCacheSizeMB": "64",  # a 2-core, 24 GiB box shared with Spark
     "dbStorage_writeCacheMaxSizeMb": "64",
     "dbStorage_readAheadCacheMaxSizeMb": "64",
@@ -135,6 +140,7 @@ class LocalPulsar:
     log_dir: Path | None = None
     """Where the broker logs (default ``<data dir>/logs``); outside the data dir, the
     log outlives a wipe."""
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def throwaway(cls, log_dir: Path, prefix: str = "kop-dedup-pulsar-") -> LocalPulsar:
@@ -356,6 +362,7 @@ class LocalPulsar:
                 start_new_session=True,
             )
         self.pid_file.write_text(str(proc.pid))
+        self._proc = proc  # kept (and reaped by stop/kill): a dropped Popen of a live child warns
         deadline = started + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -403,8 +410,10 @@ class LocalPulsar:
         self.pid_file.unlink(missing_ok=True)
         return True
 
-    @staticmethod
-    def _alive(pid: int) -> bool:
+    def _alive(self, pid: int) -> bool:
+        proc = self._proc
+        if proc is not None and proc.pid == pid:
+            return proc.poll() is None  # reaps our own child, and Popen knows it ended
         with contextlib.suppress(ChildProcessError):
             done, _ = os.waitpid(pid, os.WNOHANG)
             if done == pid:

@@ -139,6 +139,10 @@ class StatePartitions:
         up with everything it stored. Call with :meth:`lock` held."""
         part = self._parts[partition]
         if part.writer.owned:
+            # another sidecar may have fenced this one while it was idle (it learns that
+            # at its next write): read what it wrote, so a decision is not taken on a
+            # stale view (the write would fail, but a pull's plan is made before it)
+            await part.table.barrier()
             return
         await part.writer.open()
         await self._settle(part, "fenced in")

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -353,3 +354,86 @@ class PulsarAdmin:
             f"/admin/v2/persistent/{path}/retention",
             json={"retentionTimeInMinutes": minutes, "retentionSizeInMB": -1},
         )
+
+    # -- positions and the broker entry index (consumer groups) -------------------------
+
+    async def entry_index(self, topic: str, ledger: int, entry: int) -> tuple[int, int] | None:
+        """(index of the entry's last message, messages in the entry) from the broker's
+        entry metadata; None when the broker does not index entries (no
+        AppendIndexMetadataInterceptor). Raises AdminError 404 for an entry that is gone."""
+        path = topic.removeprefix("persistent://")
+        resp = await self._request(
+            "GET", f"/admin/v2/persistent/{path}/ledger/{ledger}/entry/{entry}"
+        )
+        return _index_headers(resp.headers)
+
+    async def first_entry(self, topic: str) -> tuple[int, int, tuple[int, int] | None] | None:
+        """(ledger, entry, (index, messages) or None) of the earliest entry still stored;
+        None when the topic holds none."""
+        path = topic.removeprefix("persistent://")
+        try:
+            resp = await self._request(
+                "GET",
+                f"/admin/v2/persistent/{path}/examinemessage",
+                params={"initialPosition": "earliest", "messagePosition": "1"},
+            )
+        except AdminError as exc:
+            if exc.status in {404, 412}:  # nothing to examine
+                return None
+            raise
+        mid = resp.headers.get("X-Pulsar-Message-ID", "")
+        ledger, _, entry = mid.partition(":")
+        if not ledger.lstrip("-").isdigit() or not entry.lstrip("-").isdigit():
+            return None
+        return int(ledger), int(entry), _index_headers(resp.headers)
+
+    async def position_at(self, topic: str, timestamp_ms: int) -> tuple[int, int]:
+        """(ledger, entry) of the first entry published at or after ``timestamp_ms`` (one
+        past the last entry when none is)."""
+        path = topic.removeprefix("persistent://")
+        body = (
+            await self._request("GET", f"/admin/v2/persistent/{path}/messageid/{timestamp_ms}")
+        ).json()
+        return int(body["ledgerId"]), int(body["entryId"])
+
+    async def ledgers(self, topic: str) -> list[tuple[int, int]]:
+        """(ledger id, entries) of every ledger still stored, oldest first."""
+        path = topic.removeprefix("persistent://")
+        stats = (await self._request("GET", f"/admin/v2/persistent/{path}/internalStats")).json()
+        out = [
+            (int(lg["ledgerId"]), int(lg.get("entries") or 0)) for lg in stats.get("ledgers") or []
+        ]
+        if out:  # the current ledger's count is only in currentLedgerEntries
+            out[-1] = (out[-1][0], max(out[-1][1], int(stats.get("currentLedgerEntries") or 0)))
+        return out
+
+    async def create_subscription(self, topic: str, subscription: str) -> None:
+        """A durable subscription at the earliest position (409: it exists already)."""
+        path = topic.removeprefix("persistent://")
+        try:
+            await self._request(
+                "PUT",
+                f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}",
+                json={"ledgerId": -1, "entryId": -1},
+            )
+        except AdminError as exc:
+            if exc.status != 409:
+                raise
+
+    async def move_subscription(
+        self, topic: str, subscription: str, ledger: int, entry: int, batch_index: int
+    ) -> None:
+        """Move a subscription's cursor so the message at the position is the next unread."""
+        path = topic.removeprefix("persistent://")
+        await self._request(
+            "POST",
+            f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}/resetcursor",
+            json={"ledgerId": ledger, "entryId": entry, "batchIndex": batch_index},
+        )
+
+
+def _index_headers(headers: httpx.Headers) -> tuple[int, int] | None:
+    index = headers.get("X-Pulsar-Broker-Entry-METADATA-index")
+    if index is None:
+        return None
+    return int(index), int(headers.get("X-Pulsar-num-batch-message") or 1)

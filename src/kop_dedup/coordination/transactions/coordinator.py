@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 
 from kop_dedup import errors
 from kop_dedup.coordination.epochs import EpochRegistry
-from kop_dedup.coordination.groups.offsets import OffsetStore, StagedOffset
+from kop_dedup.coordination.groups.store import GroupStore, StagedOffset
 from kop_dedup.coordination.partitions import StatePartitions
 from kop_dedup.coordination.producer_ids import ProducerIdAllocator
 from kop_dedup.coordination.transactional_ids import TransactionalIds
@@ -164,7 +164,7 @@ class TransactionCoordinator:
         decisions_topic: str,
         journal: Journal,
         copier: Copier,
-        offsets: OffsetStore,
+        offsets: GroupStore,
         allocator: ProducerIdAllocator,
         epochs: EpochRegistry,
         legacy: TransactionalIds,

@@ -29,9 +29,11 @@ from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
 from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import invalid_request
+from kop_dedup.transports.http.bodies import body_schemas
 from kop_dedup.transports.http.docs import mount_docs
+from kop_dedup.transports.http.groups import router as groups_router
 from kop_dedup.transports.http.produce import PATH, ProduceEndpoint, openapi_paths
-from kop_dedup.transports.http.routes import body_schemas, router
+from kop_dedup.transports.http.routes import router
 from kop_dedup.transports.http.transactions import router as transactions_router
 
 __all__ = ["create_app"]
@@ -145,6 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.tokens = settings.http_tokens()
     app.include_router(router)
     app.include_router(transactions_router)
+    app.include_router(groups_router)
     # the hot path: a plain ASGI endpoint (produce.py), served ahead of FastAPI's own
     # path (_App) behind the body limit, and as the router's first route
     endpoint = ProduceEndpoint(app.state)

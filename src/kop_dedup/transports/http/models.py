@@ -37,6 +37,7 @@ __all__ = [
     "InitProducerIdIn",
     "InitProducerIdOut",
     "KafkaAnswer",
+    "Model",
     "OffsetCommitIn",
     "OffsetIn",
     "ProduceIn",
@@ -53,16 +54,16 @@ B64 = Annotated[str | None, Field(description="base64, or null", examples=["aGVs
 _PLAIN = "; -1 for a non-idempotent batch"
 
 
-class _Model(BaseModel):
+class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class HeaderIn(_Model):
+class HeaderIn(Model):
     key: str = Field(max_length=32_767)
     value: B64 = Field(description="base64, or null (required: send null for no value)")
 
 
-class RecordIn(_Model):
+class RecordIn(Model):
     key: B64 = Field(default=None, description="base64, or null; absent means null")
     value: B64 = Field(description="base64, or null for a tombstone (required: send null)")
     headers: list[HeaderIn] = Field(default_factory=list, description="absent means none")
@@ -71,7 +72,7 @@ class RecordIn(_Model):
     )
 
 
-class BatchIn(_Model):
+class BatchIn(Model):
     topic: str = Field(max_length=1000, examples=["orders"])
     partition: Int32 = Field(examples=[0])
     producerId: Int64 = Field(examples=[17], description="from init-producer-id" + _PLAIN)  # noqa: N815
@@ -86,7 +87,7 @@ class BatchIn(_Model):
 TransactionalId = Annotated[str, Field(min_length=1, max_length=32_767)]
 
 
-class ProduceIn(_Model):
+class ProduceIn(Model):
     timeoutMs: int | None = Field(  # noqa: N815
         default=None, ge=1, le=3_600_000, description="per-request deadline, milliseconds"
     )
@@ -112,7 +113,7 @@ class ProduceOut(BaseModel):
     results: list[BatchOut]
 
 
-class InitProducerIdIn(_Model):
+class InitProducerIdIn(Model):
     transactionalId: TransactionalId | None = None  # noqa: N815
     transactionTimeoutMs: Int32 | None = Field(  # noqa: N815
         default=None, description="default 60000; at most KOP_DEDUP_MAX_TRANSACTION_TIMEOUT_MS"
@@ -126,14 +127,14 @@ class InitProducerIdIn(_Model):
     )
 
 
-class OffsetIn(_Model):
+class OffsetIn(Model):
     topic: str = Field(min_length=1, max_length=1000)
     partition: Int32 = Field(ge=0)
     offset: Int64 = Field(ge=0, description="the next record to read")
     metadata: str | None = Field(default=None, max_length=32_767)
 
 
-class TxnOffsetCommitIn(_Model):
+class TxnOffsetCommitIn(Model):
     transactionalId: TransactionalId  # noqa: N815
     producerId: Int64  # noqa: N815
     producerEpoch: Int16  # noqa: N815
@@ -141,14 +142,14 @@ class TxnOffsetCommitIn(_Model):
     offsets: list[OffsetIn] = Field(min_length=1)
 
 
-class EndTxnIn(_Model):
+class EndTxnIn(Model):
     transactionalId: TransactionalId  # noqa: N815
     producerId: Int64  # noqa: N815
     producerEpoch: Int16  # noqa: N815
     commit: bool
 
 
-class OffsetCommitIn(_Model):
+class OffsetCommitIn(Model):
     offsets: list[OffsetIn] = Field(min_length=1)
 
 

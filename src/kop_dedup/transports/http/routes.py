@@ -6,13 +6,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ValidationError
 
 from kop_dedup import errors
 from kop_dedup.observability.metrics import CONTENT_TYPE, render
@@ -25,6 +22,12 @@ from kop_dedup.transports.http.answers import (
     JSON_OBJECT,
     TOO_LARGE_RESPONSE,
 )
+from kop_dedup.transports.http.bodies import (
+    body_spec,
+    parsed_body,
+    register_answers,
+    register_bodies,
+)
 from kop_dedup.transports.http.deps import Authorized, RuntimeDep
 from kop_dedup.transports.http.models import (
     EndTxnIn,
@@ -36,7 +39,7 @@ from kop_dedup.transports.http.models import (
     TxnOffsetCommitIn,
 )
 
-__all__ = ["body_schemas", "body_spec", "parsed_body", "router"]
+__all__ = ["router"]
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "nothing known about it", **JSON_OBJECT}
@@ -44,55 +47,8 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
 router = APIRouter(responses=AUTH_RESPONSES)
 
 
-M = TypeVar("M", bound=BaseModel)
-_BODY_MODELS: tuple[type[BaseModel], ...] = (
-    ProduceIn,
-    InitProducerIdIn,
-    TxnOffsetCommitIn,
-    EndTxnIn,
-    OffsetCommitIn,
-)
-_ANSWER_MODELS: tuple[type[BaseModel], ...] = (ProduceOut,)
-
-
-def body_spec(model: type[BaseModel]) -> dict[str, Any]:
-    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
-
-
-def body_schemas() -> dict[str, Any]:
-    """OpenAPI component schemas for the bodies read by hand (see parsed_body and
-    produce.py) and the answers produce.py encodes itself."""
-    out: dict[str, Any] = {}
-    for models, mode in ((_BODY_MODELS, "validation"), (_ANSWER_MODELS, "serialization")):
-        for model in models:
-            schema = model.model_json_schema(
-                ref_template="#/components/schemas/{model}",
-                mode=mode,  # type: ignore[arg-type]
-            )
-            out.update(schema.pop("$defs", {}))
-            out[model.__name__] = schema
-    return out
-
-
-def parsed_body(model: type[M]) -> Callable[[Request], Coroutine[Any, Any, M]]:
-    """A dependency that parses and validates the body in one pass with pydantic.
-
-    Every body problem (not JSON, not UTF-8, wrong shape) becomes one 422 in
-    the house shape: FastAPI's own parser answers a body that is not UTF-8
-    with a bare 400.
-    """
-
-    async def parse(request: Request) -> M:
-        raw = await request.body()
-        try:
-            return model.model_validate_json(raw)
-        except ValidationError as exc:
-            raise RequestValidationError(
-                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-            ) from exc
-
-    return parse
+register_bodies(ProduceIn, InitProducerIdIn, TxnOffsetCommitIn, EndTxnIn, OffsetCommitIn)
+register_answers(ProduceOut)
 
 
 def _init_answer(

@@ -14,10 +14,11 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from kop_dedup import errors
-from kop_dedup.coordination.groups.offsets import StagedOffset
+from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.protocol.transactions import Transaction
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.http.answers import INVALID_RESPONSE, JSON_OBJECT, TOO_LARGE_RESPONSE
+from kop_dedup.transports.http.bodies import body_spec, parsed_body
 from kop_dedup.transports.http.deps import Authorized, RuntimeDep
 from kop_dedup.transports.http.models import (
     EndTxnIn,
@@ -26,7 +27,6 @@ from kop_dedup.transports.http.models import (
     OffsetIn,
     TxnOffsetCommitIn,
 )
-from kop_dedup.transports.http.routes import body_spec, parsed_body
 
 __all__ = ["router"]
 

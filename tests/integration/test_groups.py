@@ -1,0 +1,192 @@
+"""Consumer groups over HTTP with server-side offsets, against the real broker."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import batch, new_pid, uniq
+from tests.sidecar import ThreadSidecar
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def groups_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
+    with ThreadSidecar(pulsar, group_sweep_interval_ms=100, group_cursor_interval_ms=200) as sc:
+        yield sc
+
+
+@pytest.fixture
+def g(groups_sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=groups_sidecar.url, timeout=60) as client:
+        yield client
+
+
+def poll(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def produce(
+    api: httpx.Client, topic: str, n: int, *, partition: int = 0, per_batch: int = 1
+) -> int:
+    """``n`` records in batches of ``per_batch``; values name their sequence."""
+    pid = new_pid(api)
+    batches = [
+        batch(topic, pid, s, min(per_batch, n - s), partition=partition)
+        for s in range(0, n, per_batch)
+    ]
+    r = api.post("/v1/produce", json={"batches": batches})
+    assert [b["errorCode"] for b in r.json()["results"]] == [0] * len(batches), r.text
+    return pid
+
+
+def configure(api: httpx.Client, group: str, **body: Any) -> dict[str, Any]:
+    r = api.put(f"/v1/groups/{group}", json={"autoOffsetReset": "earliest", **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def join(
+    api: httpx.Client, group: str, topics: list[str], member: str | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"topics": topics}
+    if member:
+        body["memberId"] = member
+    r = api.post(f"/v1/groups/{group}/members", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def pull(api: httpx.Client, group: str, member: str, n: int, wait_ms: int = 2000) -> dict[str, Any]:
+    r = api.post(
+        f"/v1/groups/{group}/members/{member}/pull", json={"maxRecords": n, "waitMs": wait_ms}
+    )
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def commit(api: httpx.Client, group: str, member: str, **body: Any) -> httpx.Response:
+    return api.post(f"/v1/groups/{group}/members/{member}/commit", json=body)
+
+
+def values(answer: dict[str, Any]) -> list[str]:
+    return [base64.b64decode(r["value"]).decode().rsplit(":", 1)[1] for r in answer["records"]]
+
+
+def lag(api: httpx.Client, group: str) -> dict[tuple[str, int], dict[str, Any]]:
+    r = api.get(f"/v1/groups/{group}/lag")
+    assert r.status_code == 200, r.text
+    return {
+        (p["topic"], p["partition"]): p
+        for p in r.json()["partitions"]
+        if p.get("member") in (None, "")
+    }
+
+
+def test_commit_is_the_next_offset_across_batch_entries_no_skip_no_repeat(g):
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 10, per_batch=4)  # entries of 4, 4 and 2 records
+    configure(g, group)
+    member = join(g, group, [topic])["memberId"]
+    first = pull(g, group, member, 5)
+    assert values(first) == ["0", "1", "2", "3", "4"]
+    assert [r["offset"] for r in first["records"]] == [0, 1, 2, 3, 4]
+    assert commit(g, group, member).json()["committed"] == [
+        {"topic": topic, "partition": 0, "offset": 5}
+    ]
+    second = pull(g, group, member, 100)
+    assert values(second) == ["5", "6", "7", "8", "9"]
+    stats = lag(g, group)[(topic, 0)]
+    assert (stats["end"], stats["committed"], stats["pulled"]) == (10, 5, 10)
+    assert (stats["ready"], stats["inflight"], stats["lag"]) == (0, 5, 5)
+    assert stats["oldestInflightMs"] is not None
+
+
+def test_an_empty_body_commit_after_a_partial_pull_commits_only_what_was_delivered(g):
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 6, per_batch=6)  # one entry of 6
+    configure(g, group)
+    member = join(g, group, [topic])["memberId"]
+    assert values(pull(g, group, member, 2)) == ["0", "1"]
+    assert commit(g, group, member).json()["committed"][0]["offset"] == 2
+    offsets = g.get(f"/v1/groups/{group}/offsets").json()["offsets"]
+    assert [(o["topic"], o["offset"]) for o in offsets] == [(topic, 2)]
+    # a new member after the first leaves starts exactly there
+    assert g.delete(f"/v1/groups/{group}/members/{member}").status_code == 200
+    other = join(g, group, [topic])["memberId"]
+    assert values(pull(g, group, other, 10)) == ["2", "3", "4", "5"]
+
+
+def test_a_member_alternating_between_two_sidecars_sees_no_gap_and_no_duplicate(pulsar, g):
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 30, per_batch=3)
+    configure(g, group)
+    member = join(g, group, [topic])["memberId"]
+    seen: list[str] = []
+    with ThreadSidecar(pulsar) as other, httpx.Client(base_url=other.url, timeout=60) as h:
+        for i in range(6):
+            api = g if i % 2 == 0 else h
+            answer = pull(api, group, member, 5)
+            seen += values(answer)
+            assert commit(api, group, member).status_code == 200
+    assert seen == [str(i) for i in range(30)]
+
+
+def test_a_stale_generation_or_an_unknown_member_gets_409_with_kafkas_code(g):
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 2)
+    configure(g, group)
+    first = join(g, group, [topic])
+    join(g, group, [topic])  # a second member: a new generation
+    stale = commit(g, group, first["memberId"], generation=first["generation"])
+    assert stale.status_code == 409
+    assert stale.json()["errorCode"] == 22
+    unknown = commit(g, group, "nobody")
+    assert unknown.status_code == 409
+    assert unknown.json()["errorCode"] == 25
+
+
+def test_reset_by_offset_out_of_range_is_400_with_a_readable_message(g):
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 3)
+    configure(g, group)
+    r = g.post(f"/v1/groups/{group}/reset", json={"topic": topic, "to": "offset", "value": 99})
+    assert r.status_code == 400
+    assert "outside 0..3" in r.json()["errorMessage"]
+
+
+def test_a_reset_is_applied_at_the_next_pull_and_a_stale_commit_cannot_undo_it(pulsar, g):
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 10, per_batch=5)
+    configure(g, group)
+    member = join(g, group, [topic])["memberId"]
+    assert values(pull(g, group, member, 8)) == [str(i) for i in range(8)]
+    r = g.post(f"/v1/groups/{group}/reset", json={"topic": topic, "to": "offset", "value": 3})
+    assert r.status_code == 200, r.text
+    assert r.json()["resolved"][0]["offset"] == 3
+    status = g.get(f"/v1/groups/{group}/reset").json()["resets"][0]
+    assert status["members"] == {member: "pending"}
+    # the member commits what it had before the reset: refused, the reset stays
+    stale = commit(g, group, member)
+    assert stale.status_code == 409
+    assert "reset" in stale.json()["errorMessage"]
+    # the next pull (through another sidecar) starts at the reset and says so
+    with ThreadSidecar(pulsar) as other, httpx.Client(base_url=other.url, timeout=60) as h:
+        after = pull(h, group, member, 2)
+    assert values(after) == ["3", "4"]
+    assert after["resetApplied"][0]["offset"] == 3
+    assert g.get(f"/v1/groups/{group}/reset").json()["resets"][0]["members"] == {member: "applied"}
+    assert commit(g, group, member).json()["committed"][0]["offset"] == 5
