@@ -7,12 +7,14 @@ import base64
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pulsar as pulsar_client
 
 from kop_dedup.protocol.records import SEQ_MODULUS
+
+T = TypeVar("T")
 
 
 def b64(data: bytes | str) -> str:
@@ -81,12 +83,23 @@ def uniq(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll ``check`` until it holds; AssertionError naming ``what`` past ``timeout``."""
+def wait_until(what: str, check: Callable[[], T], timeout: float = 20.0) -> T:
+    """Poll ``check`` until it answers something true, and return that; AssertionError
+    naming ``what`` (and the last answer) past ``timeout``. An HTTP error counts as a
+    false answer (a sidecar restarting)."""
     deadline = time.monotonic() + timeout
-    while not check():
+    last: object = None
+    while True:
+        try:
+            value = check()
+        except httpx.HTTPError as exc:
+            last = exc
+        else:
+            if value:
+                return value
+            last = value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
         time.sleep(0.01)
 
 

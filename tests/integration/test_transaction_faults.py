@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.helpers import batch, read_all, uniq
+from tests.helpers import batch, read_all, uniq, wait_until
 from tests.sidecar import ProcessSidecar, ThreadSidecar
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -24,21 +23,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 NS = "persistent://public/kafka"
 FAST = {"coordinator_adopt_interval_ms": 300, "txn_sweep_interval_ms": 100}
 LOUD = {**FAST, "log_level": "INFO"}  # a process sidecar's log says what it did
-
-
-def poll(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except httpx.HTTPError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def call(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -90,9 +74,10 @@ def test_a_coordinator_killed_after_the_decision_has_its_commit_finished_by_anot
             assert end(coordinator.url, tid, pid, epoch)["errorCode"] == 0  # decided, durable
             assert described(other.url, tid)["state"] == "PrepareCommit"
             coordinator.kill()  # before it copied anything (its apply waits a minute)
-            poll(
+            wait_until(
                 "another sidecar to finish the commit",
                 lambda: described(other.url, tid)["state"] == "CompleteCommit",
+                timeout=60,
             )
         finally:
             coordinator.stop()
@@ -108,9 +93,10 @@ def test_a_restarted_coordinator_finishes_its_own_decision(pulsar, tmp_path, pul
         coordinator.kill()
         coordinator.env["KOP_DEDUP_TXN_APPLY_DELAY_MS"] = "0"
         coordinator.start()
-        poll(
+        wait_until(
             "the restarted sidecar to finish the commit",
             lambda: described(coordinator.url, tid)["state"] == "CompleteCommit",
+            timeout=60,
         )
     finally:
         coordinator.stop()
@@ -129,7 +115,7 @@ def test_a_broker_killed_mid_commit_leaves_the_commit_whole_once_it_is_back(
             time.sleep(2)  # the apply starts while the broker is down, and fails
         finally:
             pulsar_control.start()
-        poll(
+        wait_until(
             "the commit to complete after the broker came back",
             lambda: described(sc.url, tid).get("state") == "CompleteCommit",
             timeout=120,
@@ -153,17 +139,19 @@ def test_a_paused_old_coordinator_that_resumes_applies_nothing_twice(
                 # partition over (fencing the paused one) and applies the decision
                 again = end(new.url, tid, pid, epoch)
                 assert again["errorCode"] in {0, 51}, again
-                poll(
+                wait_until(
                     "the new coordinator to finish the commit",
                     lambda: described(new.url, tid)["state"] == "CompleteCommit",
+                    timeout=60,
                 )
             finally:
                 os.kill(old.proc.pid, signal.SIGCONT)
             # the old one wakes up with its apply due: its writes are fenced (it says
             # so), its copy is a duplicate the broker drops
-            poll(
+            wait_until(
                 "the old coordinator to find itself fenced",
                 lambda: "moved to another sidecar" in old.log_path.read_text(),
+                timeout=60,
             )
             assert described(new.url, tid)["state"] == "CompleteCommit"
             assert end(new.url, tid, pid, epoch)["errorCode"] == 0

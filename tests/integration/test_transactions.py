@@ -5,31 +5,19 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from kop_dedup.coordination.transactions.journal import PROP_TXN_ID, PROP_TXN_ORDINAL
-from tests.helpers import batch, read_all, uniq
+from tests.helpers import batch, read_all, uniq, wait_until
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
 NS = "persistent://public/kafka"
-
-
-def poll(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +78,7 @@ def test_a_committed_transaction_across_topics_becomes_visible_whole(tapi, pulsa
     assert values(pulsar_reader_client, a) == []  # journaled, not visible
     assert state(tapi, tid)["state"] == "Ongoing"
     assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
-    poll("the commit to complete", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    wait_until("the commit to complete", lambda: state(tapi, tid)["state"] == "CompleteCommit")
     assert values(pulsar_reader_client, a) == [f"{pid}:{epoch}:{i}" for i in range(3)]
     assert values(pulsar_reader_client, b) == [f"{pid}:{epoch}:{i}" for i in range(2)]
     msgs = read_all(pulsar_reader_client, f"{NS}/{a}-partition-0")
@@ -105,12 +93,12 @@ def test_an_aborted_transaction_stays_invisible(tapi, pulsar_reader_client):
     pid, epoch = init(tapi, tid)
     assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 0, 3, epoch=epoch))] == [0]
     assert end(tapi, tid, pid, epoch, False)["errorCode"] == 0
-    poll("the abort to complete", lambda: state(tapi, tid)["state"] == "CompleteAbort")
+    wait_until("the abort to complete", lambda: state(tapi, tid)["state"] == "CompleteAbort")
     assert end(tapi, tid, pid, epoch, True)["errorCode"] == 48
     # the next transaction continues the sequence and commits
     assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 3, 2, epoch=epoch))] == [0]
     assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
-    poll("the commit", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    wait_until("the commit", lambda: state(tapi, tid)["state"] == "CompleteCommit")
     assert values(pulsar_reader_client, a) == [f"{pid}:{epoch}:{i}" for i in (3, 4)]
 
 
@@ -152,7 +140,7 @@ def test_a_transaction_over_three_topics_and_two_partitions_commits_with_its_off
         (t, p) for t in topics for p in (0, 1)
     }
     assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
-    poll("the commit", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    wait_until("the commit", lambda: state(tapi, tid)["state"] == "CompleteCommit")
     committed = offsets(tapi, group, stable=True)[(source, 0)]
     assert (committed["offset"], committed["metadata"], committed["errorCode"]) == (42, "m", 0)
     for t in topics:
@@ -169,7 +157,7 @@ def test_a_zombie_is_fenced_on_produce_and_end_txn_and_its_open_transaction_is_a
     # a new instance of the application: its init fences the open transaction first
     first = tapi.post("/v1/init-producer-id", json={"transactionalId": tid}).json()
     assert first["errorCode"] == 51, first
-    new = poll(
+    new = wait_until(
         "init to succeed once the fenced transaction is aborted",
         lambda: (
             (r := tapi.post("/v1/init-producer-id", json={"transactionalId": tid}).json())[
@@ -217,7 +205,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(
     tid, a = uniq("tx"), uniq("a")
     pid, epoch = init(tapi, tid, transactionTimeoutMs=1000)
     assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 0, 2, epoch=epoch))] == [0]
-    done = poll(
+    done = wait_until(
         "the timeout abort", lambda: (s := state(tapi, tid))["state"] == "CompleteAbort" and s
     )
     assert done["producerEpoch"] == epoch + 1
@@ -235,7 +223,7 @@ def test_open_transactions_are_listed(tapi):
     assert listed[tid]["ageMs"] >= 0
     assert listed[tid]["timeoutMs"] == 60_000
     assert end(tapi, tid, pid, epoch, False)["errorCode"] == 0
-    poll(
+    wait_until(
         "the transaction to leave the list",
         lambda: (
             tid
@@ -313,7 +301,7 @@ def test_a_timed_out_transaction_is_checked_back_with_the_application(
     with httpx.Client(base_url=sc.url, timeout=30) as api:
         pid, epoch = init(api, tid, transactionTimeoutMs=500, checkBackUrl=url)
         assert tproduce(api, tid, batch(a, pid, 0, 2, epoch=epoch))[0]["errorCode"] == 0
-        done = poll(
+        done = wait_until(
             "the check-back decision", lambda: (s := state(api, tid))["state"] == final and s
         )
         assert tproduce(api, tid, batch(a, pid, 2, 1, epoch=epoch))[0]["errorCode"] == 47
