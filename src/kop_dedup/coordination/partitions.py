@@ -206,21 +206,29 @@ class StatePartitions:
 
         Two sidecars adopting the same orphan at once both open with fencing: the later
         one wins, the earlier one's marker write fails and it leaves the partition."""
+        asked_at = time.monotonic()
         live = await self._writers()
         taken = 0
         for part in self._parts:
             names = live.get(part.index, [])
             if part.writer.owned:
-                if part.writer.name in names:
-                    continue  # ours, as the broker sees it
+                if part.writer.name in names or part.writer.opened_at >= asked_at:
+                    continue  # ours, as the broker sees it (or taken since it was asked)
+                if not part.writer.connected:
+                    continue  # reconnecting (a broker restart): the next round tells
                 # fenced while idle (another sidecar took it, maybe gone since): we
                 # would only have learnt it at our next write
-                part.writer.lost()
+                async with part.lock:
+                    await part.writer.lost()
                 self._on_lost(part.index)
             if names:
                 continue
             async with part.lock:
                 if part.writer.owned:
+                    continue
+                # ask once more right before taking it: another sidecar may have taken it
+                # since the first answer (fencing it now would only start a tug of war)
+                if (await self._writers()).get(part.index):
                     continue
                 try:
                     await part.writer.open()

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -160,6 +161,8 @@ class FencedWriter:
         self._client = client
         self._producer: Any = None
         self._lost: OwnershipLost | None = None
+        self.opened_at = 0.0
+        """When this writer last took ownership (``time.monotonic()``)."""
 
     @property
     def owned(self) -> bool:
@@ -171,11 +174,21 @@ class FencedWriter:
         """The producer name the broker knows this writer by (None when not open)."""
         return None if self._producer is None else str(self._producer.producer_name())
 
-    def lost(self) -> None:
-        """The broker no longer lists this writer (it was fenced while idle): stop
-        believing it owns the topic; its next send would fail anyway."""
+    @property
+    def connected(self) -> bool:
+        """Whether the client has this writer connected right now (False while it
+        reconnects after a broker restart)."""
+        return self._producer is not None and bool(self._producer.is_connected())
+
+    async def lost(self) -> None:
+        """The broker no longer lists this writer while the client has it connected
+        (it was fenced while idle): give it up. It is closed too, or the client would
+        reconnect it after a broker restart and fence whoever owns the topic then."""
         if self._lost is None:
             self._lost = OwnershipLost(self.topic)
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await discard(producer)
 
     async def open(self) -> None:
         """Take ownership: from here on, no earlier writer's send can succeed."""
@@ -189,6 +202,7 @@ class FencedWriter:
             batching_max_publish_delay_ms=1,
         )
         self._lost = None
+        self.opened_at = time.monotonic()
         log.info("took ownership of %s", self.topic)
 
     async def send(

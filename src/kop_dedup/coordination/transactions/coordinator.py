@@ -643,6 +643,9 @@ class TransactionCoordinator:
                 )
         await self._decide_record(txn, commit, copied)
         async with self.parts.lock(p):
+            if not self.parts.owned(p):
+                return  # the new owner recovers it
+            await self.parts.read(p)  # what another owner wrote meanwhile
             current = self.view.get(p, txn.transactional_id)
             if current is None or current.ordinal != txn.ordinal or not current.state.preparing:
                 return
@@ -722,9 +725,21 @@ class TransactionCoordinator:
                 elif txn.in_doubt and txn.transactional_id not in self._asking:
                     self._ensure_asking(txn.transactional_id)
                 elif not txn.state.open and now - txn.updated_ms > self.settings.expiry_ms:
-                    async with self.parts.lock(p):
-                        await self.parts.tombstone(p, txn.transactional_id)
-                        self.view.forget(p, txn.transactional_id)
+                    await self._forget(p, txn.transactional_id)
+
+    async def _forget(self, p: int, transactional_id: str) -> None:
+        """Remove an id idle past its expiry (checked again on a fresh view)."""
+        async with self.parts.lock(p):
+            if not self.parts.owned(p):
+                return
+            await self.parts.read(p)
+            txn = self.view.get(p, transactional_id)
+            if txn is None or txn.state.open:
+                return
+            if _now_ms() - txn.updated_ms <= self.settings.expiry_ms:
+                return
+            await self.parts.tombstone(p, transactional_id)
+            self.view.forget(p, transactional_id)
 
     async def _time_out(self, transactional_id: str) -> None:
         fenced: list[Transaction] = []
