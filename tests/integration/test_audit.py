@@ -25,7 +25,7 @@ from kop_dedup.coordination.transactions.journal import (
 from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
 from kop_dedup.pulsar.wire import encode_key, encode_properties
 from kop_dedup_tools.topics import create_topic
-from tests.helpers import batch, new_pid, read_all, uniq
+from tests.helpers import batch, delete_namespace, new_pid, read_all, uniq
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -261,7 +261,43 @@ def test_streaming_audit_sees_a_duplicate_appended_between_triggers(spark, pulsa
 
 # -- transactions ------------------------------------------------------------------------
 
-DECISIONS = "persistent://public/kop-dedup-system/transaction-decisions-partition-0"
+RETRIABLE = {16, 51}  # NOT_COORDINATOR, CONCURRENT_TRANSACTIONS: a Kafka client retries
+
+
+@pytest.fixture(scope="module")
+def txn_sidecar(pulsar):
+    """A sidecar with a system namespace of its own: its transaction log, journals and
+    decisions are out of reach of other sidecars sharing the broker (which would take
+    its log partitions over, and with them the applying of its decisions)."""
+    from tests.sidecar import ThreadSidecar
+
+    namespace = uniq("kop-dedup-audit")
+    with ThreadSidecar(pulsar, reorder_window_ms=1500, system_namespace=namespace) as sc:
+        yield sc
+    delete_namespace(pulsar.admin_url, f"public/{namespace}")
+
+
+@pytest.fixture
+def txn_api(txn_sidecar):
+    with httpx.Client(base_url=txn_sidecar.url, timeout=60) as client:
+        yield client
+
+
+def system_namespace(sidecar) -> str:
+    return sidecar.settings.system_namespace
+
+
+def post(api: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST, retrying the answers a Kafka client retries."""
+    deadline = time.monotonic() + 60
+    while True:
+        r = api.post(path, json=body)
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        codes = {a["errorCode"] for a in answer.get("results", [answer])}
+        if not codes & RETRIABLE or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.05)
 
 
 def poll(what: str, check: Any, timeout: float = 30.0) -> Any:
@@ -278,7 +314,7 @@ def transaction(
 ) -> None:
     """Produce ``batches`` in one transaction of ``tid`` and wait until it is decided and
     applied (CompleteCommit / CompleteAbort)."""
-    results = api.post("/v1/produce", json={"transactionalId": tid, "batches": batches}).json()
+    results = post(api, "/v1/produce", {"transactionalId": tid, "batches": batches})
     assert [r["errorCode"] for r in results["results"]] == [0] * len(batches), results
     head = batches[0]
     body = {
@@ -287,13 +323,13 @@ def transaction(
         "producerEpoch": head["producerEpoch"],
         "commit": commit,
     }
-    assert api.post("/v1/end-txn", json=body).json()["errorCode"] == 0
+    assert post(api, "/v1/end-txn", body)["errorCode"] == 0
     done = "CompleteCommit" if commit else "CompleteAbort"
     poll(done, lambda: api.get(f"/v1/transactions/{tid}").json()["state"] == done)
 
 
 def init_txn(api: httpx.Client, tid: str) -> tuple[int, int]:
-    body = api.post("/v1/init-producer-id", json={"transactionalId": tid}).json()
+    body = post(api, "/v1/init-producer-id", {"transactionalId": tid})
     assert body["errorCode"] == 0, body
     return body["producerId"], body["producerEpoch"]
 
@@ -325,8 +361,12 @@ def send_copy(
     producer.send(record.value, properties=props, partition_key=key)
 
 
-def test_audit_proves_committed_transactions_whole_and_aborted_ones_invisible(spark, pulsar, api):
+def test_audit_proves_committed_transactions_whole_and_aborted_ones_invisible(
+    spark, pulsar, txn_sidecar, txn_api
+):
     from kop_dedup.spark.audit import audit
+
+    api = txn_api
 
     a, b, elsewhere = uniq("txa"), uniq("txb"), uniq("txc")
     for t in (a, b, elsewhere):
@@ -358,11 +398,17 @@ def test_audit_proves_committed_transactions_whole_and_aborted_ones_invisible(sp
         == 0
     )
 
+    namespace = system_namespace(txn_sidecar)
     report = audit(
-        spark, [a, b], service_url=pulsar.service_url, admin_url=pulsar.admin_url, progress=False
+        spark,
+        [a, b],
+        service_url=pulsar.service_url,
+        admin_url=pulsar.admin_url,
+        system_namespace=namespace,
+        progress=False,
     )
     print(report.render())
-    assert report.decisions_topic == DECISIONS.removesuffix("-partition-0")
+    assert report.decisions_topic == f"persistent://public/{namespace}/transaction-decisions"
     assert report.records == 2 * 4 * 3 + 2 + 4
     assert report.txn_records == 2 * 4 * 3 + 2
     assert (report.duplicates, report.missing) == (0, 0)
@@ -378,7 +424,7 @@ def test_audit_proves_committed_transactions_whole_and_aborted_ones_invisible(sp
 
 
 @pytest.fixture(scope="module")
-def broken_transactions(spark, pulsar, sidecar):
+def broken_transactions(spark, pulsar, txn_sidecar):
     """Four transactional faults planted around the sidecar, on topics of their own, and
     one audit of them all (one Spark run for four tests)."""
     from kop_dedup.spark.audit import audit
@@ -389,7 +435,7 @@ def broken_transactions(spark, pulsar, sidecar):
     tids = {k: uniq(f"tid-{k}") for k in topics}
     client = pulsar_client.Client(pulsar.service_url)
     try:
-        with httpx.Client(base_url=sidecar.url, timeout=60) as api:
+        with httpx.Client(base_url=txn_sidecar.url, timeout=60) as api:
             # an aborted transaction, then one of its records written straight to the topic
             pid, epoch = init_txn(api, tids["aborted"])
             transaction(
@@ -461,7 +507,10 @@ def broken_transactions(spark, pulsar, sidecar):
             "groups": [],
             "at": int(time.time() * 1000),
         }
-        decisions = client.create_producer(DECISIONS)
+        namespace = system_namespace(txn_sidecar)
+        decisions = client.create_producer(
+            f"persistent://public/{namespace}/transaction-decisions-partition-0"
+        )
         decisions.send(json.dumps(decision).encode(), partition_key=f"{tids['short']}/1")
         decisions.close()
 
@@ -486,6 +535,7 @@ def broken_transactions(spark, pulsar, sidecar):
         list(topics.values()),
         service_url=pulsar.service_url,
         admin_url=pulsar.admin_url,
+        system_namespace=system_namespace(txn_sidecar),
         progress=False,
     )
     print(report.render())
