@@ -249,7 +249,8 @@ def check(
         if name not in records.columns:  # a stream key table written before transactions
             records = records.withColumn(name, F.lit(None).cast(kind))
     records = records.cache()
-    total = records.count()
+    per_topic = {r["topic"]: r["count"] for r in records.groupBy("topic").count().collect()}
+    total = sum(per_topic.values())
     idem = records.where((F.col("producer_id") >= 0) & F.col("sequence").isNotNull())
     keyed = (
         idem.groupBy(*KEY)
@@ -260,8 +261,12 @@ def check(
         )
         .cache()
     )
-    distinct = keyed.count()
-    idem_total = keyed.agg(F.sum("copies")).first()[0] or 0
+    sizes = keyed.agg(
+        F.count("*").alias("distinct"),
+        F.sum("copies").alias("total"),
+        F.countDistinct(*GROUP).alias("producers"),
+    ).first()
+    distinct, idem_total, producers = sizes["distinct"], sizes["total"] or 0, sizes["producers"]
     dup_rows = keyed.where("copies > 1").orderBy(*KEY).limit(_EXAMPLES).collect()
 
     # unwrap: a group that holds sequences near both ends of the int32 range wrapped
@@ -294,8 +299,6 @@ def check(
     )
     missing = gaps.agg(F.sum("missing")).first()[0] or 0
     gap_rows = gaps.orderBy(*GROUP, "missing_from").limit(_EXAMPLES).collect()
-    per_topic = {r["topic"]: r["count"] for r in records.groupBy("topic").count().collect()}
-    producers = bounds.count()
     txn = check_transactions(
         records,
         decisions,

@@ -294,12 +294,15 @@ def check_transactions(
         )
     )
     w = Window.partitionBy("kind").orderBy(*IDS)
+    flagged = any(row[c] for c in names.values())
     examples = (
         flags.select(kind.alias("kind"), *IDS, "decision", "visible", "partitions")
         .withColumn("n", F.row_number().over(w))
         .where(F.col("n") <= _EXAMPLES)
         .orderBy("kind", *IDS)
         .collect()
+        if flagged
+        else []  # no Spark job for nothing to show
     )
     flags.unpersist()
     counts = {c: int(row[c] or 0) for c in counted}
