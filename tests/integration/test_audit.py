@@ -643,3 +643,42 @@ def test_without_a_decisions_topic_the_markers_still_catch_a_short_transaction(
         "incomplete",
     )
     assert not report.ok
+
+
+def test_a_transaction_copied_before_the_oldest_decision_kept_is_checked_by_its_markers(spark):
+    """The decisions topic keeps a day by default: a transaction older than its oldest
+    decision may have lost its decision to retention. Pure logic on Spark rows."""
+    from datetime import UTC, datetime
+
+    from kop_dedup.spark.transactions import check_transactions
+
+    def ms(t: int) -> datetime:
+        return datetime.fromtimestamp(t / 1000, tz=UTC)
+
+    records = spark.createDataFrame(
+        [
+            ("t", 0, 7, 0, 0, "old", 1, 2, 1, ms(1_000)),
+            ("t", 0, 7, 0, 1, "old", 1, 2, 1, ms(1_000)),
+            ("t", 0, 8, 0, 0, "old-short", 1, 2, 1, ms(1_500)),  # 1 of its 2 records
+            ("t", 0, 9, 0, 0, "new", 1, 1, 1, ms(5_000)),  # after the oldest decision kept
+        ],
+        "topic string, partition int, producer_id long, epoch int, sequence long, "
+        "txn_id string, txn_ordinal long, txn_records long, txn_partitions int, "
+        "publish_time timestamp",
+    )
+    decisions = spark.createDataFrame(
+        [("other", 1, "COMMIT", 3_000, "elsewhere", 0, 4)],
+        "txn_id string, txn_ordinal long, decision string, at long, topic string, "
+        "partition int, records long",
+    )
+    summary = check_transactions(records, decisions, {"t"}, source="decisions")
+    assert summary.decision_expired == 2
+    assert summary.undecided_visible == 1
+    assert summary.committed == 2  # the expired ones, as their markers say
+    assert summary.incomplete == 1  # the markers alone still catch the short one
+    assert {(e["transactionalId"], e["kind"]) for e in summary.examples} == {
+        ("old", "decision-expired"),
+        ("old-short", "decision-expired"),
+        ("old-short", "incomplete"),
+        ("new", "undecided-visible"),
+    }

@@ -44,6 +44,12 @@ def test_any_violation_fails_the_report(violation):
     assert report.render().startswith("audit: FAILED")
 
 
+def test_an_expired_decision_is_reported_but_no_violation():
+    report = replace(CLEAN, txn_decision_expired=3)
+    assert report.ok
+    assert "txn decision expired  3" in report.render()
+
+
 def test_a_partly_audited_transaction_is_reported_but_no_violation():
     example = {"kind": "partly-audited", "transactionalId": "t", "ordinal": 3}
     report = replace(CLEAN, txn_partly_audited=1, txn_examples=[example])
@@ -58,6 +64,7 @@ def test_the_text_report_names_the_transaction_counts_and_the_decisions_topic():
     assert "transactions        2 committed, 1 aborted (6 transactional records)" in text
     assert "decisions           persistent://public/kop-dedup-system/transaction-decisions" in text
     assert "txn incomplete      1" in text
+    assert "txn decision expired  0" in text
     assert "none (no decisions topic)" in replace(CLEAN, decisions_topic=None).render()
 
 

@@ -85,6 +85,9 @@ class AuditReport:
     """Transactions with records visible but no decision."""
     txn_partly_audited: int = 0
     """Committed transactions that also wrote to topics this audit did not read."""
+    txn_decision_expired: int = 0
+    """Transactions visible without a decision, copied before the oldest decision kept
+    (retention may have dropped theirs): checked by their markers alone."""
     decisions_topic: str | None = None
     """The decisions topic read; None when it does not exist (decisions not checked)."""
     txn_examples: list[dict[str, Any]] = field(default_factory=list)
@@ -125,6 +128,7 @@ class AuditReport:
             f"  txn aborted visible {self.txn_aborted_visible}",
             f"  txn undecided visible  {self.txn_undecided_visible}",
             f"  txn partly audited  {self.txn_partly_audited}",
+            f"  txn decision expired  {self.txn_decision_expired}",
         ]
         for ex in self.duplicate_examples:
             lines.append(f"  DUPLICATE {json.dumps(ex, default=str)}")
@@ -245,7 +249,8 @@ def check(
     from pyspark.sql import Window  # noqa: PLC0415
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    for name, kind in zip(TXN_COLUMNS, ["string", "long", "int", "long", "int"], strict=True):
+    kinds = ["string", "long", "int", "long", "int", "timestamp"]
+    for name, kind in zip([*TXN_COLUMNS, "publish_time"], kinds, strict=True):
         if name not in records.columns:  # a stream key table written before transactions
             records = records.withColumn(name, F.lit(None).cast(kind))
     records = records.cache()
@@ -336,6 +341,7 @@ def _txn_fields(txn: TxnSummary) -> dict[str, Any]:
         "txn_aborted_visible": txn.aborted_visible,
         "txn_undecided_visible": txn.undecided_visible,
         "txn_partly_audited": txn.partly_audited,
+        "txn_decision_expired": txn.decision_expired,
         "decisions_topic": txn.decisions_topic,
         "txn_examples": txn.examples,
     }

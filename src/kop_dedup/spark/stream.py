@@ -59,7 +59,7 @@ def run_stream(
     audited = {kafka_topic(t) for t in topics}
 
     def merge(batch: Any, batch_id: int) -> None:
-        records = kafka_records(batch).select(*KEY, *TXN_COLUMNS, "message_id")
+        records = kafka_records(batch).select(*KEY, *TXN_COLUMNS, "message_id", "publish_time")
         if records.isEmpty():
             return
         started = time.monotonic()

@@ -25,6 +25,13 @@ What is checked, per transaction (id, ordinal) that touches an audited topic:
 * no visible transactional record lacks a decision (only when the decisions topic
   exists). A transaction in the middle of being applied (copied, its decision not yet
   appended) shows up here: audit a quiescent system, or read such a report twice.
+
+The decisions topic keeps its records for a while only (the sidecar's
+``journal_retention_minutes``, a day by default): a transaction first copied before the
+oldest decision still there may have lost its decision to retention. It is counted
+*decision expired*, not undecided, and checked by its markers alone, as without a
+decisions topic. (The copy's publish time, the broker's clock, is compared with the
+decision's ``at``, the sidecar's: clocks are assumed in step to well under a second.)
 """
 
 from __future__ import annotations
@@ -85,6 +92,8 @@ class TxnSummary:
     """Aborted transactions with records visible."""
     undecided_visible: int = 0
     """Transactions with records visible and no decision (0 without the decisions topic)."""
+    decision_expired: int = 0
+    """Transactions visible, without a decision, copied before the oldest decision kept."""
     decisions_topic: str | None = None
     """The decisions topic read; None when it does not exist (decision checks skipped)."""
     examples: list[dict[str, Any]] = field(default_factory=list)
@@ -148,11 +157,13 @@ def read_decisions(
             F.col("d.transactionalId").alias("txn_id"),
             F.col("d.ordinal").alias("txn_ordinal"),
             F.col("d.decision").alias("decision"),
+            F.col("d.at").alias("at"),
             F.explode_outer("d.partitions").alias("p"),
         )
         .select(
             *IDS,
             "decision",
+            "at",
             F.col("p.topic").alias("topic"),
             F.col("p.partition").alias("partition"),
             F.col("p.records").alias("records"),
@@ -174,6 +185,7 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
             F.countDistinct("producer_id", "epoch", "sequence").alias("visible"),
             F.max("txn_records").alias("marked_records"),
             F.max("txn_partitions").alias("marked_partitions"),
+            F.unix_millis(F.min("publish_time")).alias("first_seen"),
         )
     )
     if decisions is None:
@@ -184,6 +196,7 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
             F.lit(None).cast("long").alias("decided_partitions"),
             F.lit(None).cast("long").alias("decided_audited"),
             F.lit(None).cast("long").alias("decided_nonempty"),
+            F.lit(None).cast("long").alias("horizon"),
         )
     audited = F.col("topic").isin(sorted(topics))
     per_txn = decisions.groupBy(*IDS).agg(
@@ -195,8 +208,12 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
     decided = decisions.where(audited).select(
         *IDS, "topic", "partition", F.col("records").alias("decided_records")
     )
-    return parts.join(decided, [*IDS, "topic", "partition"], "full_outer").join(
-        per_txn, IDS, "left"
+    # the oldest decision kept: retention drops the oldest first
+    horizon = decisions.agg(F.min("at").alias("horizon"))
+    return (
+        parts.join(decided, [*IDS, "topic", "partition"], "full_outer")
+        .join(per_txn, IDS, "left")
+        .crossJoin(horizon)
     )
 
 
@@ -229,6 +246,8 @@ def check_transactions(
         "decided_partitions",
         "decided_audited",
         "decided_nonempty",
+        "first_seen",
+        "horizon",
     )
     txns = parts.groupBy(*IDS).agg(
         F.first("decision", ignorenulls=True).alias("decision"),
@@ -240,6 +259,8 @@ def check_transactions(
         F.first("decided_partitions", ignorenulls=True).alias("decided_partitions"),
         F.first("decided_audited", ignorenulls=True).alias("decided_audited"),
         F.first("decided_nonempty", ignorenulls=True).alias("decided_nonempty"),
+        F.min("first_seen").alias("first_seen"),
+        F.first("horizon", ignorenulls=True).alias("horizon"),
         F.sort_array(F.collect_list(F.struct("topic", "partition", "visible", "expected"))).alias(
             "partitions"
         ),
@@ -249,7 +270,11 @@ def check_transactions(
         return F.coalesce(condition, false)
 
     decided = F.col("decision").isNotNull()
-    committed = flag(F.col("decision") == "COMMIT") if known else true
+    # no decision, but copied before the oldest decision kept: it may have expired
+    expired = F.lit(known) & ~decided & flag(F.col("first_seen") < F.col("horizon"))
+    # without its decision, a visible transaction is taken as committed (its markers say
+    # what it holds) when the decision cannot be known
+    committed = flag(F.col("decision") == "COMMIT") | (~decided & (F.lit(not known) | expired))
     aborted = flag(F.col("decision") == "ABORT")
     # wholly audited: every partition it wrote to lies in an audited topic
     whole = flag(
@@ -269,8 +294,9 @@ def check_transactions(
     kinds = {
         "incomplete": incomplete,
         "aborted-visible": aborted & (F.col("visible") > 0),
-        "undecided-visible": F.lit(known) & ~decided & (F.col("visible") > 0),
+        "undecided-visible": F.lit(known) & ~decided & ~expired & (F.col("visible") > 0),
         "partly-audited": committed & ~whole,
+        "decision-expired": expired & (F.col("visible") > 0),
     }
     names = {kind: kind.replace("-", "_") for kind in kinds}
     flags = txns.select(
