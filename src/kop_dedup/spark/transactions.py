@@ -227,6 +227,8 @@ def check_transactions(
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     known = decisions is not None
+    if known:
+        decisions = decisions.cache()  # read three ways below: one scan of the topic
     true, false = F.lit(True), F.lit(False)  # noqa: FBT003
     visible = F.coalesce(F.col("visible"), F.lit(0))
     expected = F.when(F.col("decision") == "COMMIT", F.col("decided_records")).otherwise(
@@ -331,6 +333,8 @@ def check_transactions(
         else []  # no Spark job for nothing to show
     )
     flags.unpersist()
+    if known:
+        decisions.unpersist()
     counts = {c: int(row[c] or 0) for c in counted}
     return TxnSummary(
         records=int(row["records"] or 0),
