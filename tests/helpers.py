@@ -116,3 +116,18 @@ def gauges(api: httpx.Client) -> dict[str, float]:
 def waiting_batches(api: httpx.Client) -> int:
     """Batches inside the sidecar waiting for their turn (a gap, earlier ones in flight)."""
     return int(gauges(api)["kop_dedup_waiting_batches"])
+
+
+def delete_namespace(admin_url: str, namespace: str) -> None:
+    """Delete ``tenant/namespace`` and its topics, partitioned ones included (a namespace
+    is refused while any remain, and a forced namespace delete is off by default)."""
+    with httpx.Client(base_url=admin_url, timeout=60) as admin:
+        for topic in admin.get(f"/admin/v2/persistent/{namespace}/partitioned").json():
+            path = topic.removeprefix("persistent://")
+            admin.delete(f"/admin/v2/persistent/{path}/partitions", params={"force": "true"})
+        for topic in admin.get(f"/admin/v2/namespaces/{namespace}/topics").json():
+            path = topic.removeprefix("persistent://")
+            admin.delete(f"/admin/v2/persistent/{path}", params={"force": "true"})
+        r = admin.delete(f"/admin/v2/namespaces/{namespace}")
+        if r.status_code >= 400:
+            print(f"could not delete the namespace {namespace}: {r.status_code} {r.text}")

@@ -3,7 +3,7 @@
 >>> spark = spark_session()
 >>> report = audit(spark, ["orders"], service_url="pulsar://127.0.0.1:6650",
 ...                admin_url="http://127.0.0.1:8080")
->>> report.ok, report.records, report.duplicates, report.missing
+>>> report.ok, report.records, report.duplicates, report.missing, report.txn_incomplete
 
 Each Pulsar message becomes a Kafka record again (see kop_dedup.pulsar.wire) with its
 idempotence key (topic, partition, producer id, epoch, sequence). A key read
@@ -12,6 +12,11 @@ highest read for one (topic, partition, producer id, epoch) is a gap. Batches
 without a producer id (-1) are counted but carry no sequence to check.
 Sequences that wrap from 2147483647 to 0 within one producer epoch are
 unwrapped before gaps are counted.
+
+Records of transactions (they carry ``kafka.txn.id``) count in the duplicate check
+but not in the gap check: an aborted transaction's sequences are never copied, so
+its producer's sequences have holes by design. They are checked by transaction
+instead, against the coordinator's decisions (:mod:`kop_dedup.spark.transactions`).
 """
 
 from __future__ import annotations
@@ -34,8 +39,17 @@ from kop_dedup.pulsar.wire import (
     PROP_TIMESTAMP,
     PROP_VALUE_NULL,
 )
+from kop_dedup.spark.transactions import (
+    SYSTEM_NAMESPACE,
+    TXN_COLUMNS,
+    TxnSummary,
+    check_transactions,
+    decisions_topic,
+    read_decisions,
+    txn_columns,
+)
 
-__all__ = ["AuditReport", "audit", "check", "kafka_records", "read_topics"]
+__all__ = ["TXN_COLUMNS", "AuditReport", "audit", "check", "kafka_records", "read_topics"]
 
 KEY = ["topic", "partition", "producer_id", "epoch", "sequence"]
 GROUP = ["topic", "partition", "producer_id", "epoch"]
@@ -58,10 +72,35 @@ class AuditReport:
     duplicate_examples: list[dict[str, Any]] = field(default_factory=list)
     gap_examples: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    txn_records: int = 0
+    """Records of committed transactions (or claiming to be): in the duplicate check,
+    not in the gap check."""
+    txn_committed: int = 0
+    txn_aborted: int = 0
+    txn_incomplete: int = 0
+    """Committed transactions not wholly present in the audited partitions."""
+    txn_aborted_visible: int = 0
+    """Aborted transactions with records visible."""
+    txn_undecided_visible: int = 0
+    """Transactions with records visible but no decision."""
+    txn_partly_audited: int = 0
+    """Committed transactions that also wrote to topics this audit did not read."""
+    txn_decision_expired: int = 0
+    """Transactions visible without a decision, copied before the oldest decision kept
+    (retention may have dropped theirs): checked by their markers alone."""
+    decisions_topic: str | None = None
+    """The decisions topic read; None when it does not exist (decisions not checked)."""
+    txn_examples: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.duplicates == 0 and self.missing == 0
+        return (
+            self.duplicates == 0
+            and self.missing == 0
+            and self.txn_incomplete == 0
+            and self.txn_aborted_visible == 0
+            and self.txn_undecided_visible == 0
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -81,10 +120,24 @@ class AuditReport:
             f"  producer epochs     {self.producers}",
         ]
         lines += [f"  topic {t}: {n} records" for t, n in sorted(self.per_topic.items())]
+        txns = f"{self.txn_committed} committed, {self.txn_aborted} aborted"
+        lines += [
+            f"  transactions        {txns} ({self.txn_records} transactional records)",
+            f"  decisions           {self.decisions_topic or 'none (no decisions topic)'}",
+            f"  txn incomplete      {self.txn_incomplete}",
+            f"  txn aborted visible {self.txn_aborted_visible}",
+            f"  txn undecided visible  {self.txn_undecided_visible}",
+            f"  txn partly audited  {self.txn_partly_audited}",
+            f"  txn decision expired  {self.txn_decision_expired}",
+        ]
         for ex in self.duplicate_examples:
             lines.append(f"  DUPLICATE {json.dumps(ex, default=str)}")
         for ex in self.gap_examples:
             lines.append(f"  GAP {json.dumps(ex, default=str)}")
+        for ex in self.txn_examples:
+            kind = str(ex.get("kind", "")).upper()
+            rest = {k: v for k, v in ex.items() if k != "kind"}
+            lines.append(f"  {kind} {json.dumps(rest, default=str)}")
         return "\n".join(lines)
 
 
@@ -177,31 +230,57 @@ def kafka_records(raw: Any) -> Any:
         ).alias("timestamp"),
         F.hex("__messageId").alias("message_id"),
         F.col("__publishTime").alias("publish_time"),
+        *txn_columns(props),
     )
 
 
-def check(records: Any, *, seconds: float = 0.0) -> AuditReport:
-    """Count duplicates and gaps in a DataFrame shaped like :func:`kafka_records`."""
+def check(
+    records: Any,
+    *,
+    decisions: Any = None,
+    topics: set[str] | None = None,
+    decisions_source: str | None = None,
+    seconds: float = 0.0,
+) -> AuditReport:
+    """Count duplicates and gaps in a DataFrame shaped like :func:`kafka_records`, and
+    check its transactions against ``decisions`` (a DataFrame from
+    :func:`kop_dedup.spark.transactions.read_decisions` of ``decisions_source``; None:
+    no decisions topic) for the Kafka ``topics`` audited (default: those read)."""
     from pyspark.sql import Window  # noqa: PLC0415
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
+    kinds = ["string", "long", "int", "long", "int", "timestamp"]
+    for name, kind in zip([*TXN_COLUMNS, "publish_time"], kinds, strict=True):
+        if name not in records.columns:  # a stream key table written before transactions
+            records = records.withColumn(name, F.lit(None).cast(kind))
     records = records.cache()
-    total = records.count()
+    per_topic = {r["topic"]: r["count"] for r in records.groupBy("topic").count().collect()}
+    total = sum(per_topic.values())
     idem = records.where((F.col("producer_id") >= 0) & F.col("sequence").isNotNull())
     keyed = (
         idem.groupBy(*KEY)
-        .agg(F.count("*").alias("copies"), F.collect_list("message_id").alias("message_ids"))
+        .agg(
+            F.count("*").alias("copies"),
+            F.collect_list("message_id").alias("message_ids"),
+            F.max(F.col("txn_id").isNotNull().cast("int")).alias("transactional"),
+        )
         .cache()
     )
-    distinct = keyed.count()
-    idem_total = keyed.agg(F.sum("copies")).first()[0] or 0
+    sizes = keyed.agg(
+        F.count("*").alias("distinct"),
+        F.sum("copies").alias("total"),
+        F.countDistinct(*GROUP).alias("producers"),
+    ).first()
+    distinct, idem_total, producers = sizes["distinct"], sizes["total"] or 0, sizes["producers"]
     dup_rows = keyed.where("copies > 1").orderBy(*KEY).limit(_EXAMPLES).collect()
 
     # unwrap: a group that holds sequences near both ends of the int32 range wrapped
     bounds = keyed.groupBy(*GROUP).agg(F.min("sequence").alias("lo"), F.max("sequence").alias("hi"))
     wrapped = (F.col("lo") < _QUARTER) & (F.col("hi") >= _WRAP - _QUARTER)
     seqs = (
-        keyed.select(*KEY)
+        # an aborted transaction's sequences are never copied: gaps there are by design
+        keyed.where(F.col("transactional") == 0)
+        .select(*KEY)
         .join(bounds, GROUP)
         .select(
             *GROUP,
@@ -225,8 +304,12 @@ def check(records: Any, *, seconds: float = 0.0) -> AuditReport:
     )
     missing = gaps.agg(F.sum("missing")).first()[0] or 0
     gap_rows = gaps.orderBy(*GROUP, "missing_from").limit(_EXAMPLES).collect()
-    per_topic = {r["topic"]: r["count"] for r in records.groupBy("topic").count().collect()}
-    producers = bounds.count()
+    txn = check_transactions(
+        records,
+        decisions,
+        set(per_topic) if topics is None else topics,
+        source=decisions_source,
+    )
     report = AuditReport(
         records=total,
         distinct=distinct,
@@ -241,11 +324,32 @@ def check(records: Any, *, seconds: float = 0.0) -> AuditReport:
         ],
         gap_examples=[r.asDict() for r in gap_rows],
         seconds=seconds,
+        **_txn_fields(txn),
     )
     keyed.unpersist()
     gaps.unpersist()
     records.unpersist()
     return report
+
+
+def _txn_fields(txn: TxnSummary) -> dict[str, Any]:
+    return {
+        "txn_records": txn.records,
+        "txn_committed": txn.committed,
+        "txn_aborted": txn.aborted,
+        "txn_incomplete": txn.incomplete,
+        "txn_aborted_visible": txn.aborted_visible,
+        "txn_undecided_visible": txn.undecided_visible,
+        "txn_partly_audited": txn.partly_audited,
+        "txn_decision_expired": txn.decision_expired,
+        "decisions_topic": txn.decisions_topic,
+        "txn_examples": txn.examples,
+    }
+
+
+def kafka_topic(topic: str) -> str:
+    """The Kafka topic name of a topic given to the audit (a full Pulsar name's last part)."""
+    return topic.rsplit("/", 1)[-1]
 
 
 def audit(
@@ -256,10 +360,12 @@ def audit(
     admin_url: str,
     tenant: str = "public",
     namespace: str = "kafka",
+    system_namespace: str = SYSTEM_NAMESPACE,
     parquet_path: str | None = None,
     progress: bool = True,
 ) -> AuditReport:
-    """Read ``topics`` (all partitions, earliest to latest) and check them."""
+    """Read ``topics`` (all partitions, earliest to latest) and check them, their
+    transactions against the decisions in ``system_namespace``."""
     started = time.monotonic()
     with _Progress(spark, progress):
         raw = read_topics(
@@ -274,5 +380,22 @@ def audit(
         if parquet_path:
             records.write.mode("overwrite").parquet(parquet_path)
             records = spark.read.parquet(parquet_path)
-        report = check(records)
+        # the data first: a decision is appended after its copy, so the decisions read
+        # next cover every copy already read
+        records = records.cache()
+        records.count()
+        decisions = read_decisions(
+            spark,
+            service_url=service_url,
+            admin_url=admin_url,
+            tenant=tenant,
+            system_namespace=system_namespace,
+        )
+        report = check(
+            records,
+            decisions=decisions,
+            topics={kafka_topic(t) for t in topics},
+            decisions_source=decisions_topic(tenant, system_namespace),
+        )
+        records.unpersist()
     return AuditReport(**{**asdict(report), "seconds": time.monotonic() - started})

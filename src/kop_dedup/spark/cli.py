@@ -28,6 +28,7 @@ def _audit(args: argparse.Namespace) -> int:
                 admin_url=args.pulsar_admin_url,
                 tenant=args.tenant,
                 namespace=args.namespace,
+                system_namespace=args.system_namespace,
                 checkpoint=args.checkpoint,
                 trigger_seconds=args.trigger_seconds,
                 max_batches=args.max_batches,
@@ -44,6 +45,7 @@ def _audit(args: argparse.Namespace) -> int:
                 admin_url=args.pulsar_admin_url,
                 tenant=args.tenant,
                 namespace=args.namespace,
+                system_namespace=args.system_namespace,
                 parquet_path=args.parquet,
                 progress=not args.quiet,
             )
@@ -64,15 +66,23 @@ def _jars(_args: argparse.Namespace) -> int:
 def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "audit",
-        help="prove with Spark that topics hold no duplicates and no gaps",
+        help="prove with Spark that topics hold no duplicates, no gaps, whole transactions",
         description="Read Kafka topics written by the sidecar (all partitions, earliest to "
         "latest) through the Pulsar Spark connector; report records, duplicates and sequence "
-        "gaps. Exit status 1 when any are found.",
+        "gaps, and check transactions against the coordinator's decisions: committed ones "
+        "wholly present, aborted ones invisible, none visible without a decision. Exit "
+        "status 1 when any violation is found.",
     )
     p.add_argument("topics", nargs="+", help="Kafka topic names (or full Pulsar topic names)")
     add_pulsar_url_options(p)
     p.add_argument("--tenant", default=os.environ.get("KOP_DEDUP_TENANT", "public"))
     p.add_argument("--namespace", default=os.environ.get("KOP_DEDUP_NAMESPACE", "kafka"))
+    p.add_argument(
+        "--system-namespace",
+        default=os.environ.get("KOP_DEDUP_SYSTEM_NAMESPACE", "kop-dedup-system"),
+        help="the sidecar's system namespace, where the transaction decisions are "
+        "(default $KOP_DEDUP_SYSTEM_NAMESPACE or kop-dedup-system)",
+    )
     p.add_argument("--parquet", help="also write the records to this Parquet path")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

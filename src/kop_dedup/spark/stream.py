@@ -3,8 +3,10 @@
 Each micro-batch's idempotence keys are merged into a key table kept as
 Parquet under the checkpoint directory (so a restarted query resumes with
 what it had seen, as the connector resumes from its checkpointed offsets),
-and the whole table is checked again: the report after every batch covers
-everything read so far.
+and the whole table is checked again, its transactions against the decisions
+read after the batch: the report after every batch covers everything read so far.
+A transaction being applied while a batch is read (copied, its decision not yet
+appended) is reported undecided in that batch's report and settles in a later one.
 
 >>> reports = run_stream(spark, ["orders"], service_url=..., admin_url=...,
 ...                      checkpoint="/tmp/audit-ckpt", trigger_seconds=5, max_batches=3)
@@ -20,7 +22,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kop_dedup.spark.audit import KEY, AuditReport, check, kafka_records, read_topics
+from kop_dedup.spark.audit import (
+    KEY,
+    TXN_COLUMNS,
+    AuditReport,
+    check,
+    kafka_records,
+    kafka_topic,
+    read_topics,
+)
+from kop_dedup.spark.transactions import SYSTEM_NAMESPACE, decisions_topic, read_decisions
 
 __all__ = ["run_stream"]
 
@@ -34,6 +45,7 @@ def run_stream(
     checkpoint: str,
     tenant: str = "public",
     namespace: str = "kafka",
+    system_namespace: str = SYSTEM_NAMESPACE,
     trigger_seconds: float = 10.0,
     max_batches: int | None = None,
     timeout: float | None = None,
@@ -44,27 +56,43 @@ def run_stream(
     table = root / "keys"
     reports: list[AuditReport] = []
     done = threading.Event()
+    audited = {kafka_topic(t) for t in topics}
 
     def merge(batch: Any, batch_id: int) -> None:
-        records = kafka_records(batch).select(*KEY, "message_id")
+        records = kafka_records(batch).select(*KEY, *TXN_COLUMNS, "message_id", "publish_time")
         if records.isEmpty():
             return
         started = time.monotonic()
         seen = spark.read.parquet(str(table)) if table.exists() else None
-        merged = records if seen is None else seen.unionByName(records)
+        merged = records if seen is None else seen.unionByName(records, allowMissingColumns=True)
         staging = root / f"keys-{batch_id}"
         merged.write.mode("overwrite").parquet(str(staging))
         if table.exists():
             shutil.rmtree(table)
         staging.rename(table)
         everything = spark.read.parquet(str(table))
-        report = check(everything, seconds=time.monotonic() - started)
+        decisions = read_decisions(
+            spark,
+            service_url=service_url,
+            admin_url=admin_url,
+            tenant=tenant,
+            system_namespace=system_namespace,
+        )
+        report = check(
+            everything,
+            decisions=decisions,
+            topics=audited,
+            decisions_source=decisions_topic(tenant, system_namespace),
+            seconds=time.monotonic() - started,
+        )
         reports.append(report)
         if on_report is not None:
             on_report(batch_id, report)
         print(
             f"audit stream batch {batch_id}: {report.records} records so far, "
-            f"{report.duplicates} duplicates, {report.missing} missing",
+            f"{report.duplicates} duplicates, {report.missing} missing, "
+            f"{report.txn_incomplete + report.txn_aborted_visible + report.txn_undecided_visible}"
+            " transaction violations",
             file=sys.stderr,
         )
         if max_batches is not None and len(reports) >= max_batches:
