@@ -68,7 +68,16 @@ Writers = Callable[[], Awaitable[dict[int, list[str]]]]
 
 
 class _Partition:
-    __slots__ = ("index", "lock", "marker", "marker_seen", "table", "topic", "writer")
+    __slots__ = (
+        "index",
+        "lock",
+        "marker",
+        "marker_seen",
+        "opened_at",
+        "table",
+        "topic",
+        "writer",
+    )
 
     def __init__(self, client: PulsarClient, topic: str, index: int, apply: Apply) -> None:
         self.index, self.topic = index, topic
@@ -84,6 +93,8 @@ class _Partition:
 
         self.table = KeyedTable(client, topic, apply_record)
         self.writer = FencedWriter(client, topic)
+        self.opened_at = 0.0
+        """When this sidecar last opened the writer (monotonic)."""
         self.lock = asyncio.Lock()
 
 
@@ -145,6 +156,7 @@ class StatePartitions:
             await part.table.barrier()
             return
         await part.writer.open()
+        part.opened_at = time.monotonic()
         await self._settle(part, "fenced in")
 
     async def _settle(self, part: _Partition, how: str) -> None:
@@ -206,13 +218,14 @@ class StatePartitions:
 
         Two sidecars adopting the same orphan at once both open with fencing: the later
         one wins, the earlier one's marker write fails and it leaves the partition."""
+        asked = time.monotonic()
         live = await self._writers()
         taken = 0
         for part in self._parts:
             names = live.get(part.index, [])
             if part.writer.owned:
-                if part.writer.name in names:
-                    continue  # ours, as the broker sees it
+                if part.writer.name in names or part.opened_at >= asked:
+                    continue  # ours, as the broker sees it (or opened since it was asked)
                 # fenced while idle (another sidecar took it, maybe gone since): we
                 # would only have learnt it at our next write
                 part.writer.lost()
@@ -222,8 +235,11 @@ class StatePartitions:
             async with part.lock:
                 if part.writer.owned:
                     continue
+                if (await self._writers()).get(part.index):
+                    continue  # taken meanwhile (the first answer may be long stale by now)
                 try:
                     await part.writer.open()
+                    part.opened_at = time.monotonic()
                     await self._settle(part, "it had no owner")
                 except OwnershipLost:
                     log.info("%s: another sidecar adopted %s first", self.name, part.topic)
