@@ -253,6 +253,7 @@ def test_unknown_groups_are_404_and_unknown_members_409_with_25(g):
     for path in ("", "/lag", "/reset"):
         r = g.get(f"/v1/groups/{group}{path}")
         assert r.status_code == 404, (path, r.text)
+        assert (r.json()["errorCode"], r.json()["error"]) == (69, "GROUP_ID_NOT_FOUND")
         assert group in r.json()["errorMessage"]
     configure(g, group)
     for call, body in (("heartbeat", None), ("pull", {"maxRecords": 1}), ("commit", {})):

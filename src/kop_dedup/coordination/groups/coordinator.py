@@ -71,7 +71,7 @@ class StaleMember(errors.KafkaError):
         self.error = error
 
 
-class UnknownGroup(errors.InvalidRequest):
+class UnknownGroup(errors.GroupIdNotFound):
     """No such group: nothing of it is stored (HTTP 404)."""
 
 
