@@ -132,6 +132,7 @@ def test_a_reset_by_timestamp_of_an_empty_partition_is_its_end(g):
         ({"to": "timestamp"}, "needs a value"),
         ({"to": "earliest", "partitions": [1]}, "partitions 0..0"),
         ({"to": "earliest", "partitions": [-1]}, "partitions 0..0"),
+        ({"to": "earliest", "members": ["m"]}, "members is for broadcast groups"),
     ],
 )
 def test_a_reset_that_cannot_be_carried_out_is_400_with_a_readable_message(g, body, says):

@@ -567,10 +567,7 @@ class GroupCoordinator:
         max_bytes: int | None,
         wait_ms: int,
         gone: Callable[[], Awaitable[bool]],
-    ) -> (
-        PullResult
-        | tuple[list[_Plan], Doc, list[dict[str, Any]], dict[TopicPartition, list[Pulled]]]
-    ):
+    ) -> PullResult | _Answer:
         """Plan, read, record (under the member's lock); an empty PullResult when nothing
         is to be answered."""
         began = time.monotonic()
@@ -695,8 +692,12 @@ class GroupCoordinator:
             return True
         for plan in plans:
             reset = self.store.doc(group, "r", plan.tp[0], plan.tp[1])
-            if reset is not None and int(reset.get("v", 0)) != plan.reset_version:
-                return _targets(reset, member)
+            if (
+                reset is not None
+                and int(reset.get("v", 0)) != plan.reset_version
+                and _targets(reset, member)
+            ):
+                return True
         return False
 
     async def _read(
@@ -842,8 +843,12 @@ class GroupCoordinator:
             current = self.store.view_doc(p, k)
             if current is None or int(current.get("v", 0)) != version:
                 continue
-            restored = dict(before) if before is not None else {"offset": None, "inflight": []}
-            restored.pop("v", None)
+            restored = (
+                dict(before)
+                if before is not None
+                else {"offset": None, "position": None, "inflight": [], "resetEpoch": 0}
+            )
+            restored.pop("v", None)  # a reset this pull applied is pending again
             await self.store.write(p, k, {**current, **restored})
 
     # -- commit -------------------------------------------------------------------------------
@@ -975,6 +980,12 @@ class GroupCoordinator:
         resolved = [await self._target(request, part) for part in dict.fromkeys(partitions)]
 
         async def change(p: int) -> list[dict[str, Any]]:
+            doc = self.store.doc(group, "g")
+            if request.members is not None and doc and doc["mode"] != Mode.BROADCAST.value:
+                raise errors.InvalidRequest(
+                    f"group {group!r} is a clustering group: a partition has one reader, "
+                    "whichever member it is; members is for broadcast groups"
+                )
             now = _now_ms()
             out = []
             for r in resolved:
