@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from kop_dedup.coordination.partitions import partition_of
+from kop_dedup.settings import Settings
 from tests.helpers import uniq
 from tests.integration.groups import commit, configure, join, offsets, poll, produce, pull
 from tests.sidecar import ProcessSidecar, ThreadSidecar
@@ -25,19 +27,12 @@ FAST = {"coordinator_adopt_interval_ms": 300, "group_sweep_interval_ms": 100}
 STORE = "persistent://public/kop-dedup-system/consumer-groups"
 
 
-def store_writers(admin_url: str) -> set[str]:
-    """Producer names the broker lists on the consumer-groups log."""
-    path = STORE.removeprefix("persistent://")
-    stats = httpx.get(
-        f"{admin_url}/admin/v2/persistent/{path}/partitioned-stats",
-        params={"perPartition": "true"},
-        timeout=30,
-    ).json()
-    return {
-        str(p.get("producerName"))
-        for part in (stats.get("partitions") or {}).values()
-        for p in part.get("publishers") or []
-    }
+def store_writers(admin_url: str, group: str) -> set[str]:
+    """Producer names the broker lists on the group's partition of the groups log."""
+    p = partition_of(group, Settings().offsets_partitions)
+    path = f"{STORE}-partition-{p}".removeprefix("persistent://")
+    stats = httpx.get(f"{admin_url}/admin/v2/persistent/{path}/stats", timeout=30).json()
+    return {str(pub.get("producerName")) for pub in stats.get("publishers") or []}
 
 
 @pytest.fixture
@@ -147,7 +142,6 @@ def test_a_sidecar_killed_after_recording_a_pull_and_before_answering_sends_it_a
         failed: list[BaseException] = []
         try:
             victim.start()
-            before = store_writers(pulsar.admin_url)
 
             def doomed() -> None:
                 try:
@@ -167,7 +161,8 @@ def test_a_sidecar_killed_after_recording_a_pull_and_before_answering_sends_it_a
                 return bool(row["pulled"] == 6 and row["inflight"] == 6)
 
             poll("the victim to record the pull", recorded)
-            mine = store_writers(pulsar.admin_url) - before
+            mine = store_writers(pulsar.admin_url, group)  # the victim's, having recorded
+            assert mine
             victim.kill()
             thread.join(timeout=30)
         finally:
@@ -177,7 +172,7 @@ def test_a_sidecar_killed_after_recording_a_pull_and_before_answering_sends_it_a
         # just as fast (see the notes on this window)
         poll(
             "the broker to drop the victim's writer",
-            lambda: not mine & store_writers(pulsar.admin_url),
+            lambda: not mine & store_writers(pulsar.admin_url, group),
         )
         again = pull(api, group, member, 10)
         assert offsets(again) == [0, 1, 2, 3, 4, 5]
