@@ -214,7 +214,7 @@ class GroupStore:
 
     async def _take(self, p: int) -> None:
         """Own partition ``p`` (lock held); a new owner's recovery runs before returning."""
-        if not self.parts.owned(p):
+        if not await self.parts.still_owned(p):
             try:
                 live = (await self._admin.partition_writers(self.topic)).get(p, [])
             except Exception as exc:  # cannot tell: recover (duplicates rather than a loss)
@@ -229,8 +229,6 @@ class GroupStore:
             self._fresh.add(p)
             if not live:
                 self._unrecovered.add(p)
-        else:
-            await self.parts.own(p)
         await self._recover(p)
 
     # -- primitives for the group coordinator --------------------------------------------
