@@ -56,7 +56,10 @@ def _read_available(reader: Any, limit: int, max_bytes: int | None) -> list[_Raw
     out: list[_Raw] = []
     size = 0
     while len(out) < limit and reader.has_message_available():
-        msg = reader.read_next(_READ_WAIT_MS)
+        try:
+            msg = reader.read_next(_READ_WAIT_MS)
+        except pulsar.Timeout:  # said available, not delivered in time: the next read
+            break
         mid = msg.message_id()
         decoded = DecodedRecord.from_message(
             msg.data(), msg.partition_key(), msg.properties(), msg.event_timestamp()
