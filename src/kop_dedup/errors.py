@@ -32,6 +32,7 @@ The tree::
     +-- ConcurrentTransactions (51, retriable)
     +-- KafkaStorageError (56, retriable)
     +-- UnknownProducerId (59)
+    +-- GroupIdNotFound (69)
     +-- InvalidRecord (87)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
@@ -54,6 +55,7 @@ __all__ = [
     "ConcurrentTransactions",
     "CorruptMessage",
     "DuplicateSequenceNumber",
+    "GroupIdNotFound",
     "IllegalGeneration",
     "InvalidProducerEpoch",
     "InvalidProducerIdMapping",
@@ -192,6 +194,10 @@ class KafkaStorageError(KafkaError):
 
 class UnknownProducerId(KafkaError):
     errno, name = 59, "UNKNOWN_PRODUCER_ID"
+
+
+class GroupIdNotFound(KafkaError):
+    errno, name = 69, "GROUP_ID_NOT_FOUND"
 
 
 class InvalidRecord(KafkaError):

@@ -12,6 +12,7 @@ import logging
 
 from kop_dedup.coordination.expiry import Bounds
 from kop_dedup.coordination.groups.coordinator import GroupCoordinator, GroupSettings
+from kop_dedup.coordination.groups.lag import GroupLag
 from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.registry import Registry, RegistryBounds
 from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator, TxnSettings
@@ -128,12 +129,15 @@ class Runtime:
             settings=GroupSettings(
                 cursor_interval_s=settings.group_cursor_interval_ms / 1000,
                 sweep_interval_s=settings.group_sweep_interval_ms / 1000,
+                lag_interval_s=settings.group_lag_interval_ms / 1000,
                 default_session_timeout_ms=settings.group_session_timeout_ms,
                 default_broadcast_expire_ms=settings.group_broadcast_expire_ms,
                 max_pull_records=settings.max_pull_records,
                 max_wait_ms=settings.max_pull_wait_ms,
+                answer_delay_s=settings.group_pull_answer_delay_ms / 1000,
             ),
         )
+        self.group_lag = GroupLag(self.groups, self.admin)
         journal = Journal(
             self.admin,
             self.naming,
@@ -204,7 +208,11 @@ class Runtime:
         await self.registry.start()
         self.service.start()
         await self.offsets.start()
-        self.groups.start()
+        gs = self.groups.settings
+        self.groups.start(
+            (gs.lag_interval_s, self.group_lag.refresh, "group-lag"),
+            (gs.cursor_interval_s, self.group_lag.follow_cursors, "group-cursors"),
+        )
         await self.transactions.start()
         log.info("ready: namespace %s has deduplication on", ns)
 

@@ -131,6 +131,14 @@ class Settings(BaseSettings):
     """How often the owner of a groups partition looks for members past their session."""
     group_cursor_interval_ms: int = Field(default=5_000, ge=100)
     """How often each group's durable Pulsar subscription is moved to its commits."""
+    group_lag_interval_ms: int = Field(default=10_000, ge=100)
+    """How often the owner of a groups partition recomputes its groups' lag for
+    /metrics (a scrape reads the last result; GET /v1/groups/{id}/lag computes now)."""
+    group_metrics_max_series: int = Field(default=1_000, ge=1, le=100_000)
+    """Group partition rows exported one by one in /metrics (the most lagging first);
+    the others are summed under group="~other"."""
+    group_pull_answer_delay_ms: int = Field(default=0, ge=0)
+    """Fault injection: wait this long between recording a pull and answering it."""
     max_pull_records: int = Field(default=10_000, ge=1, le=100_000)
     max_pull_wait_ms: int = Field(default=60_000, ge=0)
 

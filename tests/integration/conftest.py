@@ -32,3 +32,23 @@ def pulsar_reader_client(pulsar: Any) -> Iterator[pulsar_client.Client]:
     )
     yield client
     client.close()
+
+
+@pytest.fixture(scope="module")
+def groups_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
+    """A sidecar for consumer-group tests (one per module): sessions swept, lag refreshed
+    and subscriptions moved every 100-200 ms."""
+    with ThreadSidecar(
+        pulsar,
+        group_sweep_interval_ms=100,
+        group_cursor_interval_ms=200,
+        group_lag_interval_ms=200,
+    ) as sc:
+        yield sc
+
+
+@pytest.fixture
+def g(groups_sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
+    """A client of :func:`groups_sidecar`."""
+    with httpx.Client(base_url=groups_sidecar.url, timeout=60) as client:
+        yield client

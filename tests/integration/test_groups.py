@@ -2,98 +2,14 @@
 
 from __future__ import annotations
 
-import base64
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
-
 import httpx
 import pytest
 
-from tests.helpers import batch, new_pid, uniq
+from tests.helpers import uniq
+from tests.integration.groups import commit, configure, join, lag, produce, pull, values
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def groups_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
-    with ThreadSidecar(pulsar, group_sweep_interval_ms=100, group_cursor_interval_ms=200) as sc:
-        yield sc
-
-
-@pytest.fixture
-def g(groups_sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=groups_sidecar.url, timeout=60) as client:
-        yield client
-
-
-def poll(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def produce(
-    api: httpx.Client, topic: str, n: int, *, partition: int = 0, per_batch: int = 1
-) -> int:
-    """``n`` records in batches of ``per_batch``; values name their sequence."""
-    pid = new_pid(api)
-    batches = [
-        batch(topic, pid, s, min(per_batch, n - s), partition=partition)
-        for s in range(0, n, per_batch)
-    ]
-    r = api.post("/v1/produce", json={"batches": batches})
-    assert [b["errorCode"] for b in r.json()["results"]] == [0] * len(batches), r.text
-    return pid
-
-
-def configure(api: httpx.Client, group: str, **body: Any) -> dict[str, Any]:
-    r = api.put(f"/v1/groups/{group}", json={"autoOffsetReset": "earliest", **body})
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def join(
-    api: httpx.Client, group: str, topics: list[str], member: str | None = None
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"topics": topics}
-    if member:
-        body["memberId"] = member
-    r = api.post(f"/v1/groups/{group}/members", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def pull(api: httpx.Client, group: str, member: str, n: int, wait_ms: int = 2000) -> dict[str, Any]:
-    r = api.post(
-        f"/v1/groups/{group}/members/{member}/pull", json={"maxRecords": n, "waitMs": wait_ms}
-    )
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def commit(api: httpx.Client, group: str, member: str, **body: Any) -> httpx.Response:
-    return api.post(f"/v1/groups/{group}/members/{member}/commit", json=body)
-
-
-def values(answer: dict[str, Any]) -> list[str]:
-    return [base64.b64decode(r["value"]).decode().rsplit(":", 1)[1] for r in answer["records"]]
-
-
-def lag(api: httpx.Client, group: str) -> dict[tuple[str, int], dict[str, Any]]:
-    r = api.get(f"/v1/groups/{group}/lag")
-    assert r.status_code == 200, r.text
-    return {
-        (p["topic"], p["partition"]): p
-        for p in r.json()["partitions"]
-        if p.get("member") in (None, "")
-    }
 
 
 def test_commit_is_the_next_offset_across_batch_entries_no_skip_no_repeat(g):

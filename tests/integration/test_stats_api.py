@@ -35,6 +35,14 @@ OUR_FAMILIES = {
     "kop_dedup_txn_fenced",
     "kop_dedup_txn_check_backs",
     "kop_dedup_txn_copy_state_lost",
+    "kop_dedup_group_pulls_in_flight",
+    "kop_dedup_group_end_offset",
+    "kop_dedup_group_committed_offset",
+    "kop_dedup_group_ready_records",
+    "kop_dedup_group_inflight_records",
+    "kop_dedup_group_lag_records",
+    "kop_dedup_group_oldest_inflight_seconds",
+    "kop_dedup_group_rows_not_shown",
 }
 
 

@@ -68,17 +68,30 @@ Writers = Callable[[], Awaitable[dict[int, list[str]]]]
 
 
 class _Partition:
-    __slots__ = ("index", "lock", "marker", "marker_seen", "table", "topic", "writer")
+    __slots__ = (
+        "index",
+        "last_marker",
+        "lock",
+        "marker",
+        "marker_seen",
+        "table",
+        "topic",
+        "writer",
+    )
 
     def __init__(self, client: PulsarClient, topic: str, index: int, apply: Apply) -> None:
         self.index, self.topic = index, topic
         self.marker: str | None = None
+        self.last_marker: str | None = None
+        """The latest ownership marker read from the partition (anyone's)."""
         self.marker_seen = asyncio.Event()
 
         def apply_record(record: TableRecord) -> None:
             if record.key == OWNER_KEY:
-                if record.value is not None and record.value.decode() == self.marker:
-                    self.marker_seen.set()
+                if record.value is not None:
+                    self.last_marker = record.value.decode()
+                    if self.last_marker == self.marker:
+                        self.marker_seen.set()
                 return
             apply(index, record)
 
@@ -138,14 +151,25 @@ class StatePartitions:
         """Make this sidecar the partition's writer (fencing the current one) and catch
         up with everything it stored. Call with :meth:`lock` held."""
         part = self._parts[partition]
-        if part.writer.owned:
-            # another sidecar may have fenced this one while it was idle (it learns that
-            # at its next write): read what it wrote, so a decision is not taken on a
-            # stale view (the write would fail, but a pull's plan is made before it)
-            await part.table.barrier()
+        if await self.still_owned(partition):
             return
         await part.writer.open()
         await self._settle(part, "fenced in")
+
+    async def still_owned(self, partition: int) -> bool:
+        """Whether this sidecar still owns the partition, having read everything written
+        to it (call with :meth:`lock` held). Another sidecar may have fenced this one
+        while it was idle (the client learns that at its next write, after a reconnection:
+        about 150 ms): its ownership marker, read here, says so at once."""
+        part = self._parts[partition]
+        if not part.writer.owned:
+            return False
+        await part.table.barrier()  # a decision is then not taken on a stale view
+        if part.last_marker == part.marker:
+            return True
+        await part.writer.lost()
+        self._on_lost(part.index)
+        return False
 
     async def _settle(self, part: _Partition, how: str) -> None:
         """Write a marker and read until it comes back: the table is then complete."""

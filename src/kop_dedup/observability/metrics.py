@@ -58,11 +58,18 @@ Counter = tuple[str, str, Sequence[tuple[Mapping[str, str], float]]]
 with fixed label values (no client-chosen label ever goes here)."""
 
 
-def render(stats: Stats, gauges: Mapping[str, float], counters: Sequence[Counter] = ()) -> str:
+def render(
+    stats: Stats,
+    gauges: Mapping[str, float],
+    counters: Sequence[Counter] = (),
+    labelled_gauges: Sequence[Counter] = (),
+) -> str:
     """The whole exposition: per-topic counters, the latency histogram, ``counters``
-    (the coordinators'), ``gauges``.
+    (the coordinators'), ``gauges``, ``labelled_gauges``.
 
-    ``gauges`` maps a name (without the ``kop_dedup_`` prefix) to its value.
+    ``gauges`` maps a name (without the ``kop_dedup_`` prefix) to its value;
+    ``labelled_gauges`` are gauge families shaped as :data:`Counter` whose label values
+    the caller has bounded (consumer-group lag: :mod:`kop_dedup.observability.groups`).
     """
     out = _Text()
     topics = sorted(stats.by_topic.items())
@@ -88,11 +95,16 @@ def render(stats: Stats, gauges: Mapping[str, float], counters: Sequence[Counter
         out.sample("kop_dedup_batch_latency_seconds_bucket", cumulative, le=le)
     out.sample("kop_dedup_batch_latency_seconds_sum", stats.latency_sum)
     out.sample("kop_dedup_batch_latency_seconds_count", cumulative)
-    for name, help_text, samples in counters:
-        out.family(f"kop_dedup_{name}", "counter", help_text)
-        for labels, value in samples:
-            out.sample(f"kop_dedup_{name}", value, **labels)
+    _families(out, "counter", counters)
     for name, value in sorted(gauges.items()):
         out.lines.append(f"# TYPE kop_dedup_{name} gauge")
         out.sample(f"kop_dedup_{name}", value)
+    _families(out, "gauge", labelled_gauges)
     return "\n".join(out.lines) + "\n"
+
+
+def _families(out: _Text, kind: str, families: Sequence[Counter]) -> None:
+    for name, help_text, samples in families:
+        out.family(f"kop_dedup_{name}", kind, help_text)
+        for labels, value in samples:
+            out.sample(f"kop_dedup_{name}", value, **labels)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -367,6 +368,15 @@ class PulsarAdmin:
         )
         return _index_headers(resp.headers)
 
+    async def entry_publish_ms(self, topic: str, ledger: int, entry: int) -> int | None:
+        """When an entry was published (epoch ms; a batch: when it was sent), None when
+        the broker does not say. Raises AdminError 404 for an entry that is gone."""
+        path = topic.removeprefix("persistent://")
+        resp = await self._request(
+            "GET", f"/admin/v2/persistent/{path}/ledger/{ledger}/entry/{entry}"
+        )
+        return _publish_ms(resp.headers)
+
     async def first_entry(self, topic: str) -> tuple[int, int, tuple[int, int] | None] | None:
         """(ledger, entry, (index, messages) or None) of the earliest entry still stored;
         None when the topic holds none."""
@@ -430,6 +440,16 @@ class PulsarAdmin:
             f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}/resetcursor",
             json={"ledgerId": ledger, "entryId": entry, "batchIndex": batch_index},
         )
+
+
+def _publish_ms(headers: httpx.Headers) -> int | None:
+    raw = headers.get("X-Pulsar-publish-time")
+    if raw is None:
+        return None
+    try:
+        return int(datetime.fromisoformat(raw).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
 def _index_headers(headers: httpx.Headers) -> tuple[int, int] | None:

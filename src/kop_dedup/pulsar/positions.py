@@ -94,17 +94,33 @@ class Positions:
         index, count = indexed
         return index - count + 1, (ledger, entry, 0)
 
-    async def at_time(self, topic: str, timestamp_ms: int) -> tuple[int, Position | None]:
-        """The first message published at or after a time (the end when none is; the
-        earliest when the time is before it)."""
-        ledger, entry = await self._admin.position_at(topic, timestamp_ms)
+    async def at_time(
+        self, topic: str, timestamp_ms: int
+    ) -> tuple[int, Position | None, str | None]:
+        """The first message published at or after a time, and whether that was clamped:
+        ``"earliest"`` (the time is before the earliest message still stored: the
+        earliest), ``"end"`` (nothing was published that late: the end), else None.
+        Entries are timed by their publish time (a batch: when it was sent)."""
+        ledger, entry = await self._admin.position_at(topic, max(timestamp_ms, 0))
+        last = await self._admin.last_position(topic)
+        if last is None or (ledger, entry) > last:  # one past the last entry: nothing that late
+            end, at = await self.end(topic)
+            return end, at, "end"
         try:
             index, count = await self._index(topic, ledger, entry)
         except AdminError as exc:
-            if exc.status in {404, 412}:  # one past the last entry: nothing that late
-                return await self.end(topic)
+            if exc.status in {404, 412}:  # past the last entry by the time we asked
+                end, at = await self.end(topic)
+                return end, at, "end"
             raise
-        return index - count + 1, (ledger, entry, 0)
+        offset = index - count + 1
+        clamped = None
+        first = await self._admin.first_entry(topic)
+        if first is not None and (first[0], first[1]) == (ledger, entry):
+            published = await self._admin.entry_publish_ms(topic, ledger, entry)
+            if published is not None and timestamp_ms < published:
+                clamped = "earliest"
+        return offset, (ledger, entry, 0), clamped
 
     async def locate(self, topic: str, offset: int) -> Position:
         """The position of an offset; OFFSET_OUT_OF_RANGE outside [earliest, end]."""

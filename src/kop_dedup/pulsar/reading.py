@@ -9,7 +9,9 @@ says whether records were skipped (``clamped``).
 
 Messages are read with the client's blocking calls on a worker thread, in chunks of
 what is already available (the asyncio API costs a future and two loop hops per
-message).
+message). :meth:`PartitionReader.close` may be called while a read runs on that thread
+(a rebalance, a member that left): the Pulsar reader is closed when the read returns,
+never under it, and a closed reader reads nothing more.
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ def _read_available(reader: Any, limit: int, max_bytes: int | None) -> list[_Raw
     out: list[_Raw] = []
     size = 0
     while len(out) < limit and reader.has_message_available():
-        msg = reader.read_next(_READ_WAIT_MS)
+        try:
+            msg = reader.read_next(_READ_WAIT_MS)
+        except pulsar.Timeout:  # said available, not delivered in time: the next read
+            break
         mid = msg.message_id()
         decoded = DecodedRecord.from_message(
             msg.data(), msg.partition_key(), msg.properties(), msg.event_timestamp()
@@ -98,6 +103,8 @@ class PartitionReader:
         self._client, self._positions = client, positions
         self._reader: Any = None
         self._checked = False
+        self._reading = False
+        self._closed = False
         self.clamped_from: int | None = None
         """Set when the first record read lay beyond the offset asked for (deleted by
         retention): the offset asked for."""
@@ -111,18 +118,27 @@ class PartitionReader:
             )
         return self._reader
 
-    async def available(self) -> bool:
-        reader = await self._open()
-        return bool(await reader.has_message_available())
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     async def read(self, max_records: int, max_bytes: int | None = None) -> list[Pulled]:
-        """Records available now, from the next offset (none: nothing to read yet)."""
-        reader = await self._open()
-        loop = asyncio.get_running_loop()
-        raw = await loop.run_in_executor(
-            None, _read_available, reader._reader, max_records, max_bytes
-        )
-        if not raw:
+        """Records available now, from the next offset (none: nothing to read yet, or the
+        reader was closed)."""
+        if self._closed or self._reading:
+            return []
+        self._reading = True
+        try:
+            reader = await self._open()
+            loop = asyncio.get_running_loop()
+            raw = await loop.run_in_executor(
+                None, _read_available, reader._reader, max_records, max_bytes
+            )
+        finally:
+            self._reading = False
+            if self._closed:
+                await self._discard()
+        if not raw or self._closed:
             return []
         offset = self.next_offset
         if not self._checked:
@@ -140,6 +156,13 @@ class PartitionReader:
         return out
 
     async def close(self) -> None:
+        """Close now, or when the read running meanwhile returns (what it read is not
+        returned: the caller answers nothing from a closed reader)."""
+        self._closed = True
+        if not self._reading:
+            await self._discard()
+
+    async def _discard(self) -> None:
         reader, self._reader = self._reader, None
         if reader is not None:
             await discard(reader)

@@ -1,27 +1,31 @@
-"""The group coordinator: membership, pulls, commits, server-side resets and lag, with
-all state in the group store (so any sidecar serves any member of any group).
+"""The group coordinator: membership, pulls, commits and server-side resets, with all
+state in the group store (so any sidecar serves any member of any group).
 
 A change to a group runs on the owner of its store partition (taken on demand);
 reads catch up with the store first. A pull is planned as the owner (where each
 assigned partition stands, resets applied), reads outside the lock (long poll), and
 records the new delivery position as the owner again, after checking nothing moved
-meanwhile (a rebalance, a reset, another pull): only then are the records answered.
-What was answered but not committed comes again when the member rejoins, misses its
-session or its partition moves, and after a crash: the delivery position goes back to
-the committed offset then.
+meanwhile (a rebalance, a reset, another pull of the member): only then are the
+records answered. When something moved, nothing is answered from that read and the
+pull is planned again (within its wait), so a pull that says a reset was applied
+holds nothing from before the reset. What was answered but not committed comes again
+when the member rejoins, misses its session or its partition moves, and when the
+sidecar that recorded it went away (crash or stop): the new owner of the store
+partition sends deliveries back to the committed offsets
+(:meth:`GroupStore.on_orphan <kop_dedup.coordination.groups.store.GroupStore.on_orphan>`).
 
 Offsets are Kafka-style integers from the broker's entry index
 (:mod:`kop_dedup.pulsar.positions`); each is kept with its Pulsar position when known,
-so a pull starts reading without a lookup.
+so a pull starts reading without a lookup. Lag (:mod:`.lag`) counts them exactly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,19 +35,27 @@ from kop_dedup import errors
 from kop_dedup.coordination.groups.store import Doc, GroupStore, key
 from kop_dedup.protocol import groups as proto
 from kop_dedup.protocol.groups import AutoReset, GroupConfig, Member, Mode, Start
-from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
+from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming, validate_topic
 from kop_dedup.pulsar.positions import Position, Positions, decode_position, encode_position
 from kop_dedup.pulsar.reading import PartitionReader, Pulled, after
 from kop_dedup.pulsar.tables import PulsarClient
 
-__all__ = ["GroupCoordinator", "GroupSettings", "PullResult", "ResetRequest", "StaleMember"]
+__all__ = [
+    "GroupCoordinator",
+    "GroupSettings",
+    "PullResult",
+    "ResetRequest",
+    "StaleMember",
+    "UnknownGroup",
+]
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 _POLL_S = 0.02
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_PULL_ATTEMPTS = 3
+"""Plans of one pull when the group keeps moving under it; then it answers nothing."""
 
 
 def _now_ms() -> int:
@@ -59,15 +71,22 @@ class StaleMember(errors.KafkaError):
         self.error = error
 
 
+class UnknownGroup(errors.GroupIdNotFound):
+    """No such group: nothing of it is stored (HTTP 404)."""
+
+
 @dataclass(frozen=True, slots=True)
 class GroupSettings:
     cursor_interval_s: float = 5.0
     sweep_interval_s: float = 1.0
+    lag_interval_s: float = 10.0
     reader_idle_s: float = 60.0
     default_session_timeout_ms: int = 30_000
     default_broadcast_expire_ms: int = 120_000
     max_pull_records: int = 10_000
     max_wait_ms: int = 60_000
+    answer_delay_s: float = 0.0
+    """Fault injection: wait this long between recording a pull and answering it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +106,8 @@ class PullResult:
     assignment: list[TopicPartition]
     resets_applied: list[dict[str, Any]] = field(default_factory=list)
     clamped: list[dict[str, Any]] = field(default_factory=list)
+    """Partitions whose start had been deleted by retention: ``from`` (the offset it
+    would have started at), ``to`` (the earliest still stored, where it started)."""
     next_offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 
@@ -99,8 +120,15 @@ class _Plan:
     version: int
     """The delivery doc's version when planned (0: none): a pull that finds it moved
     since answers nothing."""
+    reset_version: int
+    """The reset doc's version when planned (0: none): a reset that lands meanwhile
+    makes the pull plan again."""
     start: Start
-    reset: dict[str, Any] | None = None
+    clamped: dict[str, Any] | None = None
+
+
+_Answer = tuple[list[_Plan], Doc, list[dict[str, Any]], dict[TopicPartition, list[Pulled]]]
+"""What a recorded pull answers: its plans, the group, the resets applied, the records."""
 
 
 @dataclass(slots=True)
@@ -129,11 +157,18 @@ def _assignment(doc: Doc, member: str) -> list[TopicPartition]:
     return [(t, int(p)) for t, p in doc.get("assignment", {}).get(member, [])]
 
 
-def subscription_name(group: str) -> str:
-    """The durable Pulsar subscription that follows a group's committed offsets."""
-    if _SAFE_NAME.match(group):
-        return f"kop-group-{group}"
-    return f"kop-group-{hashlib.sha1(group.encode()).hexdigest()[:16]}"  # noqa: S324 - a name
+async def _present() -> bool:
+    return False
+
+
+def _targets(reset: Doc, member: str) -> bool:
+    """Whether a reset applies to a member (None: every member)."""
+    members = reset.get("members")
+    return members is None or member in members
+
+
+def _inflight(delivery: Doc) -> list[proto.InflightEntry]:
+    return [(int(o), int(ms)) for o, ms in delivery.get("inflight") or []]
 
 
 class GroupCoordinator:
@@ -152,23 +187,23 @@ class GroupCoordinator:
         self._partitions_of = partitions_of
         self.settings = settings
         self._readers: dict[tuple[str, str, TopicPartition], _Reader] = {}
+        self._closing_readers: set[asyncio.Task[None]] = set()
         self._member_locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._cursor_moved: dict[tuple[str, TopicPartition], str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
-        store.on_acquired(self._acquired)
+        self.pulls_in_flight = 0
+        """Pulls this sidecar is serving now (long polls included)."""
+        store.on_orphan(self._recover)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, *jobs: tuple[float, Callable[[], Awaitable[None]], str]) -> None:
+        """The session sweeper and reader reaper, and ``jobs`` ((interval, job, name):
+        the lag and cursor loops) on their own tasks."""
+        loops = [(self.settings.sweep_interval_s, self.sweep, "group-sweeper"), *jobs]
         self._tasks = [
-            asyncio.create_task(
-                self._every(self.settings.sweep_interval_s, self.sweep), name="group-sweeper"
-            ),
-            asyncio.create_task(
-                self._every(self.settings.cursor_interval_s, self.follow_cursors),
-                name="group-cursors",
-            ),
+            asyncio.create_task(self._every(interval, job), name=name)
+            for interval, job, name in loops
         ]
 
     async def close(self) -> None:
@@ -181,6 +216,8 @@ class GroupCoordinator:
         for entry in list(self._readers.values()):
             await entry.reader.close()
         self._readers.clear()
+        while self._closing_readers:
+            await asyncio.gather(*self._closing_readers, return_exceptions=True)
 
     async def _every(self, interval_s: float, job: Callable[[], Awaitable[None]]) -> None:
         while not self._closing:
@@ -192,11 +229,38 @@ class GroupCoordinator:
             except Exception as exc:
                 log.debug("group job %s failed: %r", getattr(job, "__name__", job), exc)
 
-    async def _acquired(self, _partition: int) -> None:
-        return  # sessions are swept and cursors followed on owned partitions by the loops
-
-    def _ptopic(self, tp: TopicPartition) -> str:
+    def partition_topic(self, tp: TopicPartition) -> str:
         return self._naming.partition_topic(tp[0], tp[1])
+
+    async def _recover(self, p: int) -> None:
+        """This sidecar took store partition ``p`` from an owner that went away, which
+        may have recorded pulls it never answered: every delivery not committed goes back
+        to the committed offset (the records come again; a reset applied stays applied)."""
+        rewound = 0
+        for group in self.store.groups_in(p):
+            doc = self.store.doc(group, "g")
+            mode = Mode(doc["mode"]) if doc else Mode.CLUSTERING
+            for k, delivery in self.store.docs(group):
+                if k[0] != "d" or delivery.get("offset") is None:
+                    continue
+                member, tp = str(k[2]), (str(k[3]), int(k[4]))
+                committed = self.committed_doc(group, mode, member, tp)
+                if committed is not None and int(committed["offset"]) >= int(delivery["offset"]):
+                    continue
+                await self.store.write(
+                    p,
+                    key("d", group, member, tp[0], tp[1]),
+                    {**delivery, "offset": None, "position": None, "inflight": []},
+                )
+                rewound += 1
+            self._drop_readers(group)
+        if rewound:
+            log.warning(
+                "consumer groups: took partition %d from an owner that went away: %d "
+                "deliveries not committed go back to their committed offsets (sent again)",
+                p,
+                rewound,
+            )
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -286,8 +350,8 @@ class GroupCoordinator:
         back: Sequence[str] = (),
     ) -> Doc:
         """Write the group with a new generation and assignment; partitions that moved,
-        and everything of the members in ``back`` (rejoined), go back to their
-        committed offsets."""
+        and everything of the members in ``back`` (rejoined, left, expired), go back to
+        their committed offsets."""
         config = _config(doc)
         members = _members(doc)
         partitions = dict(doc.get("partitions", {}))
@@ -317,9 +381,7 @@ class GroupCoordinator:
         k = key("d", group, owner, tp[0], tp[1])
         doc = self.store.doc(group, "d", owner, tp[0], tp[1])
         if doc is not None and doc.get("offset") is not None:
-            await self.store.write(
-                p, k, {**doc, "offset": None, "position": None, "inflightMs": None}
-            )
+            await self.store.write(p, k, {**doc, "offset": None, "position": None, "inflight": []})
         self._drop_readers(group, member, tp)
 
     async def heartbeat(self, group: str, member: str) -> tuple[int, list[TopicPartition]]:
@@ -361,9 +423,11 @@ class GroupCoordinator:
 
         await self.store.owned(group, change)
         self._drop_readers(group, member)
+        self._member_locks.pop((group, member), None)
 
     async def sweep(self) -> None:
-        """Members that missed their session leave (on partitions this sidecar owns)."""
+        """Members that missed their session leave (on partitions this sidecar owns);
+        readers idle for ``reader_idle_s`` close."""
         now = _now_ms()
         for p in range(self.store.parts.count):
             if not self.store.parts.owned(p):
@@ -376,6 +440,10 @@ class GroupCoordinator:
                 gone = [m for m in _members(doc).values() if proto.expired(m, config, now)]
                 if gone:
                     await self._expire(group, [m.member_id for m in gone])
+        idle = time.monotonic() - self.settings.reader_idle_s
+        for k, entry in list(self._readers.items()):
+            if entry.last_used < idle:
+                self._close_reader(k)
 
     async def _expire(self, group: str, gone: list[str]) -> None:
         async def change(p: int) -> None:
@@ -395,30 +463,34 @@ class GroupCoordinator:
         await self.store.owned(group, change)
         for member in gone:
             self._drop_readers(group, member)
+            self._member_locks.pop((group, member), None)
 
     # -- where a member stands ----------------------------------------------------------------
 
-    def _committed(self, group: str, mode: Mode, member: str, tp: TopicPartition) -> Doc | None:
+    def committed_doc(self, group: str, mode: Mode, member: str, tp: TopicPartition) -> Doc | None:
         if mode is Mode.CLUSTERING:
             return self.store.doc(group, "o", tp[0], tp[1])
         return self.store.doc(group, "b", member, tp[0], tp[1])
 
-    def _others(
+    def broadcast_others(
         self, group: str, doc: Doc, member: str, tp: TopicPartition
     ) -> list[tuple[int, int]]:
-        """(committed offset, last seen) of the group's other broadcast members."""
+        """(committed offset, last seen) of the group's other broadcast members, those
+        gone included. Last seen: its last commit, or its last call when later (a member's
+        stored last call lags by up to a quarter of its session; a commit is exact)."""
         seen = {m: int(v["lastSeenMs"]) for m, v in doc.get("members", {}).items()}
         out = []
         for k, d in self.store.docs(group):
             if k[0] == "b" and k[2] != member and (k[3], int(k[4])) == tp:
-                out.append((int(d["offset"]), seen.get(k[2], int(d.get("seenMs", 0)))))
+                last = max(seen.get(k[2], 0), int(d.get("seenMs", 0)))
+                out.append((int(d["offset"]), last))
         return out
 
     async def _resolve(
         self, tp: TopicPartition, start: Start, offset: int | None
     ) -> tuple[int, Position | None, bool]:
         """(offset, position, clamped) for a planned start."""
-        topic = self._ptopic(tp)
+        topic = self.partition_topic(tp)
         if start is Start.EARLIEST:
             first, at = await self.positions.earliest(topic)
             return first, at, False
@@ -449,56 +521,106 @@ class GroupCoordinator:
         gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> PullResult:
         """Up to ``max_records`` records from the member's positions, waiting up to
-        ``wait_ms`` for some to arrive (``gone``: the client went away: nothing is
-        answered, nothing moves)."""
+        ``wait_ms`` (at most half the group's session) for some to arrive (``gone``:
+        the client went away: nothing is answered, nothing moves)."""
         lock = self._member_locks.setdefault((group, member), asyncio.Lock())
-        async with lock:
-            plans, doc, resets, clamped = await self.store.owned(
-                group, lambda p: self._plan(p, group, member)
-            )
-            mode = _config(doc).mode
-            records = await self._read(group, member, plans, max_records, max_bytes, wait_ms, gone)
-            if gone is not None and await gone():
-                self._rewind(group, member, plans)
-                return PullResult([], int(doc["generation"]), _assignment(doc, member))
-            ok = await self.store.owned(
-                group, lambda p: self._record(p, group, member, mode, doc, plans, records)
-            )
-            if not ok:  # the group moved meanwhile: nothing is answered, nothing is lost
-                self._rewind(group, member, plans)
-                latest = self.store.doc(group, "g") or doc
-                return PullResult([], int(latest["generation"]), _assignment(latest, member))
+        self.pulls_in_flight += 1
+        try:
+            async with lock:
+                answered = await self._pull(
+                    group, member, max_records, max_bytes, wait_ms, gone or _present
+                )
+        finally:
+            self.pulls_in_flight -= 1
+        if isinstance(answered, PullResult):
+            return answered
+        plans, doc, resets, records = answered
         result = PullResult(
             [(plan.tp, r) for plan in plans for r in records.get(plan.tp, [])],
             int(doc["generation"]),
             _assignment(doc, member),
             resets,
-            clamped,
         )
         for plan in plans:
             got = records.get(plan.tp)
             result.next_offsets[plan.tp] = got[-1].offset + 1 if got else plan.offset
-        for plan in plans:
+            if plan.clamped is not None:
+                result.clamped.append(plan.clamped)
             entry = self._readers.get((group, member, plan.tp))
-            if entry is not None and entry.reader.clamped_from is not None:
+            if entry is not None and entry.reader.clamped_from is not None and got:
                 result.clamped.append(
                     {
                         "topic": plan.tp[0],
                         "partition": plan.tp[1],
                         "from": entry.reader.clamped_from,
+                        "to": got[0].offset,
                     }
                 )
                 entry.reader.clamped_from = None
         return result
 
+    async def _pull(
+        self,
+        group: str,
+        member: str,
+        max_records: int,
+        max_bytes: int | None,
+        wait_ms: int,
+        gone: Callable[[], Awaitable[bool]],
+    ) -> PullResult | _Answer:
+        """Plan, read, record (under the member's lock); an empty PullResult when nothing
+        is to be answered."""
+        began = time.monotonic()
+        for _ in range(_PULL_ATTEMPTS):
+            plans, doc, resets = await self.store.owned(
+                group, lambda p: self._plan(p, group, member)
+            )
+            config = _config(doc)
+            deadline = began + min(wait_ms, config.session_timeout_ms // 2) / 1000
+            records = await self._read(
+                group, member, doc, plans, max_records, max_bytes, deadline, gone
+            )
+            if await gone():
+                self._rewind(group, member, plans)
+                return PullResult([], int(doc["generation"]), _assignment(doc, member))
+            written = await self.store.owned(
+                group,
+                functools.partial(
+                    self._record,
+                    group=group,
+                    member=member,
+                    mode=config.mode,
+                    planned=doc,
+                    plans=plans,
+                    records=records,
+                ),
+            )
+            if written is not None:
+                break
+            # the group moved meanwhile (a rebalance, a reset, another pull): what was
+            # read is not answered; plan again from where the member now stands
+            self._rewind(group, member, plans)
+        else:
+            latest = self.store.doc(group, "g") or doc
+            return PullResult([], int(latest["generation"]), _assignment(latest, member))
+        if self.settings.answer_delay_s:
+            await asyncio.sleep(self.settings.answer_delay_s)
+        if written and await gone():
+            # recorded, but the client is gone: put the deliveries back as they were,
+            # so that what it was not answered stays ready
+            await self.store.owned(group, lambda p: self._unrecord(p, written))
+            self._rewind(group, member, plans)
+            return PullResult([], int(doc["generation"]), _assignment(doc, member))
+        return plans, doc, resets, records
+
     async def _plan(
         self, p: int, group: str, member: str
-    ) -> tuple[list[_Plan], Doc, list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[list[_Plan], Doc, list[dict[str, Any]]]:
         doc = await self._seen(p, group, member)
         config = _config(doc)
         owner = "" if config.mode is Mode.CLUSTERING else member
         now = _now_ms()
-        plans, resets, clamped = [], [], []
+        plans, resets = [], []
         for tp in _assignment(doc, member):
             delivery = self.store.doc(group, "d", owner, tp[0], tp[1]) or {}
             reset = self.store.doc(group, "r", tp[0], tp[1])
@@ -507,11 +629,7 @@ class GroupCoordinator:
             offset: int | None
             position: Position | None = None
             start: Start
-            if (
-                reset is not None
-                and int(reset["epoch"]) > applied
-                and (reset.get("members") is None or member in reset["members"])
-            ):
+            if reset is not None and int(reset["epoch"]) > applied and _targets(reset, member):
                 epoch = int(reset["epoch"])
                 offset, start = int(reset["offset"]), Start.FLOOR
                 position = decode_position(reset["position"]) if reset.get("position") else None
@@ -525,13 +643,13 @@ class GroupCoordinator:
                     }
                 )
             else:
-                committed = self._committed(group, config.mode, member, tp)
+                committed = self.committed_doc(group, config.mode, member, tp)
                 floor_doc = self.store.doc(group, "o", tp[0], tp[1])
                 offset, start = proto.start_offset(
                     config.mode,
                     delivered=delivery.get("offset"),
                     own=None if committed is None else int(committed["offset"]),
-                    others=self._others(group, doc, member, tp)
+                    others=self.broadcast_others(group, doc, member, tp)
                     if config.mode is Mode.BROADCAST
                     else (),
                     floor=None if floor_doc is None else int(floor_doc["offset"]),
@@ -543,26 +661,56 @@ class GroupCoordinator:
                     position = decode_position(delivery["position"])
                 elif start is Start.COMMITTED and committed and committed.get("position"):
                     position = decode_position(committed["position"])
+            clamped = None
             if position is None:
+                asked = offset
                 offset, position, was_clamped = await self._resolve(tp, start, offset)
                 if was_clamped:
-                    clamped.append({"topic": tp[0], "partition": tp[1], "to": offset})
+                    clamped = {"topic": tp[0], "partition": tp[1], "from": asked, "to": offset}
             if offset is None:
                 raise errors.KafkaError("no start offset")
-            plans.append(_Plan(tp, offset, position, epoch, int(delivery.get("v", 0)), start))
-        return plans, doc, resets, clamped
+            plans.append(
+                _Plan(
+                    tp,
+                    offset,
+                    position,
+                    epoch,
+                    int(delivery.get("v", 0)),
+                    int(reset.get("v", 0)) if reset else 0,
+                    start,
+                    clamped,
+                )
+            )
+        return plans, doc, resets
+
+    def _moved(self, group: str, member: str, planned: Doc, plans: list[_Plan]) -> bool:
+        """Whether this sidecar has seen the group move since the plan (a rebalance or a
+        reset made here): a long poll stops waiting then. The owner's check when
+        recording is the one that counts."""
+        doc = self.store.doc(group, "g")
+        if doc is None or int(doc["generation"]) != int(planned["generation"]):
+            return True
+        for plan in plans:
+            reset = self.store.doc(group, "r", plan.tp[0], plan.tp[1])
+            if (
+                reset is not None
+                and int(reset.get("v", 0)) != plan.reset_version
+                and _targets(reset, member)
+            ):
+                return True
+        return False
 
     async def _read(
         self,
         group: str,
         member: str,
+        planned: Doc,
         plans: list[_Plan],
         max_records: int,
         max_bytes: int | None,
-        wait_ms: int,
+        deadline: float,
         gone: Callable[[], Awaitable[bool]] | None,
     ) -> dict[TopicPartition, list[Pulled]]:
-        deadline = time.monotonic() + wait_ms / 1000
         readers = [
             (plan, self._reader(group, member, plan)) for plan in plans if plan.position is not None
         ]
@@ -583,6 +731,8 @@ class GroupCoordinator:
                             left = 0
             if out or time.monotonic() >= deadline or not readers:
                 return out
+            if self._moved(group, member, planned, plans):
+                return out
             if gone is not None and await gone():
                 return out
             await asyncio.sleep(_POLL_S)
@@ -591,16 +741,18 @@ class GroupCoordinator:
         k = (group, member, plan.tp)
         entry = self._readers.get(k)
         now = time.monotonic()
-        if entry is not None and entry.reader.next_offset == plan.offset:
+        if (
+            entry is not None
+            and entry.reader.next_offset == plan.offset
+            and not entry.reader.closed
+        ):
             entry.last_used = now
             return entry.reader
         if entry is not None:
-            self._readers.pop(k)
-            task = asyncio.ensure_future(entry.reader.close())
-            task.add_done_callback(lambda _t: None)
+            self._close_reader(k)
         assert plan.position is not None
         reader = PartitionReader(
-            self._client, self.positions, self._ptopic(plan.tp), plan.offset, plan.position
+            self._client, self.positions, self.partition_topic(plan.tp), plan.offset, plan.position
         )
         self._readers[k] = _Reader(reader, now)
         return reader
@@ -610,61 +762,94 @@ class GroupCoordinator:
         for plan in plans:
             self._drop_readers(group, member, plan.tp)
 
-    def _drop_readers(self, group: str, member: str, tp: TopicPartition | None = None) -> None:
+    def _close_reader(self, k: tuple[str, str, TopicPartition]) -> None:
+        entry = self._readers.pop(k, None)
+        if entry is None:
+            return
+        task = asyncio.ensure_future(entry.reader.close())
+        self._closing_readers.add(task)
+        task.add_done_callback(self._closing_readers.discard)
+
+    def _drop_readers(
+        self, group: str, member: str | None = None, tp: TopicPartition | None = None
+    ) -> None:
         for k in [
             k
             for k in self._readers
-            if k[0] == group and k[1] == member and (tp is None or k[2] == tp)
+            if k[0] == group and (member is None or k[1] == member) and (tp is None or k[2] == tp)
         ]:
-            entry = self._readers.pop(k)
-            task = asyncio.ensure_future(entry.reader.close())
-            task.add_done_callback(lambda _t: None)
+            self._close_reader(k)
 
     async def _record(
         self,
         p: int,
+        *,
         group: str,
         member: str,
         mode: Mode,
         planned: Doc,
         plans: list[_Plan],
         records: dict[TopicPartition, list[Pulled]],
-    ) -> bool:
-        """Store where deliveries now stand, unless the group moved since the plan."""
+    ) -> list[tuple[str, Doc | None, int]] | None:
+        """Store where deliveries now stand, unless the group moved since the plan (then
+        None); what was written: (key, the doc before, the version written)."""
         doc = self.store.doc(group, "g")
         if doc is None or int(doc["generation"]) != int(planned["generation"]):
-            return False
+            return None
         if member not in doc.get("members", {}):
-            return False
+            return None
         owner = "" if mode is Mode.CLUSTERING else member
         now = _now_ms()
         for plan in plans:
             current = self.store.doc(group, "d", owner, plan.tp[0], plan.tp[1]) or {}
             if int(current.get("v", 0)) != plan.version:
-                return False  # another pull of this member (through another sidecar) moved it
+                return None  # another pull of this member (through another sidecar) moved it
+            reset = self.store.doc(group, "r", plan.tp[0], plan.tp[1]) or {}
+            if int(reset.get("v", 0)) != plan.reset_version and _targets(reset, member):
+                return None  # a reset landed meanwhile: the next plan applies it
+        written: list[tuple[str, Doc | None, int]] = []
         for plan in plans:
             got = records.get(plan.tp, [])
             current = self.store.doc(group, "d", owner, plan.tp[0], plan.tp[1]) or {}
-            committed = self._committed(group, mode, member, plan.tp)
+            committed = self.committed_doc(group, mode, member, plan.tp)
             committed_offset = None if committed is None else int(committed["offset"])
             offset = got[-1].offset + 1 if got else plan.offset
             position = after(got[-1].position) if got else plan.position
-            inflight = current.get("inflightMs") if current.get("offset") is not None else None
-            if committed_offset is not None and offset <= committed_offset:
-                inflight = None
-            elif got and inflight is None:
-                inflight = now
+            inflight = proto.inflight_after_pull(
+                _inflight(current) if current.get("offset") is not None else [],
+                committed_offset,
+                got[0].offset if got else offset,
+                offset,
+                now,
+            )
             fresh = {
                 "offset": offset,
                 "position": None if position is None else encode_position(position),
                 "resetEpoch": plan.reset_epoch,
-                "inflightMs": inflight,
+                "inflight": [list(e) for e in inflight],
                 "member": member,
             }
             unchanged = {k: current.get(k) for k in fresh} == fresh
             if not unchanged:
-                await self.store.write(p, key("d", group, owner, plan.tp[0], plan.tp[1]), fresh)
-        return True
+                k = key("d", group, owner, plan.tp[0], plan.tp[1])
+                new = await self.store.write(p, k, fresh)
+                written.append((k, current or None, int(new["v"])))
+        return written
+
+    async def _unrecord(self, p: int, written: list[tuple[str, Doc | None, int]]) -> None:
+        """Put deliveries back as they were before a pull that was not answered (those
+        nothing wrote to since)."""
+        for k, before, version in written:
+            current = self.store.view_doc(p, k)
+            if current is None or int(current.get("v", 0)) != version:
+                continue
+            restored = (
+                dict(before)
+                if before is not None
+                else {"offset": None, "position": None, "inflight": [], "resetEpoch": 0}
+            )
+            restored.pop("v", None)  # a reset this pull applied is pending again
+            await self.store.write(p, k, {**current, **restored})
 
     # -- commit -------------------------------------------------------------------------------
 
@@ -689,36 +874,11 @@ class GroupCoordinator:
                 )
             mode = _config(doc).mode
             owner = "" if mode is Mode.CLUSTERING else member
-            assigned = set(_assignment(doc, member))
-            wanted: list[tuple[TopicPartition, int | None]]
-            if offsets is None:
-                wanted = [(tp, None) for tp in sorted(assigned)]
-            else:
-                wanted = [((t, part), o) for t, part, o in offsets]
+            wanted = self._commitable(group, member, doc, offsets)
             done = []
             now = _now_ms()
             for tp, asked in wanted:
-                if tp not in assigned:
-                    raise StaleMember(
-                        errors.IllegalGeneration(
-                            f"{tp[0]}-{tp[1]} is not assigned to member {member!r} in generation "
-                            f"{doc['generation']}"
-                        )
-                    )
                 delivery = self.store.doc(group, "d", owner, tp[0], tp[1]) or {}
-                reset = self.store.doc(group, "r", tp[0], tp[1])
-                if (
-                    reset is not None
-                    and int(reset["epoch"]) > int(delivery.get("resetEpoch", 0))
-                    and (reset.get("members") is None or member in reset["members"])
-                ):
-                    raise StaleMember(
-                        errors.IllegalGeneration(
-                            f"{tp[0]}-{tp[1]} was reset (to offset {reset['offset']}) after this "
-                            "member's last pull: pull again before committing; a commit of an "
-                            "earlier position would undo the reset"
-                        )
-                    )
                 if asked is None:
                     if delivery.get("offset") is None:
                         continue  # nothing delivered on it: nothing to commit
@@ -744,26 +904,72 @@ class GroupCoordinator:
                         "seenMs": now,
                     },
                 )
-                if (
-                    delivery.get("offset") is not None
-                    and int(delivery["offset"]) <= offset
-                    and delivery.get("inflightMs")
-                ):
-                    await self.store.write(
-                        p, key("d", group, owner, tp[0], tp[1]), {**delivery, "inflightMs": None}
-                    )
+                if delivery.get("offset") is not None and delivery.get("inflight"):
+                    kept = proto.inflight_after_commit(_inflight(delivery), offset)
+                    if int(delivery["offset"]) <= offset:
+                        kept = []
+                    if kept != _inflight(delivery):
+                        await self.store.write(
+                            p,
+                            key("d", group, owner, tp[0], tp[1]),
+                            {**delivery, "inflight": [list(e) for e in kept]},
+                        )
                 done.append({"topic": tp[0], "partition": tp[1], "offset": offset})
             return done
 
         result: list[dict[str, Any]] = await self.store.owned(group, change)
         return result
 
+    def _commitable(
+        self,
+        group: str,
+        member: str,
+        doc: Doc,
+        offsets: Sequence[tuple[str, int, int]] | None,
+    ) -> list[tuple[TopicPartition, int | None]]:
+        """The partitions a commit names (all assigned ones for an empty body), each
+        checked: assigned to the member, and no reset it has not pulled since (its
+        commit would undo the reset). Nothing is written unless all pass."""
+        mode = _config(doc).mode
+        owner = "" if mode is Mode.CLUSTERING else member
+        assigned = set(_assignment(doc, member))
+        wanted: list[tuple[TopicPartition, int | None]]
+        if offsets is None:
+            wanted = [(tp, None) for tp in sorted(assigned)]
+        else:
+            wanted = [((t, part), o) for t, part, o in offsets]
+        for tp, _ in wanted:
+            if tp not in assigned:
+                raise StaleMember(
+                    errors.IllegalGeneration(
+                        f"{tp[0]}-{tp[1]} is not assigned to member {member!r} in generation "
+                        f"{doc['generation']}"
+                    )
+                )
+            delivery = self.store.doc(group, "d", owner, tp[0], tp[1]) or {}
+            reset = self.store.doc(group, "r", tp[0], tp[1])
+            if (
+                reset is not None
+                and int(reset["epoch"]) > int(delivery.get("resetEpoch", 0))
+                and _targets(reset, member)
+            ):
+                raise StaleMember(
+                    errors.IllegalGeneration(
+                        f"{tp[0]}-{tp[1]} was reset (to offset {reset['offset']}) after this "
+                        "member's last pull: pull again before committing; a commit of an "
+                        "earlier position would undo the reset"
+                    )
+                )
+        return wanted
+
     # -- reset --------------------------------------------------------------------------------
 
     async def reset(self, group: str, request: ResetRequest) -> list[dict[str, Any]]:
         """Resolve the target now, store it durably with a higher epoch; each member's
-        next pull starts there."""
+        next pull starts there (a pull in flight meanwhile plans again)."""
         validate_topic(request.topic)
+        if request.to in {"timestamp", "offset"} and request.value is None:
+            raise errors.InvalidRequest(f"to={request.to} needs a value")
         count = await self._partitions_of(request.topic)
         partitions = request.partitions if request.partitions is not None else tuple(range(count))
         for part in partitions:
@@ -771,9 +977,15 @@ class GroupCoordinator:
                 raise errors.InvalidRequest(
                     f"topic {request.topic!r} has partitions 0..{count - 1}; got {part}"
                 )
-        resolved = [await self._target(request, part) for part in partitions]
+        resolved = [await self._target(request, part) for part in dict.fromkeys(partitions)]
 
         async def change(p: int) -> list[dict[str, Any]]:
+            doc = self.store.doc(group, "g")
+            if request.members is not None and doc and doc["mode"] != Mode.BROADCAST.value:
+                raise errors.InvalidRequest(
+                    f"group {group!r} is a clustering group: a partition has one reader, "
+                    "whichever member it is; members is for broadcast groups"
+                )
             now = _now_ms()
             out = []
             for r in resolved:
@@ -797,25 +1009,20 @@ class GroupCoordinator:
             return out
 
         result: list[dict[str, Any]] = await self.store.owned(group, change)
-        for member_key in [k for k in self._readers if k[0] == group and k[2][0] == request.topic]:
-            self._drop_readers(group, member_key[1], member_key[2])
         return result
 
     async def _target(self, request: ResetRequest, part: int) -> dict[str, Any]:
-        """A reset's target on one partition, resolved now (before the earliest or after
-        the end, a timestamp is clamped to them; an offset outside is refused)."""
-        topic = self._ptopic((request.topic, part))
-        clamped = False
+        """A reset's target on one partition, resolved now. A timestamp before the
+        earliest message or after the last is clamped to them (``clamped`` says which);
+        an offset outside [earliest, end] is refused."""
+        topic = self.partition_topic((request.topic, part))
+        clamped: str | None = None
         if request.to == "earliest":
             offset, position = await self.positions.earliest(topic)
         elif request.to == "latest":
             offset, position = await self.positions.end(topic)
-        elif request.to in {"timestamp", "offset"} and request.value is None:
-            raise errors.InvalidRequest(f"to={request.to} needs a value")
         elif request.to == "timestamp":
-            first, _ = await self.positions.earliest(topic)
-            offset, position = await self.positions.at_time(topic, request.value or 0)
-            clamped = offset == first
+            offset, position, clamped = await self.positions.at_time(topic, request.value or 0)
         elif request.to == "offset":
             offset = request.value or 0
             position = await self.positions.locate(topic, offset)
@@ -828,29 +1035,41 @@ class GroupCoordinator:
             "partition": part,
             "offset": offset,
             "position": None if position is None else encode_position(position),
-            "clamped": clamped,
+            "clamped": clamped is not None,
+            "clampedTo": clamped,
         }
 
     async def reset_status(self, group: str) -> list[dict[str, Any]]:
-        """Each reset and, per member, whether it has been applied."""
+        """Each reset and, per member it applies to, whether it has been applied
+        (members that are gone included, in broadcast mode: they apply it when they come
+        back). UnknownGroup when nothing of the group is stored."""
         await self.store.read(group)
+        docs = self.store.docs(group)
+        if not docs:
+            raise UnknownGroup(f"no group {group!r}")
         doc = self.store.doc(group, "g") or {}
         mode = Mode(doc.get("mode", Mode.CLUSTERING.value))
-        members = sorted(doc.get("members", {}))
+        live = set(doc.get("members", {}))
         out = []
-        for k, r in self.store.docs(group):
+        for k, r in docs:
             if k[0] != "r":
                 continue
-            tp = (k[2], int(k[3]))
-            targets = r.get("members") or members
+            tp = (str(k[2]), int(k[3]))
             status = {}
-            for m in targets:
-                owner = "" if mode is Mode.CLUSTERING else m
-                delivery = self.store.doc(group, "d", owner, tp[0], tp[1]) or {}
+            if mode is Mode.CLUSTERING:
+                delivery = self.store.doc(group, "d", "", tp[0], tp[1]) or {}
                 applied = int(delivery.get("resetEpoch", 0)) >= int(r["epoch"])
-                if mode is Mode.CLUSTERING and tp not in _assignment(doc, m):
-                    continue
-                status[m] = "applied" if applied else "pending"
+                for m in sorted(live):
+                    if tp in _assignment(doc, m):
+                        status[m] = "applied" if applied else "pending"
+            else:
+                known = live | {
+                    str(x[2]) for x, _ in docs if x[0] in {"b", "d"} and (x[3], int(x[4])) == tp
+                }
+                for m in sorted(r.get("members") or known):
+                    delivery = self.store.doc(group, "d", m, tp[0], tp[1]) or {}
+                    applied = int(delivery.get("resetEpoch", 0)) >= int(r["epoch"])
+                    status[m] = "applied" if applied else "pending"
             out.append(
                 {
                     "topic": tp[0],
@@ -864,104 +1083,3 @@ class GroupCoordinator:
                 }
             )
         return out
-
-    # -- lag ----------------------------------------------------------------------------------
-
-    async def lag(self, group: str) -> dict[str, Any]:
-        """Per partition (and per member in broadcast mode): end, committed, pulled,
-        ready (end - pulled), inflight (pulled - committed), lag (end - committed), all in
-        records (the broker's entry index counts messages, not entries), and the age of
-        the oldest inflight record."""
-        await self.store.read(group)
-        doc = self.store.doc(group, "g")
-        if doc is None:
-            raise errors.InvalidRequest(f"no group {group!r}")
-        config = _config(doc)
-        now = _now_ms()
-        topics = sorted(
-            {t for m in _members(doc).values() for t in m.topics} | set(doc.get("partitions", {}))
-        )
-        rows = []
-        for topic in topics:
-            count = int(doc.get("partitions", {}).get(topic) or await self._partitions_of(topic))
-            for part in range(count):
-                tp = (topic, part)
-                end, _ = await self.positions.end(self._ptopic(tp))
-                owners = [""] if config.mode is Mode.CLUSTERING else sorted(doc.get("members", {}))
-                for owner in owners:
-                    committed_doc = self._committed(group, config.mode, owner, tp)
-                    delivery = self.store.doc(group, "d", owner, topic, part) or {}
-                    committed = None if committed_doc is None else int(committed_doc["offset"])
-                    pulled = delivery.get("offset")
-                    pulled = committed if pulled is None else int(pulled)
-                    row = {
-                        "topic": topic,
-                        "partition": part,
-                        "end": end,
-                        "committed": committed,
-                        "pulled": pulled,
-                        "ready": None if pulled is None else max(end - pulled, 0),
-                        "inflight": None
-                        if pulled is None or committed is None
-                        else max(pulled - committed, 0),
-                        "lag": None if committed is None else max(end - committed, 0),
-                        "oldestInflightMs": (now - int(delivery["inflightMs"]))
-                        if delivery.get("inflightMs")
-                        else None,
-                    }
-                    if config.mode is Mode.BROADCAST:
-                        row["member"] = owner
-                    rows.append(row)
-                if config.mode is Mode.BROADCAST:
-                    mins = proto.broadcast_minimum(
-                        self._others(group, doc, "", tp), now, config.broadcast_expire_ms
-                    )
-                    rows.append(
-                        {
-                            "topic": topic,
-                            "partition": part,
-                            "member": None,
-                            "groupMinimum": mins,
-                            "end": end,
-                            "lag": None if mins is None else max(end - mins, 0),
-                        }
-                    )
-        return {
-            "groupId": group,
-            "mode": config.mode.value,
-            "generation": doc["generation"],
-            "partitions": rows,
-        }
-
-    # -- the Pulsar subscription that follows committed offsets -------------------------------
-
-    async def follow_cursors(self) -> None:
-        """On partitions this sidecar owns: move each group's durable subscription to its
-        committed position (clustering) or the group minimum (broadcast), so Pulsar keeps
-        unconsumed data and pulsar-admin shows the group's backlog."""
-        for p in range(self.store.parts.count):
-            if not self.store.parts.owned(p):
-                continue
-            for group in self.store.groups_in(p):
-                for k, d in self.store.docs(group):
-                    if k[0] != "o" or not d.get("position"):
-                        continue
-                    tp = (k[2], int(k[3]))
-                    if self._cursor_moved.get((group, tp)) == d["position"]:
-                        continue
-                    await self._move_cursor(group, tp, decode_position(d["position"]))
-                    self._cursor_moved[group, tp] = d["position"]
-
-    async def _move_cursor(self, group: str, tp: TopicPartition, position: Position) -> None:
-        topic, sub = self._ptopic(tp), subscription_name(group)
-        try:
-            await self._admin.move_subscription(
-                topic, sub, position[0], position[1], max(position[2], 0)
-            )
-        except AdminError as exc:
-            if exc.status != 404:
-                raise
-            await self._admin.create_subscription(topic, sub)
-            await self._admin.move_subscription(
-                topic, sub, position[0], position[1], max(position[2], 0)
-            )

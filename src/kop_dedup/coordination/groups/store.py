@@ -15,15 +15,29 @@ the log first). Keys are JSON lists, the first element the kind:
                                        clustering mode: a partition has one reader)
 ``["b", group, member, topic, part]``  a broadcast member's own committed offset
 ``["r", group, topic, partition]``     the last server-side reset (its epoch, target)
+``["c", ""]``                          whether the partition's last owner closed
+                                       cleanly (group "" is no group)
 =====================================  =============================================
 
 Every record carries ``v``, a per-key version bumped by the owner: a reader keeps the
 newest record of a key whatever order it reads the owner's writes and the log in.
+
+**Taking over from an owner that went away.** A sidecar that takes a partition whose
+previous owner has no writer at the broker any more runs the ``on_orphan`` hooks as
+the new owner, under the partition's lock, before any other change: the group
+coordinator sends uncommitted deliveries back to their committed offsets there, since
+a crashed owner may have recorded a pull it never answered. Not when the owner went
+away cleanly: a sidecar that stops gracefully has answered every request first, and
+writes ``["c", ""]`` = ``{"clean": true}`` on each partition it owns as it closes;
+the next owner reads it, writes ``{"clean": false}`` before anything else, and runs
+no hook. Taking a partition from a live owner (two sidecars taking turns behind a
+load balancer) runs no hook either: the live owner answers what it recorded.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -39,6 +53,8 @@ __all__ = ["UNKNOWN_OFFSET", "CommittedOffset", "GroupStore", "StagedOffset", "k
 UNKNOWN_OFFSET = -1
 """Kafka's answer for a partition with no committed offset."""
 
+log = logging.getLogger(__name__)
+
 _TAKEOVER_ATTEMPTS = 3
 
 Doc = dict[str, Any]
@@ -46,6 +62,14 @@ Doc = dict[str, Any]
 
 def key(kind: str, group: str, *rest: object) -> str:
     return json.dumps([kind, group, *rest], separators=(",", ":"))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+_NO_GROUP = ""
+_CLEAN = key("c", _NO_GROUP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +122,7 @@ class _View:
         return [(json.loads(k), docs[k]) for k in sorted(self._groups[partition].get(group, ()))]
 
     def groups(self, partition: int) -> list[str]:
-        return [g for g, keys in self._groups[partition].items() if keys]
+        return [g for g, keys in self._groups[partition].items() if keys and g != _NO_GROUP]
 
 
 class GroupStore:
@@ -115,7 +139,13 @@ class GroupStore:
         self._partitions_wanted = partitions
         self._adopt_interval_s = adopt_interval_s
         self._view = _View(partitions)
-        self._acquired_hooks: list[Callable[[int], Awaitable[None]]] = []
+        self._orphan_hooks: list[Callable[[int], Awaitable[None]]] = []
+        self._unrecovered: set[int] = set()
+        """Partitions taken from an owner that went away, not recovered yet."""
+        self._fresh: set[int] = set()
+        """Partitions taken whose clean-close marker has not been checked yet."""
+        self._on_demand: dict[int, bool] = {}
+        """Set by :meth:`owned` while it takes a partition: whether it was an orphan."""
         self.parts = StatePartitions(
             client,
             topic,
@@ -138,14 +168,68 @@ class GroupStore:
         self.parts.start(self._adopt_interval_s)
 
     async def close(self) -> None:
+        """Mark each owned partition closed cleanly (every pull was answered: the next
+        owner need not send deliveries again), then close."""
+        for p in range(self.parts.count):
+            if not self.parts.owned(p) or p in self._unrecovered:
+                continue
+            async with self.parts.lock(p):
+                try:
+                    await self.write(p, _CLEAN, {"clean": True, "atMs": _now_ms()})
+                except Exception as exc:  # fenced or broker away: the next owner recovers
+                    log.info("consumer groups: partition %d not marked clean: %r", p, exc)
         await self.parts.close()
 
-    def on_acquired(self, hook: Callable[[int], Awaitable[None]]) -> None:
-        self._acquired_hooks.append(hook)
+    def on_orphan(self, hook: Callable[[int], Awaitable[None]]) -> None:
+        """Run ``hook(partition)`` as the new owner of a partition whose previous owner
+        went away (see the module docstring)."""
+        self._orphan_hooks.append(hook)
 
     async def _acquired(self, partition: int) -> None:
-        for hook in self._acquired_hooks:
+        """After any acquisition (a task of its own). Taken by :meth:`owned`: it decided
+        already. Adopted as an orphan: recover, unless a change got the lock first (it
+        recovers before changing anything: the flags are set before this task awaits)."""
+        if not self._on_demand.pop(partition, True):
+            return
+        self._fresh.add(partition)
+        self._unrecovered.add(partition)
+        async with self.parts.lock(partition):
+            if self.parts.owned(partition):
+                await self._recover(partition)
+
+    async def _recover(self, partition: int) -> None:
+        """First thing as a new owner: the clean-close marker read and cleared, then the
+        orphan hooks unless the previous owner closed cleanly."""
+        if partition in self._fresh:
+            marker = self._view.get(partition, _CLEAN)
+            if marker is not None and marker.get("clean"):
+                await self.write(partition, _CLEAN, {"clean": False, "atMs": _now_ms()})
+                self._unrecovered.discard(partition)
+            self._fresh.discard(partition)
+        if partition not in self._unrecovered:
+            return
+        for hook in self._orphan_hooks:
             await hook(partition)
+        self._unrecovered.discard(partition)
+
+    async def _take(self, p: int) -> None:
+        """Own partition ``p`` (lock held); a new owner's recovery runs before returning."""
+        if not await self.parts.still_owned(p):
+            try:
+                live = (await self._admin.partition_writers(self.topic)).get(p, [])
+            except Exception as exc:  # cannot tell: recover (duplicates rather than a loss)
+                log.warning("consumer groups: who writes partition %d? %r; recovering it", p, exc)
+                live = []
+            self._on_demand[p] = False  # the acquisition task leaves recovery to us
+            try:
+                await self.parts.own(p)
+            except BaseException:
+                self._on_demand.pop(p, None)
+                raise
+            self._fresh.add(p)
+            if not live:
+                self._unrecovered.add(p)
+        await self._recover(p)
 
     # -- primitives for the group coordinator --------------------------------------------
 
@@ -154,6 +238,10 @@ class GroupStore:
 
     def doc(self, group: str, kind: str, *rest: object) -> Doc | None:
         return self._view.get(self.partition_of(group), key(kind, group, *rest))
+
+    def view_doc(self, partition: int, k: str) -> Doc | None:
+        """A key as this sidecar has read it (``k`` from :func:`key`)."""
+        return self._view.get(partition, k)
 
     def docs(self, group: str) -> list[tuple[list[Any], Doc]]:
         """(key as a list, doc) of every key of the group, as this sidecar has read."""
@@ -173,7 +261,7 @@ class GroupStore:
         p = self.partition_of(group)
         for attempt in range(_TAKEOVER_ATTEMPTS):
             async with self.parts.lock(p):
-                await self.parts.own(p)
+                await self._take(p)
                 try:
                     return await change(p)
                 except errors.NotCoordinator:

@@ -16,7 +16,12 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from kop_dedup import errors
-from kop_dedup.coordination.groups.coordinator import PullResult, ResetRequest, StaleMember
+from kop_dedup.coordination.groups.coordinator import (
+    PullResult,
+    ResetRequest,
+    StaleMember,
+    UnknownGroup,
+)
 from kop_dedup.protocol.groups import AutoReset, Mode
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.http.answers import INVALID_RESPONSE, JSON_OBJECT, TOO_LARGE_RESPONSE
@@ -45,6 +50,8 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
 }
 
 GroupName = Annotated[str, Field(min_length=1, max_length=32_767)]
+MAX_TOPICS = 100
+"""Topics one member may read (each joined topic may be created, as a produce would)."""
 
 
 class GroupIn(Model):
@@ -56,7 +63,9 @@ class GroupIn(Model):
 
 class JoinIn(Model):
     memberId: str | None = Field(default=None, min_length=1, max_length=1000)  # noqa: N815
-    topics: list[Annotated[str, Field(min_length=1, max_length=249)]] = Field(min_length=1)
+    topics: list[Annotated[str, Field(min_length=1, max_length=249)]] = Field(
+        min_length=1, max_length=MAX_TOPICS
+    )
 
 
 class PullIn(Model):
@@ -80,10 +89,12 @@ class CommitIn(Model):
 
 class ResetIn(Model):
     topic: str = Field(min_length=1, max_length=249)
-    partitions: list[Annotated[int, Field(ge=0)]] | None = None
+    partitions: list[Int32] | None = Field(default=None, max_length=10_000)
     to: Literal["earliest", "latest", "timestamp", "offset"]
     value: Int64 | None = Field(default=None, description="epoch ms (timestamp) or offset")
-    members: list[str] | None = Field(default=None, description="broadcast: only these members")
+    members: list[Annotated[str, Field(min_length=1, max_length=1000)]] | None = Field(
+        default=None, max_length=10_000, description="broadcast: only these members"
+    )
 
 
 register_bodies(GroupIn, JoinIn, PullIn, CommitIn, ResetIn)
@@ -99,6 +110,8 @@ def _error(error: errors.KafkaError, status: int) -> JSONResponse:
 def _failure(exc: Exception, what: str) -> JSONResponse:
     if isinstance(exc, StaleMember):
         return _error(exc.error, 409)
+    if isinstance(exc, UnknownGroup):
+        return _error(exc, 404)
     error = translate(exc, what)
     if isinstance(error, errors.InvalidRequest | errors.OffsetOutOfRange | errors.InvalidTopic):
         return _error(error, 400)
@@ -201,7 +214,7 @@ async def describe_group(groupId: str, runtime: RuntimeDep) -> JSONResponse:  # 
     except Exception as exc:
         return _failure(exc, "reading the group")
     if doc is None:
-        return JSONResponse({"error": f"no group {groupId!r}"}, status_code=404)
+        return _error(UnknownGroup(f"no group {groupId!r}"), 404)
     return _ok(**_group(groupId, doc))
 
 
@@ -330,7 +343,7 @@ async def reset_status(groupId: str, runtime: RuntimeDep) -> JSONResponse:  # no
     try:
         resets = await runtime.groups.reset_status(groupId)
     except Exception as exc:
-        return _failure(exc, "reading resets")
+        return _failure(exc, "reading resets")  # 404 for a group with nothing stored
     return _ok(groupId=groupId, resets=resets)
 
 
@@ -339,9 +352,7 @@ async def lag(groupId: str, runtime: RuntimeDep) -> JSONResponse:  # noqa: N803
     """Per partition (per member in broadcast mode, plus the group minimum): end,
     committed, pulled, ready, inflight, lag, in records; the oldest inflight's age."""
     try:
-        body = await runtime.groups.lag(groupId)
-    except errors.InvalidRequest as exc:
-        return JSONResponse({"error": exc.message}, status_code=404)
+        body = await runtime.group_lag.lag(groupId)
     except Exception as exc:
-        return _failure(exc, "computing lag")
+        return _failure(exc, "computing lag")  # 404 for a group with nothing stored
     return _ok(**body)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from kop_dedup import errors
+from kop_dedup.observability.groups import group_gauges
 from kop_dedup.observability.metrics import CONTENT_TYPE, render
 from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS
 from kop_dedup.pulsar.failures import translate
@@ -220,8 +221,10 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
         "requests_waiting_for_memory": float(admission.waiting),
     }
     gauges["open_transactions_owned"] = float(runtime.transactions.owned_open())
+    gauges["group_pulls_in_flight"] = float(runtime.groups.pulls_in_flight)
+    lag = group_gauges(runtime.group_lag.rows, runtime.settings.group_metrics_max_series)
     return PlainTextResponse(
-        render(runtime.stats, gauges, runtime.transactions.stats.counters()),
+        render(runtime.stats, gauges, runtime.transactions.stats.counters(), lag),
         media_type=CONTENT_TYPE,
     )
 
