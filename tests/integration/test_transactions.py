@@ -102,6 +102,30 @@ def test_an_aborted_transaction_stays_invisible(tapi, pulsar_reader_client):
     assert values(pulsar_reader_client, a) == [f"{pid}:{epoch}:{i}" for i in (3, 4)]
 
 
+def test_a_transaction_begun_while_the_last_one_completes_keeps_every_partition(
+    tapi, pulsar_reader_client
+):
+    """The next transaction's first produce, sent right after end-txn's answer and retried
+    on 51 at once, lands while the previous decision is being applied, often just as it
+    completes: every partition of it must join the new transaction (a partition the
+    previous one listed once was answered 0 and never copied)."""
+    tid, a, b = uniq("tx"), uniq("a"), uniq("b")
+    pid, epoch = init(tapi, tid)
+    rounds, n = 12, 2
+    for r in range(rounds):
+        batches = [batch(t, pid, r * n, n, epoch=epoch) for t in (a, b)]
+        while True:
+            codes = [x["errorCode"] for x in tproduce(tapi, tid, *batches)]
+            if 51 not in codes:
+                break
+        assert set(codes) <= {0, 46}, codes  # 46: journaled by an earlier try
+        assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
+    wait_until("the last commit", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    expected = [f"{pid}:{epoch}:{i}" for i in range(rounds * n)]
+    assert values(pulsar_reader_client, a) == expected
+    assert values(pulsar_reader_client, b) == expected
+
+
 def offsets(api: httpx.Client, group: str, *, stable: bool = False) -> dict[tuple[str, int], Any]:
     r = api.get(f"/v1/groups/{group}/offsets", params={"requireStable": str(stable).lower()})
     assert r.status_code == 200, r.text

@@ -388,17 +388,21 @@ class TransactionCoordinator:
                 answers[i] = (problem, None)
             elif (
                 txn is None
-                or not txn.state.open
+                or txn.state is not TxnState.ONGOING
                 or txn.partition(batch.topic, batch.partition) is None
             ):
+                # only an ongoing transaction's partitions are joined already: one being
+                # decided or applied (it may complete before the join below) is not this
+                # batch's transaction, and every partition must join the next one
                 wanted.setdefault((batch.topic, batch.partition), batch)
-        if wanted or txn is None or txn.state is not TxnState.ONGOING:
-            ok = [b for i, b in enumerate(batches) if answers[i] is None]
-            if ok:
-                try:
-                    txn = await self._join(transactional_id, ok[0], list(wanted))
-                except errors.KafkaError as exc:
-                    return [(a or (exc, None), False) for a in answers]
+        if wanted:
+            assert txn is not None  # a batch passed _producer_problem: the id is known
+            try:
+                txn = await self._join(
+                    transactional_id, txn.producer_id, txn.producer_epoch, list(wanted)
+                )
+            except errors.KafkaError as exc:
+                return [(a or (exc, None), False) for a in answers]
         refused = [a is not None for a in answers]
         if txn is None:  # every batch was refused above
             return [(a or (errors.KafkaError("no answer"), None), False) for a in answers]
@@ -448,8 +452,11 @@ class TransactionCoordinator:
         return None
 
     async def _join(
-        self, transactional_id: str, first: KafkaBatch, keys: list[tuple[str, int]]
+        self, transactional_id: str, producer_id: int, epoch: int, keys: list[tuple[str, int]]
     ) -> Transaction:
+        """Join the partitions to the open transaction (starting one if none is open),
+        decided against the latest state: a partition is skipped only when the
+        transaction it is in is ongoing; a producer fenced meanwhile is refused (47)."""
         for topic, partition in keys:
             await self._partitions_of(topic)  # the data topic exists (auto-created) first
             await self._journal.ensure(topic, partition)
@@ -461,27 +468,14 @@ class TransactionCoordinator:
                 )
             txn = current
             now = _now_ms()
-            if not keys:  # a new transaction over partitions already named: start it
-                txn = tx.join(
-                    txn,
-                    first.producer_id,
-                    first.producer_epoch,
-                    Partition(
-                        first.topic,
-                        first.partition,
-                        await self._journal.end(first.topic, first.partition),
-                    ),
-                    now_ms=now,
-                )
             for topic, partition in keys:
-                opened = txn.state is TxnState.ONGOING
-                if opened and txn.partition(topic, partition) is not None:
+                if txn.state is TxnState.ONGOING and txn.partition(topic, partition) is not None:
                     continue
                 start = await self._journal.end(topic, partition)
                 txn = tx.join(
                     txn,
-                    first.producer_id,
-                    first.producer_epoch,
+                    producer_id,
+                    epoch,
                     Partition(topic, partition, start),
                     now_ms=now,
                 )
