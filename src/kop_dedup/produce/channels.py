@@ -94,8 +94,9 @@ class Channel:
 
     def notify(self) -> None:
         """Wake every batch waiting on this channel: they decide again."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self.waiters:
+            self._changed.set()
+            self._changed = asyncio.Event()
 
     async def wait_change(self, within: float) -> bool:
         """Wait up to ``within`` seconds for a change; False if nothing changed."""

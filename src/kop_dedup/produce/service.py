@@ -210,6 +210,7 @@ class ProduceService:
         )
         strict = self.settings.strict_fencing
         fresh = not strict and channel.producer is not None
+        arriving = True
         gap_deadline = min(deadline, time.monotonic() + self.settings.reorder_window_ms / 1000)
         try:
             await self.channels.ensure_open(channel, deadline)
@@ -227,7 +228,9 @@ class ProduceService:
                     max_in_flight=self.settings.max_inflight_batches,
                     queue_room=0 if producer is None else producer.room,
                     closing=self.closing,
+                    arriving=arriving,
                 )
+                arriving = False
                 verdict = decide(channel.state, attempt, moment)
                 act = verdict.act
                 if act is Act.SEND or act is Act.RESEND:
@@ -324,6 +327,7 @@ class ProduceService:
             state.on_handed(span[0], span[1], resend=span[2])
             if not span[2]:
                 self.channels.note_epoch_with_state(*channel.key)
+                channel.notify()  # the batch after this one may go now, pipelined
 
         future.add_done_callback(self._settler(channel, span))
         try:
