@@ -210,7 +210,7 @@ class ProduceService:
         )
         strict = self.settings.strict_fencing
         fresh = not strict and channel.producer is not None
-        arriving = True
+        arriving, handed = True, False
         gap_deadline = min(deadline, time.monotonic() + self.settings.reorder_window_ms / 1000)
         try:
             await self.channels.ensure_open(channel, deadline)
@@ -234,6 +234,7 @@ class ProduceService:
                 verdict = decide(channel.state, attempt, moment)
                 act = verdict.act
                 if act is Act.SEND or act is Act.RESEND:
+                    handed = True  # from here on _hand and the receipt wake the others
                     return await self._send(channel, batch, verdict, deadline, extra)
                 if act is Act.DUPLICATE:
                     if verdict.state_lost:
@@ -245,7 +246,8 @@ class ProduceService:
                 fresh = fresh or not strict
         finally:
             channel.arrived.remove(batch.base_sequence)
-            channel.notify()  # a batch waiting on this one's sequence decides again
+            if not handed:  # a batch waiting on this one's sequence decides again
+                channel.notify()
             self.channels.release(channel)
 
     async def _carry_out(
@@ -254,7 +256,7 @@ class ProduceService:
         """Carry out a verdict that is not final; True if the epochs view is now fresh."""
         pid, epoch = channel.key[1], channel.key[2]
         if verdict.act is Act.WAIT:
-            changed = await channel.wait_change(verdict.until - now)
+            changed = await channel.wait_change(verdict.until - now, verdict.after)
             if not changed and verdict.until >= deadline:
                 raise errors.RequestTimedOut(f"{verdict.reason}; retry (it is safe)")
             return False
@@ -312,6 +314,7 @@ class ProduceService:
         """
         producer = channel.producer
         if producer is None:  # resynced away between the decision and now: decide again
+            channel.notify()
             raise errors.NotLeaderOrFollower("the Pulsar producer was being reopened; retry")
         state = channel.state
         try:
@@ -320,14 +323,18 @@ class ProduceService:
             if span is not None:
                 state.on_handed(span[0], span[1], resend=span[2])
                 state.on_failed()
+            channel.notify()
             raise self._partly_enqueued(batch, exc) from exc
+        except Exception:
+            channel.notify()  # nothing was enqueued: whoever waits on this batch decides again
+            raise
         if span is None:
             state.in_flight += 1
         else:
             state.on_handed(span[0], span[1], resend=span[2])
             if not span[2]:
                 self.channels.note_epoch_with_state(*channel.key)
-                channel.notify()  # the batch after this one may go now, pipelined
+                channel.handed(span[1])  # the batch after this one may go now, pipelined
 
         future.add_done_callback(self._settler(channel, span))
         try:
@@ -354,7 +361,7 @@ class ProduceService:
                 state.on_stored(span[0], span[1], f.result().message_id)
             else:
                 state.on_failed()
-            channel.notify()
+            channel.settled(ok=ok)
 
         return settle
 

@@ -238,6 +238,9 @@ class Verdict:
     """For DUPLICATE: the broker had lost its state; only the sidecar's memory knew."""
     behind: bool = False
     """For WAIT: what the batch waits for is an earlier batch already inside the sidecar."""
+    after: int | None = None
+    """For WAIT behind a gap: only the hand of the batch ending at this extended sequence
+    (the one just before this batch) can end the wait early; None: any change."""
 
 
 def _kafka(extended: int) -> int:
@@ -248,8 +251,8 @@ def _refuse(error: errors.KafkaError) -> Verdict:
     return Verdict(Act.REFUSE, error.message, error=error)
 
 
-def _wait(until: float, reason: str, *, behind: bool = False) -> Verdict:
-    return Verdict(Act.WAIT, reason, until=until, behind=behind)
+def _wait(until: float, reason: str, *, behind: bool = False, after: int | None = None) -> Verdict:
+    return Verdict(Act.WAIT, reason, until=until, behind=behind, after=after)
 
 
 _FINAL = frozenset({Act.SEND, Act.RESEND, Act.DUPLICATE, Act.REFUSE})
@@ -322,15 +325,18 @@ def _sequence_verdict(state: ChannelState, attempt: Attempt, moment: Moment) -> 
     if first == sent + 1:
         return Verdict(Act.SEND, "next in sequence", first=first, last=last)
     if first > sent + 1:
-        return _gap(attempt, moment, expected=_kafka(sent + 1), span=span)
+        return _gap(attempt, moment, expected=_kafka(sent + 1), span=span, after=first - 1)
     return _retry(state, attempt, moment, first, last, span)
 
 
-def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str) -> Verdict:
+def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str, after: int) -> Verdict:
     arrived = expected in moment.arrived
     if moment.now < moment.gap_deadline:
         return _wait(
-            moment.gap_deadline, f"{span} waits for sequence {expected} to arrive", behind=arrived
+            moment.gap_deadline,
+            f"{span} waits for sequence {expected} to arrive",
+            behind=arrived,
+            after=after,
         )
     if not arrived:
         return _refuse(
@@ -341,7 +347,10 @@ def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str) -> Verdi
             )
         )
     return _wait(
-        moment.deadline, f"{span} waited for earlier batches still in the sidecar", behind=True
+        moment.deadline,
+        f"{span} waited for earlier batches still in the sidecar",
+        behind=True,
+        after=after,
     )
 
 
