@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kop_dedup import errors
 from kop_dedup.coordination.registry import EpochRegistry
@@ -34,6 +35,7 @@ from kop_dedup.settings import Settings
 __all__ = ["BatchResult", "ProduceService"]
 
 log = logging.getLogger("kop_dedup.produce")
+_T = TypeVar("_T")
 
 Journal = tuple[str, dict[str, str]]
 """(journal partition topic, properties for every record) of a transactional batch."""
@@ -56,6 +58,30 @@ class BatchResult:
     @property
     def error_name(self) -> str:
         return errors.NONE_NAME if self.error is None else self.error.name
+
+
+async def _within(future: asyncio.Future[_T], deadline: float) -> _T:
+    """``future``'s outcome, waiting until ``deadline`` (monotonic) at most, then
+    TimeoutError. Never cancels ``future``: others may wait on it, and its callbacks
+    must run (the cost of ``wait_for(shield(...))`` without its task and futures)."""
+    if not future.done():
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: object) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        future.add_done_callback(wake)
+        timer = loop.call_later(max(deadline - time.monotonic(), 0.001), wake, None)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            future.remove_done_callback(wake)
+        if not future.done():
+            raise TimeoutError
+    return future.result()
 
 
 class ProduceService:
@@ -261,7 +287,13 @@ class ProduceService:
                 raise errors.RequestTimedOut(f"{verdict.reason}; retry (it is safe)")
             return False
         if verdict.act is Act.CATCH_UP:
-            await self._bounded(self.epochs.barrier(), deadline, "reading the producer epochs")
+            what = "reading the producer epochs"
+            try:
+                await _within(self.epochs.barrier_future(), deadline)
+            except TimeoutError as exc:
+                raise errors.RequestTimedOut(f"{what} timed out; retry (it is safe)") from exc
+            except Exception as exc:
+                raise translate(exc, what) from exc
             return True
         if verdict.act is Act.RECORD_EPOCH:
             await self._bounded(
@@ -338,7 +370,7 @@ class ProduceService:
 
         future.add_done_callback(self._settler(channel, span))
         try:
-            return await asyncio.wait_for(asyncio.shield(future), deadline - time.monotonic())
+            return await _within(future, deadline)
         except TimeoutError as exc:
             raise errors.RequestTimedOut(
                 "Pulsar did not acknowledge the batch in time; retry it (it is safe)"

@@ -21,8 +21,9 @@ sent (:func:`kop_dedup.pulsar.wire.entry_size_bound`), so the client never split
 and every record's answer counts: the batch fails if any record failed.
 
 Callbacks from the C++ client run on its I/O thread: they never raise and never block.
-Only the first and the last record of a batch carry a Python callback; the others
-carry none (``None``: an empty ``std::function``, which the C++ client skips). A Python
+Only the first and the last record of a batch carry a Python callback; the others,
+and the flush, carry none (``None``: an empty ``std::function``, which the C++ client
+skips: ``if (callback)``, ``addTrackerCallback``). A Python
 callback costs the I/O thread the GIL several times per record (pybind11 takes it to
 call the function and again to copy and to destroy it), and with 100-record batches
 that was a quarter of the CPU of a send, on the sidecar and on the benchmark's direct
@@ -268,10 +269,10 @@ class PulsarProducer:
         if waiter.refused is not None:
             if count == 1:
                 raise SendFailed(waiter.refused)
-            self._raw.flush_async(id)
+            self._raw.flush_async(None)
             raise PartialBatch(waiter.refused)
         waiter.flushed = True
-        self._raw.flush_async(id)  # a C builtin: each record's receipt carries the answer
+        self._raw.flush_async(None)  # no callback: each record's receipt carries the answer
         self.queued += count
         self.outstanding += 1
         fut = waiter.future
