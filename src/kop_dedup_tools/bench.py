@@ -18,7 +18,9 @@ and a started broker's ``pulsar-logs/``. Every failure says what failed (step,
 exception type and message) with the sidecar's log tail.
 
 ``--memory`` measures the sidecar's RSS with 10,000 idle producer states and
-its CPU cost per batch as producers grow from 1 to 64.
+its CPU cost per batch as producers grow from 1 to 64. ``--transactions`` compares
+transactions with the same records produced idempotently
+(:mod:`kop_dedup_tools.bench_txn`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from kop_dedup_tools.topics import create_topic
 
 __all__ = [
     "BenchError",
+    "KeepAlive",
     "add_cli",
     "describe_failure",
     "may_start_broker",
@@ -227,7 +230,7 @@ async def _direct_cell(
 # -- sidecar -----------------------------------------------------------------------
 
 
-class _KeepAlive:
+class KeepAlive:
     """A minimal HTTP/1.1 keep-alive client on asyncio streams.
 
     httpx's async client managed about 80 requests/s at 40 concurrent
@@ -244,13 +247,19 @@ class _KeepAlive:
         self._all: list[asyncio.StreamWriter] = []
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        return await self.request("POST", path, body)
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        return await self.request("GET", path, b"")
+
+    async def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         if self._idle:
             reader, writer = self._idle.pop()
         else:
             reader, writer = await asyncio.open_connection(self.host, self.port)
             self._all.append(writer)
         writer.write(
-            f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json"
+            f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json"
             f"\r\ncontent-length: {len(body)}\r\n\r\n".encode()
             + body
         )
@@ -289,7 +298,7 @@ async def _sidecar_cell(
 ) -> Cell:
     values = [base64.b64encode(v).decode() for v in _values(batch_size, value_size)]
     recs = ",".join(f'{{"value":"{v}"}}' for v in values)
-    client = _KeepAlive(sc.url)
+    client = KeepAlive(sc.url)
     try:
         pids = []
         for _ in range(producers):
@@ -618,13 +627,26 @@ def _memory(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None
     print(json.dumps(memory, indent=2))
 
 
+def _transactions(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
+    from kop_dedup_tools.bench_txn import run_transactions, write_txn_results  # noqa: PLC0415
+
+    sc = _sidecar(args)
+    try:
+        with _step("the transactions run", sc):
+            cells, rows = run_transactions(args, sc, _say)
+    finally:
+        sc.stop()
+    print(write_txn_results(out, cells, rows, {"machine": _machine(), "broker": broker}))
+
+
 def _handler(args: argparse.Namespace) -> int:
     if args.quick:
         args.batch_sizes, args.producers, args.reps = [100], [1, 8], 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    run = _memory if args.memory else _transactions if args.transactions else _matrix
     with _broker(args, out) as broker:
-        (_memory if args.memory else _matrix)(args, out, broker)
+        run(args, out, broker)
     return 0
 
 
@@ -654,6 +676,12 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--value-size", type=int, default=100)
     p.add_argument("--quick", action="store_true", help="batch 100, producers 1 and 8, one rep")
     p.add_argument("--memory", action="store_true", help="idle-state memory and cost per batch")
+    p.add_argument(
+        "--transactions",
+        action="store_true",
+        help="transactions of 10 batches x 100 records over 2 partitions against the same "
+        "records produced idempotently, per --producers count (transactions.json)",
+    )
     p.add_argument("--idle-states", type=int, default=10_000)
     p.add_argument("--out", default="bench-results", help="results and logs (kept)")
     p.set_defaults(func=_handler)
