@@ -18,7 +18,9 @@ and a started broker's ``pulsar-logs/``. Every failure says what failed (step,
 exception type and message) with the sidecar's log tail.
 
 ``--memory`` measures the sidecar's RSS with 10,000 idle producer states and
-its CPU cost per batch as producers grow from 1 to 64.
+its CPU cost per batch as producers grow from 1 to 64. ``--transactions`` compares
+transactions with the same records produced idempotently
+(:mod:`kop_dedup_tools.bench_txn`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from kop_dedup import errors
 from kop_dedup.cli import add_pulsar_url_options
 from kop_dedup.protocol.records import SEQ_MODULUS
 from kop_dedup_tools.bench_results import (
@@ -58,6 +61,8 @@ from kop_dedup_tools.topics import create_topic
 
 __all__ = [
     "BenchError",
+    "KeepAlive",
+    "Sidecars",
     "add_cli",
     "describe_failure",
     "may_start_broker",
@@ -74,15 +79,45 @@ class BenchError(RuntimeError):
     message, and (when a sidecar ran) where its log is, with the log's tail."""
 
 
-def describe_failure(what: str, exc: BaseException, sc: SidecarProcess | None = None) -> str:
-    """``<what> failed: <Type>: <message>`` and the sidecar's state and log tail. An
+class Sidecars:
+    """The sidecar processes of a run (``--sidecars N``): producer ``i`` talks to
+    process ``i % N``, so each producer id is served by exactly one process (the broker
+    refuses a second holder of a producer name). CPU and RSS are summed."""
+
+    def __init__(self, procs: Sequence[SidecarProcess]) -> None:
+        self.procs = list(procs)
+
+    def url_for(self, producer: int) -> str:
+        return self.procs[producer % len(self.procs)].url
+
+    def cpu_seconds(self) -> float:
+        return sum(sc.cpu_seconds() for sc in self.procs)
+
+    def rss_mb(self) -> float:
+        return sum(sc.rss_mb() for sc in self.procs)
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+
+def describe_failure(
+    what: str, exc: BaseException, sc: SidecarProcess | Sidecars | None = None
+) -> str:
+    """``<what> failed: <Type>: <message>`` and each sidecar's state and log tail. An
     exception without a message (httpx's timeouts, a bare ``TimeoutError``) still
     names its type."""
     lines = [f"{what} failed: {type(exc).__name__}: {str(exc).strip() or '(no message)'}"]
     if exc.__cause__ is not None:
         cause = exc.__cause__
         lines.append(f"caused by {type(cause).__name__}: {str(cause).strip() or '(no message)'}")
-    if sc is not None:
+    for one in sc.procs if isinstance(sc, Sidecars) else [] if sc is None else [sc]:
+        lines.extend(_sidecar_state(one))
+    return "\n".join(lines)
+
+
+def _sidecar_state(sc: SidecarProcess) -> list[str]:
+    lines = []
+    if True:
         proc = sc.proc
         state = (
             "never started"
@@ -93,11 +128,11 @@ def describe_failure(what: str, exc: BaseException, sc: SidecarProcess | None = 
         )
         lines.append(f"sidecar {sc.url} {state}; log {sc.log_path}, last lines:")
         lines.append(sc.log_tail(20))
-    return "\n".join(lines)
+    return lines
 
 
 @contextlib.contextmanager
-def _step(what: str, sc: SidecarProcess | None = None) -> Iterator[None]:
+def _step(what: str, sc: SidecarProcess | Sidecars | None = None) -> Iterator[None]:
     """Turn any failure inside into a :class:`BenchError` that says what failed."""
     try:
         yield
@@ -227,7 +262,7 @@ async def _direct_cell(
 # -- sidecar -----------------------------------------------------------------------
 
 
-class _KeepAlive:
+class KeepAlive:
     """A minimal HTTP/1.1 keep-alive client on asyncio streams.
 
     httpx's async client managed about 80 requests/s at 40 concurrent
@@ -244,13 +279,19 @@ class _KeepAlive:
         self._all: list[asyncio.StreamWriter] = []
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        return await self.request("POST", path, body)
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        return await self.request("GET", path, b"")
+
+    async def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         if self._idle:
             reader, writer = self._idle.pop()
         else:
             reader, writer = await asyncio.open_connection(self.host, self.port)
             self._all.append(writer)
         writer.write(
-            f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json"
+            f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json"
             f"\r\ncontent-length: {len(body)}\r\n\r\n".encode()
             + body
         )
@@ -279,7 +320,7 @@ class _KeepAlive:
 
 
 async def _sidecar_cell(
-    sc: SidecarProcess,
+    sc: Sidecars,
     topic: str,
     batch_size: int,
     producers: int,
@@ -289,11 +330,11 @@ async def _sidecar_cell(
 ) -> Cell:
     values = [base64.b64encode(v).decode() for v in _values(batch_size, value_size)]
     recs = ",".join(f'{{"value":"{v}"}}' for v in values)
-    client = _KeepAlive(sc.url)
+    clients = [KeepAlive(sc.url_for(i)) for i in range(min(producers, len(sc)))]
     try:
         pids = []
-        for _ in range(producers):
-            _, data = await client.post("/v1/init-producer-id", b"{}")
+        for i in range(producers):
+            _, data = await clients[i % len(clients)].post("/v1/init-producer-id", b"{}")
             pids.append(json.loads(data)["producerId"])
 
         async def send(i: int, seq: int) -> None:
@@ -302,7 +343,7 @@ async def _sidecar_cell(
                 f'"producerEpoch":0,"baseSequence":{seq % SEQ_MODULUS},'
                 f'"lastSequence":{(seq + batch_size - 1) % SEQ_MODULUS},"records":[{recs}]}}]}}'
             ).encode()
-            status, data = await client.post("/v1/produce", body)
+            status, data = await clients[i % len(clients)].post("/v1/produce", body)
             if status != 200 or json.loads(data)["results"][0]["errorCode"] != 0:
                 raise RuntimeError(f"sidecar answered {status}: {data[:300]!r}")
 
@@ -310,7 +351,8 @@ async def _sidecar_cell(
         run = await _drive(producers, batch_size, seconds, rate, send)
         cpu = sc.cpu_seconds() - cpu0
     finally:
-        await client.close()
+        for client in clients:
+            await client.close()
     return _cell(
         "sidecar",
         batch_size,
@@ -338,6 +380,18 @@ def _sidecar(args: argparse.Namespace, **settings: Any) -> SidecarProcess:
     return sc
 
 
+@contextlib.contextmanager
+def _sidecars(args: argparse.Namespace) -> Iterator[Sidecars]:
+    """``--sidecars`` processes for the run, each stopped at the end."""
+    started: list[SidecarProcess] = []
+    try:
+        started.extend(_sidecar(args) for _ in range(args.sidecars))  # kept as each starts
+        yield Sidecars(started)
+    finally:
+        for sc in started:
+            sc.stop()
+
+
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -352,7 +406,7 @@ def _full(topic: str) -> str:
     return f"persistent://public/kafka/{topic}"
 
 
-def run_matrix(args: argparse.Namespace, sc: SidecarProcess) -> tuple[list[Cell], dict[str, Any]]:
+def run_matrix(args: argparse.Namespace, sc: Sidecars) -> tuple[list[Cell], dict[str, Any]]:
     """Every (batch size, producers, repetition, mode) cell, then the half-load run."""
     cells: list[Cell] = []
     for size in args.batch_sizes:
@@ -387,7 +441,7 @@ def run_matrix(args: argparse.Namespace, sc: SidecarProcess) -> tuple[list[Cell]
     return cells, half
 
 
-def _half_load(args: argparse.Namespace, sc: SidecarProcess, rows: list[Row]) -> dict[str, Any]:
+def _half_load(args: argparse.Namespace, sc: Sidecars, rows: list[Row]) -> dict[str, Any]:
     """Both modes paced at half the sidecar's peak (as the table shows it) at 100-record
     batches and the most producers up to 8: the latency the sidecar adds below its limit."""
     size, prods = 100, max((p for p in args.producers if p <= 8), default=None)
@@ -445,13 +499,20 @@ async def _idle_states(url: str, topics: list[str], n: int) -> None:
                     }
                 ]
             }
+            retried = False
             async with sem:
-                r = await c.post("/v1/produce", json=body)
+                try:
+                    r = await c.post("/v1/produce", json=body)
+                except httpx.TransportError:
+                    # a kept-alive connection the sidecar closed as it was reused (seen
+                    # on a loaded machine): the same batch again is safe, 46 if stored
+                    retried = True
+                    r = await c.post("/v1/produce", json=body)
             try:
                 code = r.json()["results"][0]["errorCode"]
             except (ValueError, KeyError, IndexError, TypeError):
                 code = None
-            if code != 0:
+            if code != 0 and not (retried and code == errors.DuplicateSequenceNumber.errno):
                 raise RuntimeError(
                     f"producer {base + i}'s batch was answered HTTP {r.status_code}: {r.text[:300]}"
                 )
@@ -494,7 +555,9 @@ def run_memory(args: argparse.Namespace, sc: SidecarProcess) -> dict[str, Any]:
         with _step(f"the cost-per-batch cell with {prods} producers", sc):
             cpu0 = sc.cpu_seconds()
             cell = asyncio.run(
-                _sidecar_cell(sc, _topic(args), 100, prods, args.seconds, args.value_size)
+                _sidecar_cell(
+                    Sidecars([sc]), _topic(args), 100, prods, args.seconds, args.value_size
+                )
             )
             cpu = sc.cpu_seconds() - cpu0
         per_batch.append(
@@ -570,13 +633,19 @@ def _machine() -> dict[str, Any]:
 
 
 def write_results(
-    out: Path, cells: list[Cell], half: dict[str, Any], broker: dict[str, Any]
+    out: Path,
+    cells: list[Cell],
+    half: dict[str, Any],
+    broker: dict[str, Any],
+    *,
+    sidecars: int = 1,
 ) -> str:
     """bench.json and bench.png from one aggregation of ``cells``; the report to print."""
     rows = summarize(cells)
     results = {
         "machine": _machine(),
         "broker": broker,
+        "sidecars": sidecars,
         "aggregation": AGGREGATION,
         "summary": summary_json(rows),
         "cells": [c.to_dict() for c in cells],
@@ -585,6 +654,11 @@ def write_results(
     (out / "bench.json").write_text(json.dumps(results, indent=2))
     plot(rows, out / "bench.png")
     report = [render_table(rows)]
+    if sidecars > 1:
+        report.append(
+            f"{sidecars} sidecar processes, producer i on process i % {sidecars}; "
+            "cpu% and rss MB are their sum"
+        )
     if half:
         report.append(
             f"\nat half of the sidecar's peak ({half['rate']:,.0f} rec/s, batch "
@@ -596,12 +670,9 @@ def write_results(
 
 
 def _matrix(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
-    sc = _sidecar(args)
-    try:
+    with _sidecars(args) as sc:
         cells, half = run_matrix(args, sc)
-    finally:
-        sc.stop()
-    print(write_results(out, cells, half, broker))
+    print(write_results(out, cells, half, broker, sidecars=args.sidecars))
 
 
 def _memory(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
@@ -618,13 +689,26 @@ def _memory(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None
     print(json.dumps(memory, indent=2))
 
 
+def _transactions(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
+    from kop_dedup_tools.bench_txn import run_transactions, write_txn_results  # noqa: PLC0415
+
+    sc = _sidecar(args)
+    try:
+        with _step("the transactions run", sc):
+            cells, rows = run_transactions(args, sc, _say)
+    finally:
+        sc.stop()
+    print(write_txn_results(out, cells, rows, {"machine": _machine(), "broker": broker}))
+
+
 def _handler(args: argparse.Namespace) -> int:
     if args.quick:
         args.batch_sizes, args.producers, args.reps = [100], [1, 8], 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    run = _memory if args.memory else _transactions if args.transactions else _matrix
     with _broker(args, out) as broker:
-        (_memory if args.memory else _matrix)(args, out, broker)
+        run(args, out, broker)
     return 0
 
 
@@ -653,7 +737,20 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--seconds", type=float, default=4.0, help="per cell and mode")
     p.add_argument("--value-size", type=int, default=100)
     p.add_argument("--quick", action="store_true", help="batch 100, producers 1 and 8, one rep")
+    p.add_argument(
+        "--sidecars",
+        type=int,
+        default=1,
+        help="sidecar processes (each its own port; producer i uses process i %% N, so "
+        "every producer id has one owner); CPU and RSS columns are their sum",
+    )
     p.add_argument("--memory", action="store_true", help="idle-state memory and cost per batch")
+    p.add_argument(
+        "--transactions",
+        action="store_true",
+        help="transactions of 10 batches x 100 records over 2 partitions against the same "
+        "records produced idempotently, per --producers count (transactions.json)",
+    )
     p.add_argument("--idle-states", type=int, default=10_000)
     p.add_argument("--out", default="bench-results", help="results and logs (kept)")
     p.set_defaults(func=_handler)

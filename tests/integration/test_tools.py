@@ -72,3 +72,42 @@ def test_bench_smoke_writes_results_that_agree_and_keeps_the_sidecar_log(pulsar,
     assert (tmp_path / "bench.png").stat().st_size > 0
     [log] = tmp_path.glob("sidecar-*.log")
     assert "kop-dedup listening" in log.read_text()
+
+
+def test_bench_transactions_smoke_commits_reads_back_and_compares(pulsar, tmp_path):
+    """One short cell per mode: rounds commit, every committed record is read back from
+    the data topic, and the summary compares the two (never a timing assertion)."""
+    proc = run_cli(
+        *("bench", "--transactions", "--producers", "1", "--reps", "1"),
+        *("--seconds", "0.5", "--out", str(tmp_path)),
+        *("--service-url", pulsar.service_url, "--admin-url", pulsar.admin_url),
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "transactions.json").read_text())
+    [row] = results["summary"]
+    txn, idem = row["transactions"], row["idempotent"]
+    assert txn["rounds"] >= 1
+    assert idem["rounds"] >= 1
+    assert txn["records"] == txn["rounds"] * 10 * 100
+    assert txn["unread_rounds"] == 0  # every committed round was read from the data topic
+    assert idem["unread_rounds"] == 0
+    assert txn["end_p50_ms"] is not None
+    assert row["ratio"] == round(txn["records_per_s"] / idem["records_per_s"], 2)
+    printed = next(line for line in proc.stdout.splitlines() if line.split("|")[0].strip() == "1")
+    assert printed.split()[-1] == f"{row['ratio']:.2f}"
+
+
+def test_bench_with_two_sidecars_spreads_the_producers_and_says_so(pulsar, tmp_path):
+    proc = run_cli(
+        *("bench", "--sidecars", "2", "--batch-sizes", "10", "--producers", "2"),
+        *("--reps", "1", "--seconds", "0.5", "--out", str(tmp_path)),
+        *("--service-url", pulsar.service_url, "--admin-url", pulsar.admin_url),
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "bench.json").read_text())
+    assert results["sidecars"] == 2
+    assert results["summary"][0]["sidecar"]["records"] > 0
+    assert "2 sidecar processes" in proc.stdout
+    logs = list(tmp_path.glob("sidecar-*.log"))
+    assert len(logs) == 2
+    assert all("kop-dedup listening" in log.read_text() for log in logs)

@@ -44,8 +44,9 @@ class FakeMessageId:
 
 @dataclass
 class FakeRawProducer:
-    """Calls back like the C++ client: refusals at once, answers after a flush, from
-    another thread, in record order."""
+    """Calls back like the C++ client: refusals at once (from ``refuse_at`` on, as a
+    closed or fenced producer refuses every later record), answers after a flush, from
+    another thread, in record order; a record without a callback (None) is not told."""
 
     refuse_at: int | None = None
     refusal: _pulsar.Result = _pulsar.Result.ProducerQueueIsFull
@@ -54,12 +55,16 @@ class FakeRawProducer:
     duplicate: bool = False
     split_at: int | None = None
     pending: list[Any] = field(default_factory=list)
+    callbacks: list[Any] = field(default_factory=list)
+    """Every callback given, in order (None included)."""
     flushes: int = 0
     sent: int = 0
 
     def send_async(self, _msg: Any, callback: Any) -> None:
+        self.callbacks.append(callback)
         if self.refuse_at is not None and self.sent >= self.refuse_at:
-            callback(self.refusal, FakeMessageId(-1, -1, -1))
+            if callback is not None:
+                callback(self.refusal, FakeMessageId(-1, -1, -1))
             return
         self.sent += 1
         self.pending.append(callback)
@@ -72,7 +77,8 @@ class FakeRawProducer:
             ledger, entry = (-1, -1) if self.duplicate else (12, 3)
             for i, cb in enumerate(callbacks):
                 index = i if self.split_at is None else i % self.split_at
-                cb(self.results.get(i, OK), FakeMessageId(ledger, entry, index))
+                if cb is not None:
+                    cb(self.results.get(i, OK), FakeMessageId(ledger, entry, index))
 
         threading.Thread(target=answer).start()
 
@@ -136,19 +142,51 @@ def test_a_first_record_refused_raises_at_once_and_enqueues_nothing():
     assert translate(exc, "publish").retriable
 
 
-def test_a_record_refused_after_others_were_enqueued_is_a_partial_batch_never_an_ok():
+@pytest.mark.parametrize("refuse_at", [2, 4])
+def test_a_record_refused_after_others_were_enqueued_is_a_partial_batch_never_an_ok(refuse_at):
     async def go() -> Any:
-        raw = FakeRawProducer(refuse_at=2)
+        raw = FakeRawProducer(refuse_at=refuse_at)
+        p = producer(raw)
         with pytest.raises(PartialBatch) as caught:
-            producer(raw).send_batch(make(5), 5)
-        return caught.value
+            p.send_batch(make(5), 5)
+        return raw, p, caught.value
 
-    exc = run(go())
-    assert exc.enqueued == 2
+    raw, p, exc = run(go())
+    assert exc.result == _pulsar.Result.ProducerQueueIsFull
     assert "may be stored" in str(exc)
+    assert raw.flushes == 1  # what was enqueued cannot be taken back
+    assert (p.queued, p.outstanding) == (0, 0)
 
 
-@pytest.mark.parametrize("failing", [0, 2])
+def test_a_one_record_batch_refused_raises_at_once():
+    async def go() -> Any:
+        raw = FakeRawProducer(refuse_at=0)
+        with pytest.raises(SendFailed) as caught:
+            producer(raw).send_batch(make(1), 1)
+        return raw, caught.value
+
+    raw, exc = run(go())
+    assert (raw.sent, raw.flushes) == (0, 0)
+    assert exc.result == _pulsar.Result.ProducerQueueIsFull
+
+
+def test_only_the_first_and_the_last_record_carry_a_python_callback():
+    """The C++ client answers every record of an entry with the entry's result, and a
+    producer that refuses one record refuses every later one: the first and the last
+    tell everything, and the I/O thread takes the GIL per batch, not per record."""
+
+    async def go() -> Any:
+        raw = FakeRawProducer()
+        await producer(raw).send_batch(make(5), 5)
+        return raw.callbacks
+
+    callbacks = run(go())
+    assert callbacks[0] is not None
+    assert callbacks[-1] is not None
+    assert callbacks[1:-1] == [None, None, None]
+
+
+@pytest.mark.parametrize("failing", [0, 3])
 def test_any_records_failure_in_the_entry_fails_the_whole_batch(failing):
     async def go() -> Any:
         raw = FakeRawProducer(results={failing: _pulsar.Result.Timeout})

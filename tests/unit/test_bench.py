@@ -221,3 +221,19 @@ def test_the_first_failed_batch_stops_the_run_and_is_raised():
     with pytest.raises(RuntimeError, match="MESSAGE_TOO_LARGE"):
         asyncio.run(bench._drive(2, 10, seconds=30, rate=None, send=send))
     assert len(calls) <= 2 * (3 + 5)  # what was in flight when it failed, not 30 s of it
+
+
+def test_producers_are_spread_over_the_sidecars_one_owner_each_and_failures_show_every_log(
+    tmp_path,
+):
+    procs = [
+        SidecarProcess("pulsar://127.0.0.1:1", "http://127.0.0.1:1", log_dir=tmp_path, port=p)
+        for p in (7001, 7002)
+    ]
+    group = bench.Sidecars(procs)
+    assert [group.url_for(i) for i in range(4)] == [procs[0].url, procs[1].url] * 2
+    for sc, text in zip(procs, ("first log line", "second log line"), strict=True):
+        sc.log_path.write_text(text)
+    message = bench.describe_failure("the cell", RuntimeError("boom"), group)
+    assert "first log line" in message
+    assert "second log line" in message

@@ -181,3 +181,55 @@ def test_the_plain_channel_needs_no_deduplication():
         return await opened(mgr, (TOPIC, -1, -1))
 
     assert run(go()).producer is not None
+
+
+# -- waiting on a channel ----------------------------------------------------------------
+
+
+def test_a_batch_behind_a_gap_wakes_for_the_hand_before_it_not_for_other_changes():
+    async def go() -> list[str]:
+        channel = Channel((TOPIC, 7, 0))
+        woke: list[str] = []
+
+        async def wait(name: str, after: int | None) -> None:
+            woke.append(f"{name} {await channel.wait_change(5.0, after)}")
+
+        tasks = [asyncio.create_task(wait("behind-14", 14)), asyncio.create_task(wait("any", None))]
+        await asyncio.sleep(0)
+        channel.settled(ok=True)  # a receipt: room changed, no sequence
+        await asyncio.sleep(0)
+        channel.handed(9)  # an earlier batch went, not the one just before
+        await asyncio.sleep(0)
+        assert woke == ["any True"]
+        assert channel.waiters == 1
+        channel.handed(14)
+        await asyncio.gather(*tasks)
+        return woke
+
+    assert asyncio.run(go()) == ["any True", "behind-14 True"]
+
+
+def test_notify_and_a_failed_receipt_wake_every_waiter():
+    async def go() -> list[bool]:
+        channel = Channel((TOPIC, 7, 0))
+        waits = [asyncio.create_task(channel.wait_change(5.0, after)) for after in (4, 9, None)]
+        await asyncio.sleep(0)
+        channel.settled(ok=False)
+        return list(await asyncio.gather(*waits))
+
+    assert asyncio.run(go()) == [True, True, True]
+
+
+def test_a_wait_that_expires_or_is_cancelled_leaves_nothing_behind():
+    async def go() -> tuple[bool, int]:
+        channel = Channel((TOPIC, 7, 0))
+        expired = await channel.wait_change(0.01, 4)
+        cancelled = asyncio.create_task(channel.wait_change(5.0, 9))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        listed = len(channel._any) + sum(map(len, channel._after.values()))
+        return expired, channel.waiters + listed
+
+    assert asyncio.run(go()) == (False, 0)

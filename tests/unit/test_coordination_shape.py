@@ -90,6 +90,21 @@ async def test_a_caller_that_gives_up_does_not_cancel_the_shared_catch_up():
     assert table.started == 2
 
 
+@pytest.mark.anyio
+async def test_callers_of_barrier_future_share_one_catch_up_without_a_task_each():
+    table = _CountingTable()
+    running = table.barrier_future()
+    await asyncio.sleep(0)
+    queued = [table.barrier_future() for _ in range(5)]
+    assert all(f is queued[0] for f in queued)
+    assert queued[0] is not running
+    table.allowed.release()
+    await running
+    table.allowed.release()
+    await asyncio.wait_for(queued[0], 5)
+    assert table.started == 2
+
+
 def test_latest_records_keeps_the_last_record_per_key_and_tombstones_remove():
     state = LatestRecords()
     for key, value in [("a", b"1"), ("b", b"1"), ("a", b"2"), ("b", None)]:

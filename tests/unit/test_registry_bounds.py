@@ -5,6 +5,7 @@ real ones are tested in tests/integration)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -187,6 +188,11 @@ class FakeTable:
     async def barrier(self) -> None:
         return None
 
+    def barrier_future(self) -> asyncio.Future[None]:
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
     async def catch_up(self) -> int:
         return 0
 
@@ -268,6 +274,19 @@ async def test_a_catch_up_that_read_an_out_of_order_epoch_writes_the_highest_aga
     await registry._repairing
     assert writer.sent == [("5", b"3")]
     assert registry.highest(5) == 3
+
+
+@pytest.mark.anyio
+async def test_the_produce_paths_barrier_future_also_repairs_after_its_catch_up():
+    clock = Clock()
+    registry, writer, _ = fake_epoch_registry(clock)
+    registry._apply(record(5, 3, clock.ms))
+    registry._apply(record(5, 2, clock.ms + 1))
+    await registry.barrier_future()
+    await asyncio.sleep(0)  # the done callback runs in the next loop step
+    assert registry._repairing is not None
+    await registry._repairing
+    assert writer.sent == [("5", b"3")]
 
 
 @pytest.mark.anyio

@@ -233,6 +233,25 @@ def test_a_batch_fenced_while_it_waited_is_refused_at_write_time():
     refused(decide(state, batch(11), at(2.0, recorded_epoch=1)), errors.InvalidProducerEpoch)
 
 
+def test_a_batch_arriving_behind_one_inside_the_sidecar_catches_up_before_it_waits():
+    """Its catch-up runs alongside the earlier batch's, so it can go right after it."""
+    state = stored_up_to(9)
+    arriving = at(arrived=(11, 10), epochs_fresh=False, arriving=True)
+    assert decide(state, batch(11), arriving).act is Act.CATCH_UP
+    caught_up = decide(state, batch(11), at(arrived=(11, 10)))
+    assert (caught_up.act, caught_up.behind) == (Act.WAIT, True)
+    send(state, batch(10))
+    assert decide(state, batch(11), at(arrived=(11,))).act is Act.SEND
+
+
+def test_only_an_arriving_batch_catches_up_early_and_only_behind_an_arrived_one():
+    state = stored_up_to(9)
+    gap = at(arrived=(11,), epochs_fresh=False, arriving=True)
+    assert decide(state, batch(11), gap).act is Act.WAIT  # nothing to go with: wait first
+    waited = at(1.0, arrived=(11, 10), epochs_fresh=False)
+    assert decide(state, batch(11), waited).act is Act.WAIT  # after a wait: final answers only
+
+
 @pytest.mark.parametrize("act_of", ["send", "resend", "duplicate", "refuse45"])
 def test_every_final_answer_needs_a_fresh_view_of_the_epochs(act_of):
     state = stored_up_to(9)

@@ -169,6 +169,7 @@ class EpochRegistry:
         self._writer = KeyedWriter(client, topic)
         self._sweeper = NameMutex(client, topic, sweeper_name) if sweeper_name else None
         self._repairing: asyncio.Task[None] | None = None
+        self._watched: asyncio.Future[None] | None = None
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -202,6 +203,16 @@ class EpochRegistry:
         """Return once every epoch written before this call is applied here (coalesced)."""
         await self._table.barrier()
         self._repair_soon()
+
+    def barrier_future(self) -> asyncio.Future[None]:
+        """The shared catch-up that serves a caller arriving now: done once every epoch
+        written before this call is applied here. For the produce path, which awaits
+        one per batch: no task per caller. Never cancel it."""
+        future = self._table.barrier_future()
+        if future is not self._watched:  # repairs are taken after each catch-up, once
+            self._watched = future
+            future.add_done_callback(lambda _f: self._repair_soon())
+        return future
 
     async def raise_to(self, producer_id: int, epoch: int) -> None:
         """Record ``epoch`` for ``producer_id`` durably before anything relies on it."""

@@ -51,10 +51,19 @@ class Remembered:
 
 
 class Channel:
-    """One Pulsar producer name on one partition topic, and what is known of it."""
+    """One Pulsar producer name on one partition topic, and what is known of it.
+
+    Batches wait on a channel for a change (:meth:`wait_change`). A batch behind a gap
+    waits for one change only, the hand of the batch just before it (``after``): it
+    is woken by :meth:`handed` of that sequence and by :meth:`notify`, not by the
+    hands, receipts and answers of the other batches in flight, which cannot change
+    its verdict (each woken batch decides again, so waking them all cost several
+    decisions and timers per batch).
+    """
 
     __slots__ = (
-        "_changed",
+        "_after",
+        "_any",
         "arrived",
         "closed",
         "key",
@@ -86,7 +95,10 @@ class Channel:
         self.last_used = time.monotonic()
         self.lock = asyncio.Lock()
         """Held while the producer is opened or resynced."""
-        self._changed = asyncio.Event()
+        self._any: list[asyncio.Future[bool]] = []
+        """Waiters woken by any change."""
+        self._after: dict[int, list[asyncio.Future[bool]]] = {}
+        """Waiters behind a gap, by the extended sequence whose hand they wait for."""
 
     @property
     def idle(self) -> bool:
@@ -94,20 +106,70 @@ class Channel:
 
     def notify(self) -> None:
         """Wake every batch waiting on this channel: they decide again."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self.waiters:
+            waiting, self._any = self._any, []
+            for futures in self._after.values():
+                waiting.extend(futures)
+            self._after.clear()
+            _wake(waiting)
 
-    async def wait_change(self, within: float) -> bool:
-        """Wait up to ``within`` seconds for a change; False if nothing changed."""
-        event = self._changed
+    def handed(self, last: int) -> None:
+        """A batch ending at extended sequence ``last`` was handed to Pulsar: wake the
+        batches behind it and those waiting for any change."""
+        if self.waiters:
+            waiting, self._any = self._any, []
+            for after in [a for a in self._after if a <= last]:
+                waiting.extend(self._after.pop(after))
+            _wake(waiting)
+
+    def settled(self, *, ok: bool) -> None:
+        """A batch's receipt came: room and in-flight counts changed (a failure changes
+        everything: the channel must resync)."""
+        if not ok:
+            self.notify()
+        elif self._any:
+            waiting, self._any = self._any, []
+            _wake(waiting)
+
+    async def wait_change(self, within: float, after: int | None = None) -> bool:
+        """Wait up to ``within`` seconds for a change; False if nothing changed.
+
+        ``after``: only the hand of the batch ending at this extended sequence (or a
+        :meth:`notify`) is a change for this waiter.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        if after is None:
+            self._any.append(future)
+        else:
+            self._after.setdefault(after, []).append(future)
+        timer = loop.call_later(max(within, 0), _expire, future)
         self.waiters += 1
         try:
-            await asyncio.wait_for(event.wait(), max(within, 0))
-        except TimeoutError:
-            return False
+            return await future
         finally:
             self.waiters -= 1
-        return True
+            timer.cancel()
+            if future.cancelled() or not future.result():  # expired or cancelled: unlist
+                self._unlist(future, after)
+
+    def _unlist(self, future: asyncio.Future[bool], after: int | None) -> None:
+        listed = self._any if after is None else self._after.get(after)
+        if listed is not None and future in listed:
+            listed.remove(future)
+            if after is not None and not listed:
+                del self._after[after]
+
+
+def _wake(futures: list[asyncio.Future[bool]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(True)
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)
 
 
 StateLost = Callable[[Channel, int | None, int], None]

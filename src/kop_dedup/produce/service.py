@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kop_dedup import errors
 from kop_dedup.coordination.registry import EpochRegistry
@@ -34,6 +35,7 @@ from kop_dedup.settings import Settings
 __all__ = ["BatchResult", "ProduceService"]
 
 log = logging.getLogger("kop_dedup.produce")
+_T = TypeVar("_T")
 
 Journal = tuple[str, dict[str, str]]
 """(journal partition topic, properties for every record) of a transactional batch."""
@@ -56,6 +58,30 @@ class BatchResult:
     @property
     def error_name(self) -> str:
         return errors.NONE_NAME if self.error is None else self.error.name
+
+
+async def _within(future: asyncio.Future[_T], deadline: float) -> _T:
+    """``future``'s outcome, waiting until ``deadline`` (monotonic) at most, then
+    TimeoutError. Never cancels ``future``: others may wait on it, and its callbacks
+    must run (the cost of ``wait_for(shield(...))`` without its task and futures)."""
+    if not future.done():
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: object) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        future.add_done_callback(wake)
+        timer = loop.call_later(max(deadline - time.monotonic(), 0.001), wake, None)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            future.remove_done_callback(wake)
+        if not future.done():
+            raise TimeoutError
+    return future.result()
 
 
 class ProduceService:
@@ -210,6 +236,7 @@ class ProduceService:
         )
         strict = self.settings.strict_fencing
         fresh = not strict and channel.producer is not None
+        arriving, handed = True, False
         gap_deadline = min(deadline, time.monotonic() + self.settings.reorder_window_ms / 1000)
         try:
             await self.channels.ensure_open(channel, deadline)
@@ -227,10 +254,13 @@ class ProduceService:
                     max_in_flight=self.settings.max_inflight_batches,
                     queue_room=0 if producer is None else producer.room,
                     closing=self.closing,
+                    arriving=arriving,
                 )
+                arriving = False
                 verdict = decide(channel.state, attempt, moment)
                 act = verdict.act
                 if act is Act.SEND or act is Act.RESEND:
+                    handed = True  # from here on _hand and the receipt wake the others
                     return await self._send(channel, batch, verdict, deadline, extra)
                 if act is Act.DUPLICATE:
                     if verdict.state_lost:
@@ -242,7 +272,8 @@ class ProduceService:
                 fresh = fresh or not strict
         finally:
             channel.arrived.remove(batch.base_sequence)
-            channel.notify()  # a batch waiting on this one's sequence decides again
+            if not handed:  # a batch waiting on this one's sequence decides again
+                channel.notify()
             self.channels.release(channel)
 
     async def _carry_out(
@@ -251,12 +282,18 @@ class ProduceService:
         """Carry out a verdict that is not final; True if the epochs view is now fresh."""
         pid, epoch = channel.key[1], channel.key[2]
         if verdict.act is Act.WAIT:
-            changed = await channel.wait_change(verdict.until - now)
+            changed = await channel.wait_change(verdict.until - now, verdict.after)
             if not changed and verdict.until >= deadline:
                 raise errors.RequestTimedOut(f"{verdict.reason}; retry (it is safe)")
             return False
         if verdict.act is Act.CATCH_UP:
-            await self._bounded(self.epochs.barrier(), deadline, "reading the producer epochs")
+            what = "reading the producer epochs"
+            try:
+                await _within(self.epochs.barrier_future(), deadline)
+            except TimeoutError as exc:
+                raise errors.RequestTimedOut(f"{what} timed out; retry (it is safe)") from exc
+            except Exception as exc:
+                raise translate(exc, what) from exc
             return True
         if verdict.act is Act.RECORD_EPOCH:
             await self._bounded(
@@ -309,6 +346,7 @@ class ProduceService:
         """
         producer = channel.producer
         if producer is None:  # resynced away between the decision and now: decide again
+            channel.notify()
             raise errors.NotLeaderOrFollower("the Pulsar producer was being reopened; retry")
         state = channel.state
         try:
@@ -317,17 +355,22 @@ class ProduceService:
             if span is not None:
                 state.on_handed(span[0], span[1], resend=span[2])
                 state.on_failed()
+            channel.notify()
             raise self._partly_enqueued(batch, exc) from exc
+        except Exception:
+            channel.notify()  # nothing was enqueued: whoever waits on this batch decides again
+            raise
         if span is None:
             state.in_flight += 1
         else:
             state.on_handed(span[0], span[1], resend=span[2])
             if not span[2]:
                 self.channels.note_epoch_with_state(*channel.key)
+                channel.handed(span[1])  # the batch after this one may go now, pipelined
 
         future.add_done_callback(self._settler(channel, span))
         try:
-            return await asyncio.wait_for(asyncio.shield(future), deadline - time.monotonic())
+            return await _within(future, deadline)
         except TimeoutError as exc:
             raise errors.RequestTimedOut(
                 "Pulsar did not acknowledge the batch in time; retry it (it is safe)"
@@ -350,7 +393,7 @@ class ProduceService:
                 state.on_stored(span[0], span[1], f.result().message_id)
             else:
                 state.on_failed()
-            channel.notify()
+            channel.settled(ok=ok)
 
         return settle
 

@@ -13,7 +13,11 @@ The rules, in the order Kafka's broker applies them (``ProducerAppendInfo``):
    (47, INVALID_PRODUCER_EPOCH), even for a retry of a stored batch. A verdict that
    hands a batch to Pulsar, or answers it for good, needs a *fresh* view of the
    recorded epochs (``CATCH_UP`` first), so a batch fenced while it waited is refused
-   at write time, not only on arrival.
+   at write time, not only on arrival. A batch that arrives behind an earlier batch of
+   its channel that is already inside the sidecar catches up at once instead of first
+   waiting for it: the earlier one is usually catching up itself, the two share one
+   broker round trip, and the later batch goes right after the earlier one (pipelined)
+   rather than one round trip later.
 2. **In sync.** After a failed send, nothing goes until the channel has resynced its
    state from the broker (``RESYNC``).
 3. **New epoch at 0.** A producer id that moves to a newer epoch on a partition where
@@ -212,6 +216,8 @@ class Moment:
     queue_room: int = 1 << 30
     """Records the Pulsar producer's queue can still take."""
     closing: bool = False
+    arriving: bool = False
+    """This is the batch's first decision since it arrived (it has awaited nothing yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +236,11 @@ class Verdict:
     """For DUPLICATE: the stored batch's first position, when known."""
     state_lost: bool = False
     """For DUPLICATE: the broker had lost its state; only the sidecar's memory knew."""
+    behind: bool = False
+    """For WAIT: what the batch waits for is an earlier batch already inside the sidecar."""
+    after: int | None = None
+    """For WAIT behind a gap: only the hand of the batch ending at this extended sequence
+    (the one just before this batch) can end the wait early; None: any change."""
 
 
 def _kafka(extended: int) -> int:
@@ -240,8 +251,8 @@ def _refuse(error: errors.KafkaError) -> Verdict:
     return Verdict(Act.REFUSE, error.message, error=error)
 
 
-def _wait(until: float, reason: str) -> Verdict:
-    return Verdict(Act.WAIT, reason, until=until)
+def _wait(until: float, reason: str, *, behind: bool = False, after: int | None = None) -> Verdict:
+    return Verdict(Act.WAIT, reason, until=until, behind=behind, after=after)
 
 
 _FINAL = frozenset({Act.SEND, Act.RESEND, Act.DUPLICATE, Act.REFUSE})
@@ -269,7 +280,9 @@ def decide(state: ChannelState, attempt: Attempt, moment: Moment) -> Verdict:
         )
     if verdict.act in _HANDS_TO_PULSAR:
         verdict = _capacity(state, attempt, moment, verdict)
-    if verdict.act in _FINAL and not moment.epochs_fresh:
+    # an arriving batch behind one inside the sidecar catches up alongside it (rule 1)
+    early = verdict.behind and moment.arriving
+    if not moment.epochs_fresh and (verdict.act in _FINAL or early):
         return Verdict(Act.CATCH_UP, "the recorded epochs must be read before answering")
     if (
         verdict.act is Act.SEND
@@ -312,14 +325,20 @@ def _sequence_verdict(state: ChannelState, attempt: Attempt, moment: Moment) -> 
     if first == sent + 1:
         return Verdict(Act.SEND, "next in sequence", first=first, last=last)
     if first > sent + 1:
-        return _gap(attempt, moment, expected=_kafka(sent + 1), span=span)
+        return _gap(attempt, moment, expected=_kafka(sent + 1), span=span, after=first - 1)
     return _retry(state, attempt, moment, first, last, span)
 
 
-def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str) -> Verdict:
+def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str, after: int) -> Verdict:
+    arrived = expected in moment.arrived
     if moment.now < moment.gap_deadline:
-        return _wait(moment.gap_deadline, f"{span} waits for sequence {expected} to arrive")
-    if expected not in moment.arrived:
+        return _wait(
+            moment.gap_deadline,
+            f"{span} waits for sequence {expected} to arrive",
+            behind=arrived,
+            after=after,
+        )
+    if not arrived:
         return _refuse(
             errors.OutOfOrderSequenceNumber(
                 f"expected sequence {expected} next from producer {attempt.producer_id} on "
@@ -327,7 +346,12 @@ def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str) -> Verdi
                 "the reorder window"
             )
         )
-    return _wait(moment.deadline, f"{span} waited for earlier batches still in the sidecar")
+    return _wait(
+        moment.deadline,
+        f"{span} waited for earlier batches still in the sidecar",
+        behind=True,
+        after=after,
+    )
 
 
 def _retry(

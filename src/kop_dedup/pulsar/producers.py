@@ -21,8 +21,26 @@ sent (:func:`kop_dedup.pulsar.wire.entry_size_bound`), so the client never split
 and every record's answer counts: the batch fails if any record failed.
 
 Callbacks from the C++ client run on its I/O thread: they never raise and never block.
-Only the last record carries a Python callback; the others record their result with a
-C builtin (``dict.__setitem__``), which runs no Python frame.
+Only the first and the last record of a batch carry a Python callback; the others,
+and the flush, carry none (``None``: an empty ``std::function``, which the C++ client
+skips: ``if (callback)``, ``addTrackerCallback``). A Python
+callback costs the I/O thread the GIL several times per record (pybind11 takes it to
+call the function and again to copy and to destroy it), and with 100-record batches
+that was a quarter of the CPU of a send, on the sidecar and on the benchmark's direct
+producer alike. Nothing is lost by it (pulsar-client-cpp ``ProducerImpl::sendAsync``
+and ``isValidProducerState``):
+
+- every record of one entry is answered with the entry's one result, so the last
+  record's answer is every record's (and an entry split in two is reported);
+- a record is refused at once (inside ``send_async``) only for a full queue, which
+  the room check rules out, or for a producer that is closing, closed, fenced or whose
+  topic was terminated, states a producer never leaves: a refused middle record means
+  a refused last record. The client has no memory limit (none is configured), and the
+  entry's size is checked before sending.
+
+So a refusal of the first record means nothing was enqueued (:class:`SendFailed`),
+and a refusal of the last record after the first was taken means part of the batch
+may have been enqueued (:class:`PartialBatch`).
 """
 
 from __future__ import annotations
@@ -78,45 +96,49 @@ class PartialBatch(Exception):
     bounded before sending); the answer must say the batch may be stored in part.
     """
 
-    def __init__(self, enqueued: int, result: _pulsar.Result) -> None:
+    def __init__(self, result: _pulsar.Result) -> None:
         super().__init__(
-            f"the Pulsar client refused record {enqueued} of the batch ({result.name}) after "
-            f"{enqueued} were enqueued; those may be stored"
+            f"the Pulsar client refused the batch's last record ({result.name}) after its "
+            "first was enqueued; the records enqueued may be stored"
         )
-        self.enqueued, self.result = enqueued, result
+        self.result = result
 
 
 _PLAIN = KafkaRecord(key=None, value=b"")
 """A record with no headers, no timestamp and a value: its properties are the batch's."""
 
 
-def _is_plain(record: KafkaRecord) -> bool:
-    return not record.headers and record.timestamp is None and record.value is not None
-
-
 class BatchWaiter:
     """Wakes the event loop once, when the batch's last record is answered.
 
-    The C++ client answers a batch's records in order, so when the last record's
-    callback runs, every other record's result is in ``results`` (a record's
-    callback is ``results.__setitem__``: result -> message id). The batch succeeds
-    only if every result is Ok. The first record's position is the last one's minus
-    its batch index; a last record whose batch index is not ``count - 1`` means the
-    batch was split across entries, which the size bound prevents.
+    The first record's callback is ``results.__setitem__`` (result -> message id, a C
+    builtin that runs no Python frame), the last record's is :meth:`on_last`, the
+    others have none (see the module docstring). The C++ client answers a batch's
+    records in order, so when the last record's callback runs, the first record's
+    result is in ``results``. The batch succeeds only if both are Ok. The first
+    record's position is the last one's minus its batch index; a last record whose
+    batch index is not ``count - 1`` means the batch was split across entries, which
+    the size bound prevents.
+
+    Before :attr:`flushed` is set nothing can be answered but a refusal: the last
+    record's refusal is then kept in :attr:`refused` for :meth:`PulsarProducer.send_batch`
+    to raise, and the future is left alone.
     """
 
-    __slots__ = ("_count", "_future", "_loop", "results")
+    __slots__ = ("_count", "_future", "_loop", "flushed", "refused", "results")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, count: int) -> None:
         self._loop = loop
         self._future: asyncio.Future[BatchReceipt] = loop.create_future()
         self._count = count
         self.results: dict[Any, Any] = {}
+        self.flushed = False
+        self.refused: Any = None
 
-    def callback(self, index: int) -> Callable[[Any, Any], Any]:
-        return self._on_last if index == self._count - 1 else self.results.__setitem__
-
-    def _on_last(self, result: Any, msg_id: Any) -> None:
+    def on_last(self, result: Any, msg_id: Any) -> None:
+        if not self.flushed:  # refused inside send_async, on the event loop's thread
+            self.refused = result
+            return
         try:
             failed = result if result != _OK else next((r for r in self.results if r != _OK), None)
             if failed is not None:
@@ -180,66 +202,77 @@ class PulsarProducer:
         properties go on every record (a transaction's markers). Raises
         :class:`~kop_dedup.pulsar.failures.SendFailed` when the client refuses the
         first record (nothing was enqueued) and :class:`PartialBatch` when it refuses
-        a later one; the future fails when any record fails later.
+        the last after the first was taken; the future fails when the entry fails.
         """
-        count = len(batch.records)
+        records = batch.records
+        count = len(records)
         if count > self.room:  # the rules machine waits for room; this guards the invariant
             raise SendFailed(_pulsar.Result.ProducerQueueIsFull)
-        loop = asyncio.get_running_loop()
-        waiter = BatchWaiter(loop, count)
-        results = waiter.results
-        pid, epoch, partition = batch.producer_id, batch.producer_epoch, batch.partition
+        waiter = BatchWaiter(asyncio.get_running_loop(), count)
+        pid, epoch = batch.producer_id, batch.producer_epoch
         idempotent = batch.idempotent
         if not idempotent:
             pid, epoch = -1, -1
-        raw = self._raw
         # the properties every record of the batch shares, encoded once per batch
         common = encode_properties(
             _PLAIN,
             producer_id=pid,
             epoch=epoch,
             sequence=None,
-            partition=partition,
+            partition=batch.partition,
             key_encoding=None,
         )
         if extra:
             common.update(extra)
-        base = batch.base_sequence
-        for i, record in enumerate(batch.records):
-            builder = _pulsar.MessageBuilder()
-            builder.content(record.value or b"")
-            key, key_encoding = encode_key(record.key)
-            if key is not None:
-                builder.partition_key(key)
-            if _is_plain(record):
-                props = dict(common)
-            else:
+        send, build = self._raw.send_async, _pulsar.MessageBuilder
+        base, last = batch.base_sequence, count - 1
+        callback: Callable[[Any, Any], Any] | None = waiter.results.__setitem__
+        for i, record in enumerate(records):
+            builder = build()
+            value = record.value
+            builder.content(b"" if value is None else value)
+            if value is None or record.headers or record.timestamp is not None:
                 props = encode_properties(
                     record,
                     producer_id=pid,
                     epoch=epoch,
                     sequence=None,
-                    partition=partition,
+                    partition=batch.partition,
                     key_encoding=None,
                 )
                 if extra:
                     props.update(extra)
+                if record.timestamp is not None and record.timestamp > 0:
+                    builder.event_timestamp(record.timestamp)
+            else:
+                props = common.copy()
+            key, key_encoding = encode_key(record.key)
+            if key is not None:
+                builder.partition_key(key)
             if key_encoding is not None:
                 props[PROP_KEY_ENCODING] = key_encoding
             if idempotent:
                 props[PROP_SEQUENCE] = str((base + i) % SEQ_MODULUS)
                 builder.sequence_id(sequence_id)
             builder.properties(props)
-            if record.timestamp is not None and record.timestamp > 0:
-                builder.event_timestamp(record.timestamp)
-            raw.send_async(builder.build(), waiter.callback(i))
-            if results:  # nothing is answered before the flush: this is an enqueue refusal
-                refused = next(iter(results))
-                if i == 0:
-                    raise SendFailed(refused)
-                raw.flush_async(id)
-                raise PartialBatch(i, refused)
-        raw.flush_async(id)  # a C builtin: each record's receipt carries the answer
+            if i == last:
+                callback = waiter.on_last
+            send(builder.build(), callback)
+            if i == 0:
+                if waiter.results:  # refused at once: nothing was enqueued
+                    raise SendFailed(next(iter(waiter.results)))
+                callback = None
+        return self._flush(waiter, count)
+
+    def _flush(self, waiter: BatchWaiter, count: int) -> asyncio.Future[BatchReceipt]:
+        """Flush the enqueued records as one entry, or raise for a last record refused."""
+        if waiter.refused is not None:
+            if count == 1:
+                raise SendFailed(waiter.refused)
+            self._raw.flush_async(None)
+            raise PartialBatch(waiter.refused)
+        waiter.flushed = True
+        self._raw.flush_async(None)  # no callback: each record's receipt carries the answer
         self.queued += count
         self.outstanding += 1
         fut = waiter.future

@@ -246,12 +246,16 @@ class KeyedTable:
         next, which is the first that surely started after it. Shielded: a
         caller that gives up does not cancel the catch-up others wait on.
         """
+        await asyncio.shield(self.barrier_future())
+
+    def barrier_future(self) -> asyncio.Future[None]:
+        """The shared catch-up that serves a caller arriving now (see :meth:`barrier`),
+        for a caller that awaits it its own way; never cancel it."""
         if self._running is None:
-            await asyncio.shield(self._start_barrier())
-            return
+            return self._start_barrier()
         if self._queued is None:
             self._queued = _observed(asyncio.ensure_future(self._run_after(self._running)))
-        await asyncio.shield(self._queued)
+        return self._queued
 
     def _start_barrier(self) -> asyncio.Future[None]:
         self._running = _observed(asyncio.ensure_future(self._run_barrier()))
