@@ -17,6 +17,10 @@ Records of transactions (they carry ``kafka.txn.id``) count in the duplicate che
 but not in the gap check: an aborted transaction's sequences are never copied, so
 its producer's sequences have holes by design. They are checked by transaction
 instead, against the coordinator's decisions (:mod:`kop_dedup.spark.transactions`).
+
+With ``groups``, each consumer group's offsets on the audited topics are read from a
+sidecar first, and the records between them counted in the data read: consumed,
+inflight, ready, lag (:mod:`kop_dedup.spark.groups`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
@@ -39,6 +44,7 @@ from kop_dedup.pulsar.wire import (
     PROP_TIMESTAMP,
     PROP_VALUE_NULL,
 )
+from kop_dedup.spark.groups import check_groups, read_group, render_groups
 from kop_dedup.spark.transactions import (
     SYSTEM_NAMESPACE,
     TXN_COLUMNS,
@@ -91,6 +97,14 @@ class AuditReport:
     decisions_topic: str | None = None
     """The decisions topic read; None when it does not exist (decisions not checked)."""
     txn_examples: list[dict[str, Any]] = field(default_factory=list)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    """Each consumer group reported: group, mode, generation, source, not_audited."""
+    group_partitions: list[dict[str, Any]] = field(default_factory=list)
+    """Per group partition (and broadcast member): its offsets and the records read
+    in each range (consumed, inflight, ready, lag, later)."""
+    group_mismatches: int = 0
+    """Ranges whose records read differ from the offsets' difference."""
+    group_examples: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -100,6 +114,7 @@ class AuditReport:
             and self.txn_incomplete == 0
             and self.txn_aborted_visible == 0
             and self.txn_undecided_visible == 0
+            and self.group_mismatches == 0
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -138,6 +153,10 @@ class AuditReport:
             kind = str(ex.get("kind", "")).upper()
             rest = {k: v for k, v in ex.items() if k != "kind"}
             lines.append(f"  {kind} {json.dumps(rest, default=str)}")
+        if self.groups:
+            lines += render_groups(
+                self.groups, self.group_partitions, self.group_mismatches, self.group_examples
+            )
         return "\n".join(lines)
 
 
@@ -363,10 +382,28 @@ def audit(
     system_namespace: str = SYSTEM_NAMESPACE,
     parquet_path: str | None = None,
     progress: bool = True,
+    groups: Sequence[str] = (),
+    group_url: str | None = None,
+    group_token: str | None = None,
 ) -> AuditReport:
     """Read ``topics`` (all partitions, earliest to latest) and check them, their
-    transactions against the decisions in ``system_namespace``."""
+    transactions against the decisions in ``system_namespace``; with ``groups``, report
+    each group's offsets on them, read from the sidecar at ``group_url`` before the data
+    (:class:`~kop_dedup.spark.groups.GroupReportError` when that fails)."""
     started = time.monotonic()
+    kafka_topics = [kafka_topic(t) for t in topics]
+    snapshots = [
+        read_group(
+            group_url or "http://127.0.0.1:8090",
+            group,
+            kafka_topics,
+            admin_url=admin_url,
+            tenant=tenant,
+            namespace=namespace,
+            token=group_token,
+        )
+        for group in groups
+    ]
     with _Progress(spark, progress):
         raw = read_topics(
             spark,
@@ -384,6 +421,7 @@ def audit(
         # next cover every copy already read
         records = records.cache()
         records.count()
+        group_rows, group_mismatches = check_groups(records, snapshots)
         decisions = read_decisions(
             spark,
             service_url=service_url,
@@ -394,8 +432,26 @@ def audit(
         report = check(
             records,
             decisions=decisions,
-            topics={kafka_topic(t) for t in topics},
+            topics=set(kafka_topics),
             decisions_source=decisions_topic(tenant, system_namespace),
         )
         records.unpersist()
-    return AuditReport(**{**asdict(report), "seconds": time.monotonic() - started})
+    return AuditReport(
+        **{
+            **asdict(report),
+            "seconds": time.monotonic() - started,
+            "groups": [
+                {
+                    "group": s.group,
+                    "mode": s.mode,
+                    "generation": s.generation,
+                    "source": s.source,
+                    "not_audited": s.not_audited,
+                }
+                for s in snapshots
+            ],
+            "group_partitions": group_rows,
+            "group_mismatches": len(group_mismatches),
+            "group_examples": group_mismatches[:10],
+        }
+    )

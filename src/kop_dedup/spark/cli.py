@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from kop_dedup.cli import add_pulsar_url_options
@@ -14,8 +15,12 @@ __all__ = ["add_cli"]
 
 def _audit(args: argparse.Namespace) -> int:
     from kop_dedup.spark.audit import audit  # noqa: PLC0415
+    from kop_dedup.spark.groups import GroupReportError  # noqa: PLC0415
     from kop_dedup.spark.jars import spark_session  # noqa: PLC0415
 
+    if args.stream and args.group:
+        print("audit: --group reports a batch audit; it does not go with --stream", file=sys.stderr)
+        return 2
     spark = spark_session(master=args.master)
     try:
         if args.stream:
@@ -48,7 +53,13 @@ def _audit(args: argparse.Namespace) -> int:
                 system_namespace=args.system_namespace,
                 parquet_path=args.parquet,
                 progress=not args.quiet,
+                groups=args.group or (),
+                group_url=args.url,
+                group_token=args.token,
             )
+    except GroupReportError as exc:
+        print(f"audit: {exc}", file=sys.stderr)
+        return 2
     finally:
         spark.stop()
     print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else report.render())
@@ -82,6 +93,25 @@ def add_cli(subparsers: Any) -> None:
         default=os.environ.get("KOP_DEDUP_SYSTEM_NAMESPACE", "kop-dedup-system"),
         help="the sidecar's system namespace, where the transaction decisions are "
         "(default $KOP_DEDUP_SYSTEM_NAMESPACE or kop-dedup-system)",
+    )
+    p.add_argument(
+        "--group",
+        action="append",
+        metavar="GROUP",
+        help="also report this consumer group's offsets on the topics: per partition the "
+        "records read before its committed offset, inflight, ready and its lag (repeat for "
+        "several groups; asked of the sidecar at --url)",
+    )
+    p.add_argument(
+        "--url",
+        default="http://127.0.0.1:8090",
+        help="with --group: a sidecar to read the groups' offsets from (any sidecar sharing "
+        "the broker; default http://127.0.0.1:8090)",
+    )
+    p.add_argument(
+        "--token",
+        default=os.environ.get("KOP_DEDUP_TOKEN"),
+        help="with --group: the sidecar's bearer token (default $KOP_DEDUP_TOKEN)",
     )
     p.add_argument("--parquet", help="also write the records to this Parquet path")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
