@@ -1,7 +1,9 @@
-"""Integration fixtures: a sidecar on a real socket against the session's broker."""
+"""Integration fixtures: a sidecar on a real socket against the session's broker, and one
+Spark session for the Spark tests."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +12,19 @@ import pulsar as pulsar_client
 import pytest
 
 from tests.sidecar import ThreadSidecar
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One SparkSession (local[2], the connector on its classpath) for every Spark test of
+    the session: a JVM takes seconds to start."""
+    from kop_dedup.spark.jars import spark_session
+
+    started = time.monotonic()
+    session = spark_session("kop-dedup-tests", master="local[2]")
+    print(f"\nSpark session ready in {time.monotonic() - started:.1f}s")
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -39,17 +39,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from kop_dedup.spark.jars import spark_session
-
-    started = time.monotonic()
-    session = spark_session("kop-dedup-tests", master="local[2]")
-    print(f"\nSpark session ready in {time.monotonic() - started:.1f}s")
-    yield session
-    session.stop()
-
-
 def send_with_retries(url: str, batches: list[dict[str, Any]]) -> dict[int, int]:
     """Send like a Kafka client with retries: windows of up to 5 batches in flight,
     each window shuffled over separate connections, every batch sent 1-3 times,
