@@ -216,3 +216,16 @@ def test_a_group_report_does_not_go_with_a_stream(capsys):
     args = build_parser().parse_args(["audit", "orders", "--stream", "--group", "payments"])
     assert args.func(args) == 2
     assert "--stream" in capsys.readouterr().err
+
+
+def test_offsets_can_be_located_from_a_thread_whose_event_loop_runs():
+    """A notebook's kernel runs an event loop: asyncio.run() alone would refuse."""
+    import asyncio
+
+    from kop_dedup.spark.groups import _run
+
+    async def in_a_notebook() -> int:
+        return _run(asyncio.sleep(0, result=7))
+
+    assert _run(asyncio.sleep(0, result=5)) == 5
+    assert asyncio.run(in_a_notebook()) == 7

@@ -40,9 +40,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -63,6 +64,7 @@ __all__ = [
     "reconcile",
 ]
 
+T = TypeVar("T")
 Bound = tuple[int, int, int]
 BEFORE_ALL: Bound = (-1, -1, -1)
 """The position of an offset in a partition that held nothing: every record is after it."""
@@ -140,7 +142,7 @@ def read_group(
     rows = [r for r in body.get("partitions", []) if r["topic"] in wanted]
     naming = Naming(tenant, namespace, "kop")
     try:
-        partitions = asyncio.run(_locate(admin_url, naming, rows))
+        partitions = _run(_locate(admin_url, naming, rows))
     except errors.KafkaError as exc:
         raise GroupReportError(f"group {group!r}: {exc.message}") from exc
     return GroupSnapshot(
@@ -151,6 +153,17 @@ def read_group(
         partitions=partitions,
         not_audited=sorted({r["topic"] for r in body.get("partitions", [])} - wanted),
     )
+
+
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to the end, also from a thread whose event loop is running (a
+    notebook's): then in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def _locate(
@@ -424,8 +437,8 @@ def render_groups(
             )
     if snapshots:
         lines.append(
-            "    (records read between the group's offsets: consumed < committed <= "
-            "inflight < pulled <= ready < end <= later)"
+            "    (records read: consumed before committed, inflight from committed to "
+            "pulled, ready from pulled to end, lag from committed to end, later from end on)"
         )
     lines.append(f"  group mismatches    {mismatches}")
     lines += [f"  GROUP-MISMATCH {json.dumps(m, default=str)}" for m in examples[:_EXAMPLES]]
