@@ -36,7 +36,10 @@ def test_end_to_end_notebook_runs_unattended(pulsar, tmp_path, monkeypatch):
         if cell.cell_type == "code"
         for o in cell.get("outputs", [])
     )
-    assert outputs.count("audit: OK") == 2  # the idempotent topic, then the transactional ones
+    # the idempotent topic, the transactional ones, the consumer group's
+    assert outputs.count("audit: OK") == 3
     assert "transactions        22 committed, 1 aborted" in outputs
+    assert "group mismatches    0" in outputs
     assert (tmp_path / "notebook-producers.png").stat().st_size > 10_000
     assert (tmp_path / "notebook-transactions.png").stat().st_size > 10_000
+    assert (tmp_path / "notebook-groups.png").stat().st_size > 10_000
