@@ -305,8 +305,12 @@ def check_groups(
         ),
     )
     place = F.udf(message_id_decoder(), pos)
-    placed = records.select("topic", "partition", place("message_id").alias("at")).join(
-        F.broadcast(bounds), ["topic", "partition"]
+    # only the groups' partitions are placed (a Python function per record), each once
+    # however many rows a partition has (broadcast: one per member and the minimum)
+    placed = (
+        records.join(F.broadcast(bounds), ["topic", "partition"], "left_semi")
+        .select("topic", "partition", place("message_id").alias("at"))
+        .join(F.broadcast(bounds), ["topic", "partition"])
     )
     at, c, p, e = F.col("at"), F.col("committed"), F.col("pulled"), F.col("end")
 
