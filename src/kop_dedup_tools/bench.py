@@ -18,7 +18,8 @@ and a started broker's ``pulsar-logs/``. Every failure says what failed (step,
 exception type and message) with the sidecar's log tail.
 
 ``--memory`` measures the sidecar's RSS with 10,000 idle producer states and
-its CPU cost per batch as producers grow from 1 to 64.
+its CPU cost per batch as producers grow from 1 to 64. ``--groups`` compares
+consumer-group pulls with direct Pulsar consumers (:mod:`kop_dedup_tools.bench_groups`).
 """
 
 from __future__ import annotations
@@ -624,7 +625,12 @@ def _handler(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with _broker(args, out) as broker:
-        (_memory if args.memory else _matrix)(args, out, broker)
+        if args.groups:
+            from kop_dedup_tools.bench_groups import run  # noqa: PLC0415 - imports this module
+
+            run(args, out, broker)
+        else:
+            (_memory if args.memory else _matrix)(args, out, broker)
     return 0
 
 
@@ -656,4 +662,7 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--memory", action="store_true", help="idle-state memory and cost per batch")
     p.add_argument("--idle-states", type=int, default=10_000)
     p.add_argument("--out", default="bench-results", help="results and logs (kept)")
+    from kop_dedup_tools.bench_groups import add_options  # noqa: PLC0415 - imports this module
+
+    add_options(p)  # --groups, --members, --pull-records, --prefill
     p.set_defaults(func=_handler)
