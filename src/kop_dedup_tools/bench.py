@@ -20,7 +20,8 @@ exception type and message) with the sidecar's log tail.
 ``--memory`` measures the sidecar's RSS with 10,000 idle producer states and
 its CPU cost per batch as producers grow from 1 to 64. ``--transactions`` compares
 transactions with the same records produced idempotently
-(:mod:`kop_dedup_tools.bench_txn`).
+(:mod:`kop_dedup_tools.bench_txn`); ``--groups`` compares consumer-group pulls with
+direct Pulsar consumers (:mod:`kop_dedup_tools.bench_groups`).
 """
 
 from __future__ import annotations
@@ -701,12 +702,26 @@ def _transactions(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -
     print(write_txn_results(out, cells, rows, {"machine": _machine(), "broker": broker}))
 
 
+def _groups(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
+    from kop_dedup_tools.bench_groups import run  # noqa: PLC0415 - it imports this module
+
+    run(args, out, broker)
+
+
 def _handler(args: argparse.Namespace) -> int:
     if args.quick:
         args.batch_sizes, args.producers, args.reps = [100], [1, 8], 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    run = _memory if args.memory else _transactions if args.transactions else _matrix
+    run = (
+        _groups
+        if args.groups
+        else _memory
+        if args.memory
+        else _transactions
+        if args.transactions
+        else _matrix
+    )
     with _broker(args, out) as broker:
         run(args, out, broker)
     return 0
@@ -753,4 +768,7 @@ def add_cli(subparsers: Any) -> None:
     )
     p.add_argument("--idle-states", type=int, default=10_000)
     p.add_argument("--out", default="bench-results", help="results and logs (kept)")
+    from kop_dedup_tools.bench_groups import add_options  # noqa: PLC0415 - imports this module
+
+    add_options(p)  # --groups, --members, --pull-records, --prefill
     p.set_defaults(func=_handler)

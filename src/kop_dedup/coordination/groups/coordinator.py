@@ -836,6 +836,23 @@ class GroupCoordinator:
                 written.append((k, current or None, int(new["v"])))
         return written
 
+    async def _write_all(self, p: int, writes: Sequence[tuple[str, Doc]]) -> list[Doc]:
+        """Store several keys at once, each at most once (``p``'s owner, inside
+        :meth:`GroupStore.owned`): the state writer batches what is sent together, so
+        this costs about one round trip to the broker instead of one per key. Returns
+        once every write has ended (what was written, in order); the first failure is
+        raised then, so no write outlives the change that made it."""
+        keys = [k for k, _ in writes]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"a key written twice at once: {keys}")
+        results = await asyncio.gather(
+            *(self.store.write(p, k, doc) for k, doc in writes), return_exceptions=True
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return [r for r in results if not isinstance(r, BaseException)]
+
     async def _unrecord(self, p: int, written: list[tuple[str, Doc | None, int]]) -> None:
         """Put deliveries back as they were before a pull that was not answered (those
         nothing wrote to since)."""
@@ -876,6 +893,7 @@ class GroupCoordinator:
             owner = "" if mode is Mode.CLUSTERING else member
             wanted = self._commitable(group, member, doc, offsets)
             done = []
+            writes: list[tuple[str, Doc]] = []
             now = _now_ms()
             for tp, asked in wanted:
                 delivery = self.store.doc(group, "d", owner, tp[0], tp[1]) or {}
@@ -893,28 +911,31 @@ class GroupCoordinator:
                     if mode is Mode.CLUSTERING
                     else key("b", group, member, tp[0], tp[1])
                 )
-                await self.store.write(
-                    p,
-                    k,
-                    {
-                        "offset": offset,
-                        "position": position,
-                        "metadata": "",
-                        "commitMs": now,
-                        "seenMs": now,
-                    },
+                writes.append(
+                    (
+                        k,
+                        {
+                            "offset": offset,
+                            "position": position,
+                            "metadata": "",
+                            "commitMs": now,
+                            "seenMs": now,
+                        },
+                    )
                 )
                 if delivery.get("offset") is not None and delivery.get("inflight"):
                     kept = proto.inflight_after_commit(_inflight(delivery), offset)
                     if int(delivery["offset"]) <= offset:
                         kept = []
                     if kept != _inflight(delivery):
-                        await self.store.write(
-                            p,
-                            key("d", group, owner, tp[0], tp[1]),
-                            {**delivery, "inflight": [list(e) for e in kept]},
+                        writes.append(
+                            (
+                                key("d", group, owner, tp[0], tp[1]),
+                                {**delivery, "inflight": [list(e) for e in kept]},
+                            )
                         )
                 done.append({"topic": tp[0], "partition": tp[1], "offset": offset})
+            await self._write_all(p, writes)
             return done
 
         result: list[dict[str, Any]] = await self.store.owned(group, change)
