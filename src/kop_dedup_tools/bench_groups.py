@@ -687,7 +687,9 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
     commit; each record's latency is its pull's answer minus its send time."""
     group = f"bench-e2e-{uuid.uuid4().hex[:8]}"
     assignment = _join(sc.url, group, topic, members)
-    producer = KeepAlive(sc.url)
+    producer = KeepAlive(sc.url)  # init-producer-id, then each partition's own below
+    senders = [KeepAlive(sc.url) for _ in range(PARTITIONS)]
+    turns = [asyncio.Lock() for _ in range(PARTITIONS)]
     clients = {m: KeepAlive(sc.url) for m in assignment}
     latencies: list[float] = []
     produced = 0
@@ -699,6 +701,12 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
     seqs = [0] * PARTITIONS
 
     async def produce(p: int, count: int) -> None:
+        # one connection per partition, one request on it at a time (HTTP/1.1), in
+        # sequence order: a paced batch that finds its partition busy waits its turn
+        async with turns[p]:
+            await _send(p, count)
+
+    async def _send(p: int, count: int) -> None:
         nonlocal produced
         values = [
             base64.b64encode(_stamp(value_size)).decode() for _ in range(count)
@@ -710,7 +718,7 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
             f'"lastSequence":{(seqs[p] + count - 1) % SEQ_MODULUS},"records":[{recs}]}}]}}'
         ).encode()
         seqs[p] += count
-        status, answer = await producer.post("/v1/produce", body)
+        status, answer = await senders[p].post("/v1/produce", body)
         if status != 200 or json.loads(answer)["results"][0]["errorCode"] != 0:
             raise RuntimeError(f"produce answered {status}: {answer[:300]!r}")
         produced += count
@@ -735,6 +743,7 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
                 raise RuntimeError(f"commit answered {status}: {data[:300]!r}")
 
     timing = False
+    pending: set[asyncio.Task[None]] = set()
     try:
         tasks = [
             asyncio.create_task(member(m, lambda: timing)) for m in assignment
@@ -748,7 +757,6 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
         interval = E2E_BATCH / rate
         started = time.monotonic()
         next_at, n = started, 0
-        pending: set[asyncio.Task[None]] = set()
         while time.monotonic() < started + seconds:
             next_at += interval
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
@@ -763,11 +771,11 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
     finally:
         producing = False
-        for t in tasks:
+        for t in [*tasks, *pending]:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, *pending, return_exceptions=True)
         await producer.close()
-        for client in clients.values():
+        for client in [*senders, *clients.values()]:
             await client.close()
     await asyncio.to_thread(_leave, sc.url, group, list(assignment))
     return _latency_summary(latencies, produced - PARTITIONS)
