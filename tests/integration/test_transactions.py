@@ -88,6 +88,21 @@ def test_a_committed_transaction_across_topics_becomes_visible_whole(tapi, pulsa
     assert end(tapi, tid, pid, epoch, False)["errorCode"] == 48
 
 
+def test_a_transaction_with_a_single_record_on_a_partition_commits(tapi, pulsar_reader_client):
+    """One record is a whole partition's share: its copy producer still opens (the
+    client refuses a batch container of one message)."""
+    tid, a, b = uniq("tx"), uniq("a"), uniq("b")
+    pid, epoch = init(tapi, tid)
+    answers = tproduce(
+        tapi, tid, batch(a, pid, 0, 1, epoch=epoch), batch(b, pid, 0, 2, epoch=epoch)
+    )
+    assert [r["errorCode"] for r in answers] == [0, 0], answers
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
+    wait_until("the commit to complete", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    assert values(pulsar_reader_client, a) == [f"{pid}:{epoch}:0"]
+    assert values(pulsar_reader_client, b) == [f"{pid}:{epoch}:{i}" for i in range(2)]
+
+
 def test_an_aborted_transaction_stays_invisible(tapi, pulsar_reader_client):
     tid, a = uniq("tx"), uniq("a")
     pid, epoch = init(tapi, tid)

@@ -336,7 +336,9 @@ class Publisher:
             max_pending_messages_across_partitions=capacity,
             block_if_queue_full=False,
             batching_enabled=True,
-            batching_max_messages=capacity,
+            # the client refuses a container of one message ("needs to be greater than 1"):
+            # a transaction's single record on a partition asks for a capacity of 1
+            batching_max_messages=max(capacity, 2),
             batching_max_allowed_size_in_bytes=_CONTAINER_BYTES,
             batching_max_publish_delay_ms=_NEVER_MS,
             batching_type=pulsar.BatchingType.Default,
