@@ -114,6 +114,9 @@ def broker_ready(admin_url: str, timeout: float = 2.0, cluster: str | None = Non
         ) as resp:
             health: bytes = resp.read()
             return health.strip() == b"ok"
+    except urllib.error.HTTPError as exc:  # an answer (a broker still starting): close it
+        exc.close()
+        return False
     except (OSError, ValueError, urllib.error.URLError):
         return False
 
