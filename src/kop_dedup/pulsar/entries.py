@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulsar
 
@@ -29,7 +30,7 @@ __all__ = ["Position", "StoredBatch", "decode_position", "encode_position", "rea
 
 Position = tuple[int, int]
 
-_PROBE_WAIT_S = 10.0
+_READ_WAIT_MS = 10_000
 
 
 def encode_position(position: Position) -> str:
@@ -51,6 +52,33 @@ class StoredBatch:
     properties: Mapping[str, str]
 
 
+def _scan(
+    reader: Any,
+    after: Position | None,
+    upto: Position,
+    select: Callable[[Mapping[str, str]], bool],
+) -> dict[Position, list[tuple[DecodedRecord, Mapping[str, str]]]]:
+    """The picked records after ``after`` up to ``upto``, by entry (blocking calls: run
+    on a worker thread; one loop hop for the whole range instead of two per message)."""
+    groups: dict[Position, list[tuple[DecodedRecord, Mapping[str, str]]]] = {}
+    while reader.has_message_available():
+        msg = reader.read_next(_READ_WAIT_MS)  # a Timeout raises: the caller retries
+        mid = msg.message_id()
+        position = (mid.ledger_id(), mid.entry_id())
+        if position > upto:
+            break
+        if after is not None and position <= after:
+            continue
+        properties = msg.properties()
+        if not select(properties):
+            continue
+        record = DecodedRecord.from_message(
+            msg.data(), msg.partition_key(), properties, msg.event_timestamp()
+        )
+        groups.setdefault(position, []).append((record, properties))
+    return groups
+
+
 async def read_batches(
     client: PulsarClient,
     topic: str,
@@ -63,30 +91,19 @@ async def read_batches(
 ) -> list[StoredBatch]:
     """The batches stored in ``topic`` after ``after`` (None: from the first entry) and up
     to ``upto`` (inclusive) whose records ``select`` (by their properties) picks, in
-    topic order, as batches of the Kafka topic ``topic_name`` / ``partition``."""
+    topic order, as batches of the Kafka topic ``topic_name`` / ``partition``.
+
+    The range is read with the client's blocking calls on a worker thread (``select``
+    runs there: it must only look at the properties)."""
     start = (
         pulsar.MessageId.earliest
         if after is None
         else pulsar.MessageId(ledger_id=after[0], entry_id=after[1])
     )
     reader = await client.create_reader(topic, start, start_message_id_inclusive=False)
-    groups: dict[Position, list[tuple[DecodedRecord, Mapping[str, str]]]] = {}
     try:
-        while await asyncio.wait_for(reader.has_message_available(), _PROBE_WAIT_S):
-            msg = await reader.read_next()
-            mid = msg.message_id()
-            position = (mid.ledger_id(), mid.entry_id())
-            if position > upto:
-                break
-            if after is not None and position <= after:
-                continue
-            properties = msg.properties()
-            if not select(properties):
-                continue
-            record = DecodedRecord.from_message(
-                msg.data(), msg.partition_key(), properties, msg.event_timestamp()
-            )
-            groups.setdefault(position, []).append((record, properties))
+        loop = asyncio.get_running_loop()
+        groups = await loop.run_in_executor(None, _scan, reader._reader, after, upto, select)
     finally:
         await discard(reader)
     out = []
