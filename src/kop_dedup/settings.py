@@ -121,6 +121,10 @@ class Settings(BaseSettings):
     transaction timeout plus a recovery."""
     txn_apply_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between a decision and applying it."""
+    txn_local_copy_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """Memory for the local copy of journaled transactional batches, which commits copy
+    from; past it the oldest transactions are evicted and their commits read the journal
+    back (slower, same result). 0: always read the journal."""
 
     group_session_timeout_ms: int = Field(default=30_000, ge=100)
     """A group's default sessionTimeoutMs (PUT /v1/groups/{id} sets its own)."""

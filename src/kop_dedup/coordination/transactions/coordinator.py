@@ -46,11 +46,14 @@ from kop_dedup.coordination.transactional_ids import TransactionalIds
 from kop_dedup.coordination.transactions import checkback
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import PROP_TXN_ID, PROP_TXN_ORDINAL, Journal
+from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.coordination.transactions.log import TransactionView, encode
+from kop_dedup.coordination.transactions.ordering import CopyOrder, Ticket
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch
-from kop_dedup.protocol.transactions import Offset, Partition, Transaction, TxnState
+from kop_dedup.protocol.transactions import SHARED, Offset, Partition, Transaction, TxnState
 from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.entries import encode_position
 from kop_dedup.pulsar.tables import KeyedWriter, PulsarClient
 
 __all__ = ["Journaler", "TransactionCoordinator", "TxnSettings", "TxnStats"]
@@ -97,6 +100,8 @@ class TxnStats:
     copy_state_lost: int = 0
     applied_ms: list[float] = field(default_factory=list)
     """Decision to applied, milliseconds (the last 1,000)."""
+    local: LocalCopy | None = None
+    copier: Copier | None = None
 
     def applied(self, ms: float) -> None:
         self.applied_ms.append(ms)
@@ -117,6 +122,10 @@ class TxnStats:
             "copyStateLost": self.copy_state_lost,
             "appliedMsP50": pct(0.5),
             "appliedMsP99": pct(0.99),
+            "localCopy": None if self.local is None else self.local.to_dict(),
+            "copyProducers": None
+            if self.copier is None
+            else {"open": self.copier.open_producers(), "created": self.copier.created},
         }
 
     def counters(self) -> list[tuple[str, str, Sequence[tuple[Mapping[str, str], float]]]]:
@@ -152,6 +161,39 @@ class TxnStats:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _position(message_id: str) -> tuple[int, int]:
+    """(ledger, entry) of a receipt's ``ledger:entry:partition:batch``."""
+    ledger, entry, *_ = message_id.split(":")
+    return int(ledger), int(entry)
+
+
+class _Gate:
+    """One transactional id's produce requests in flight on this sidecar, and the
+    end-txn calls deciding it: an end-txn waits until none is in flight (a batch
+    answered 0 is in the decision), and a produce arriving meanwhile waits for the
+    decision (then it is refused, 51, or joins the next transaction)."""
+
+    __slots__ = ("_event", "ending", "inflight")
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.ending = 0
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def changed(self, within: float | None) -> None:
+        """Until the next change, or ``within`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), within)
+
+    @property
+    def idle(self) -> bool:
+        return self.inflight == 0 and self.ending == 0
 
 
 class TransactionCoordinator:
@@ -192,6 +234,11 @@ class TransactionCoordinator:
         self._decisions = KeyedWriter(client, f"{decisions_topic}-partition-0")
         self._checkback = checkback.CheckBack(settings.check_back_timeout_s)
         self._applying: dict[str, asyncio.Task[None]] = {}
+        self._local, self._instance = copier.local, copier.instance
+        self.stats.local, self.stats.copier = copier.local, copier
+        self._order = CopyOrder()
+        self._gates: dict[str, _Gate] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self._asking: dict[str, asyncio.Task[None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
@@ -228,6 +275,10 @@ class TransactionCoordinator:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._copier.close()
         await self.parts.close()
         await self._decisions.close()
         await self._checkback.close()
@@ -290,6 +341,10 @@ class TransactionCoordinator:
 
     def _lost(self, partition: int) -> None:
         log.info("transaction log partition %d moved to another sidecar", partition)
+        # its copy producers close, so the new owner can create them (one per name)
+        task = asyncio.get_running_loop().create_task(self._copier.release(partition))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- init-producer-id -----------------------------------------------------------------
 
@@ -376,7 +431,34 @@ class TransactionCoordinator:
         open; 51 while a decision is applied), then journals them through the
         idempotent path, where every idempotence rule holds. Each answer says whether
         the produce path answered (and counted) it, or the coordinator refused it first.
+
+        While an end-txn of the same id decides on this sidecar, the batches wait for
+        the decision; an end-txn waits for the batches in flight here (see :class:`_Gate`).
         """
+        gate = self._gates.setdefault(transactional_id, _Gate())
+        while gate.ending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                late = errors.RequestTimedOut(
+                    f"an end-txn of {transactional_id!r} is deciding; retry (it is safe)"
+                )
+                return [((late, None), False) for _ in batches]
+            await gate.changed(remaining)
+        gate.inflight += 1
+        try:
+            return await self._produce(transactional_id, batches, deadline)
+        finally:
+            gate.inflight -= 1
+            self._settle_gate(transactional_id, gate)
+
+    def _settle_gate(self, transactional_id: str, gate: _Gate) -> None:
+        gate.wake()
+        if gate.idle and self._gates.get(transactional_id) is gate:
+            del self._gates[transactional_id]
+
+    async def _produce(
+        self, transactional_id: str, batches: Sequence[KafkaBatch], deadline: float
+    ) -> list[tuple[Answer, bool]]:
         p = self.parts.partition_of(transactional_id)
         await self.parts.read(p)
         txn = self.view.get(p, transactional_id)
@@ -389,11 +471,14 @@ class TransactionCoordinator:
             elif (
                 txn is None
                 or txn.state is not TxnState.ONGOING
-                or txn.partition(batch.topic, batch.partition) is None
+                or (part := txn.partition(batch.topic, batch.partition)) is None
+                or part.journaler not in (self._instance, SHARED)
             ):
                 # only an ongoing transaction's partitions are joined already: one being
                 # decided or applied (it may complete before the join below) is not this
-                # batch's transaction, and every partition must join the next one
+                # batch's transaction, and every partition must join the next one; a
+                # partition another sidecar joined is marked shared first (its local
+                # copy there no longer holds every batch)
                 wanted.setdefault((batch.topic, batch.partition), batch)
         if wanted:
             assert txn is not None  # a batch passed _producer_problem: the id is known
@@ -420,10 +505,26 @@ class TransactionCoordinator:
         results = await asyncio.gather(*(c for _, c in pending))
         for (i, _), result in zip(pending, results, strict=True):
             answers[i] = result
+            self._keep(transactional_id, txn.ordinal, batches[i], result)
         return [
             (a or (errors.KafkaError("no answer"), None), not refused[i])
             for i, a in enumerate(answers)
         ]
+
+    def _keep(self, transactional_id: str, ordinal: int, batch: KafkaBatch, answer: Answer) -> None:
+        """Keep a journaled batch in the local copy; spoil the copy when the answer
+        leaves in doubt whether the journal holds a batch the copy does not."""
+        error, message_id = answer
+        key = (batch.topic, batch.partition)
+        if error is None and message_id is not None:
+            position = _position(message_id)
+            self._local.add(transactional_id, ordinal, batch, position)
+            self._journal.note(self._journal.partition_topic(*key), position)
+        elif not (
+            isinstance(error, errors.DuplicateSequenceNumber)
+            and self._local.holds(transactional_id, ordinal, batch)
+        ):
+            self._local.spoil(transactional_id, ordinal, key)
 
     @staticmethod
     def _producer_problem(
@@ -456,29 +557,38 @@ class TransactionCoordinator:
     ) -> Transaction:
         """Join the partitions to the open transaction (starting one if none is open),
         decided against the latest state: a partition is skipped only when the
-        transaction it is in is ongoing; a producer fenced meanwhile is refused (47)."""
+        transaction it is in is ongoing; a producer fenced meanwhile is refused (47).
+        A partition joined here names this sidecar its journaler (and gets a local
+        copy); one another sidecar joined is marked shared."""
         for topic, partition in keys:
             await self._partitions_of(topic)  # the data topic exists (auto-created) first
             await self._journal.ensure(topic, partition)
+        opened: list[tuple[str, int]] = []
 
         async def decide(current: Transaction | None) -> Transaction | None:
             if current is None:
                 raise errors.InvalidProducerIdMapping(
                     f"transactional id {transactional_id!r} is unknown: call init-producer-id"
                 )
+            opened.clear()
             txn = current
             now = _now_ms()
             for topic, partition in keys:
-                if txn.state is TxnState.ONGOING and txn.partition(topic, partition) is not None:
-                    continue
-                start = await self._journal.end(topic, partition)
+                joined = txn.partition(topic, partition) if txn.state is TxnState.ONGOING else None
+                start = None
+                if joined is None:
+                    start = await self._journal.recent_end(topic, partition)
                 txn = tx.join(
                     txn,
                     producer_id,
                     epoch,
-                    Partition(topic, partition, start),
+                    Partition(topic, partition, start, journaler=self._instance),
                     now_ms=now,
                 )
+                if joined is None:
+                    opened.append((topic, partition))
+                elif joined.journaler not in (self._instance, SHARED):
+                    txn = tx.share(txn, topic, partition)
             return txn
 
         try:
@@ -490,7 +600,16 @@ class TransactionCoordinator:
             raise errors.InvalidProducerIdMapping(
                 f"transactional id {transactional_id!r} is unknown"
             )
+        self._open_local(txn, opened)
         return txn
+
+    def _open_local(self, txn: Transaction, joined: list[tuple[str, int]]) -> None:
+        """Local copies for the partitions this sidecar just joined (no await since the
+        write: no batch of theirs was journaled yet)."""
+        for key in joined:
+            part = txn.partition(*key)
+            if part is not None and part.journaler == self._instance:
+                self._local.open(txn.transactional_id, txn.ordinal, key)
 
     # -- offsets --------------------------------------------------------------------------
 
@@ -533,8 +652,19 @@ class TransactionCoordinator:
     # -- end-txn --------------------------------------------------------------------------
 
     async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
-        """EndTxn: answered once the decision is durable; applied in the background."""
+        """EndTxn: answered once the decision is durable; applied in the background.
+        Waits for this id's produce requests in flight on this sidecar first."""
+        gate = self._gates.setdefault(transactional_id, _Gate())
+        gate.ending += 1
+        try:
+            while gate.inflight:
+                await gate.changed(None)
+            await self._end(transactional_id, producer_id, epoch, commit)
+        finally:
+            gate.ending -= 1
+            self._settle_gate(transactional_id, gate)
 
+    async def _end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         async def decide(current: Transaction | None) -> Transaction | None:
             if current is not None and current.in_doubt and current.producer_epoch != epoch:
                 raise errors.ProducerFenced(
@@ -558,14 +688,28 @@ class TransactionCoordinator:
     async def _ends(
         self, txn: Transaction, commit: bool
     ) -> dict[tuple[str, int], tuple[str | None, str | None]]:
-        ends = {}
-        for part in txn.partitions:
-            journal_end = await self._journal.end(part.topic, part.partition)
-            data_start = (
-                await self._journal.data_end(part.topic, part.partition) if commit else None
+        """Each partition's journal end and data start for the decision: the journal end
+        is the last batch of the local copy when it holds them all (from the receipts),
+        else the journal's last position now; the data start a recent lower bound."""
+
+        async def one(part: Partition) -> tuple[str | None, str | None]:
+            journal_end: str | None
+            kept = (
+                self._local.batches(txn.transactional_id, txn.ordinal, part.key)
+                if part.journaler == self._instance
+                else None
             )
-            ends[part.key] = (journal_end, data_start)
-        return ends
+            if kept is not None:
+                journal_end = encode_position(kept[-1][0]) if kept else None
+            else:
+                journal_end = await self._journal.end(part.topic, part.partition)
+            data_start = (
+                await self._journal.recent_data_end(part.topic, part.partition) if commit else None
+            )
+            return journal_end, data_start
+
+        found = await asyncio.gather(*(one(part) for part in txn.partitions))
+        return {part.key: end for part, end in zip(txn.partitions, found, strict=True)}
 
     # -- applying decisions -----------------------------------------------------------------
 
@@ -575,8 +719,14 @@ class TransactionCoordinator:
         task = self._applying.get(transactional_id)
         if (task is not None and not task.done()) or self._closing:
             return
+        # the copy's turn in each data partition is taken now, in decision order
+        txn = self.view.get(self.parts.partition_of(transactional_id), transactional_id)
+        ticket = None
+        if txn is not None and txn.state is TxnState.PREPARE_COMMIT:
+            ticket = self._order.ticket(part.key for part in txn.partitions)
         task = asyncio.create_task(
-            self._apply(transactional_id, recovering=recovering), name=f"apply {transactional_id}"
+            self._apply(transactional_id, recovering=recovering, ticket=ticket),
+            name=f"apply {transactional_id}",
         )
         self._applying[transactional_id] = task
         task.add_done_callback(lambda t: self._applied(transactional_id, t))
@@ -587,8 +737,19 @@ class TransactionCoordinator:
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("applying the decision of %r failed: %r", transactional_id, exc)
 
-    async def _apply(self, transactional_id: str, *, recovering: bool = False) -> None:
+    async def _apply(
+        self, transactional_id: str, *, recovering: bool = False, ticket: Ticket | None = None
+    ) -> None:
         """Apply the decision until it is complete or another sidecar took over."""
+        try:
+            await self._apply_until_done(transactional_id, recovering=recovering, ticket=ticket)
+        finally:
+            if ticket is not None:
+                ticket.release()
+
+    async def _apply_until_done(
+        self, transactional_id: str, *, recovering: bool, ticket: Ticket | None
+    ) -> None:
         p = self.parts.partition_of(transactional_id)
         if self.settings.apply_delay_s:
             await asyncio.sleep(self.settings.apply_delay_s)
@@ -597,7 +758,7 @@ class TransactionCoordinator:
             if txn is None or not txn.state.preparing or not self.parts.owned(p):
                 return
             try:
-                await self._apply_once(p, txn, recovering=recovering)
+                await self._apply_once(p, txn, recovering=recovering, ticket=ticket)
             except errors.NotCoordinator:
                 return  # the new owner recovers it
             except Exception as exc:
@@ -612,13 +773,14 @@ class TransactionCoordinator:
             else:
                 return
 
-    async def _apply_once(self, p: int, txn: Transaction, *, recovering: bool) -> None:
+    async def _apply_once(
+        self, p: int, txn: Transaction, *, recovering: bool, ticket: Ticket | None
+    ) -> None:
         started = time.monotonic()
         commit = txn.state is TxnState.PREPARE_COMMIT
         copied: dict[tuple[str, int], int] = {}
         if commit:
-            for part in txn.partitions:
-                copied[part.key] = await self._copier.copy(txn, part, recovering=recovering)
+            copied = await self._copy_all(p, txn, recovering=recovering, ticket=ticket)
         groups: dict[str, list[Offset]] = {}
         for o in txn.offsets:
             groups.setdefault(o.group, []).append(o)
@@ -644,6 +806,7 @@ class TransactionCoordinator:
             if current is None or current.ordinal != txn.ordinal or not current.state.preparing:
                 return
             done = await self._write(p, tx.complete(current, now_ms=_now_ms()))
+        self._local.drop(txn.transactional_id, txn.ordinal)
         elapsed = (time.monotonic() - started) * 1000
         if commit:
             self.stats.commits += 1
@@ -658,6 +821,30 @@ class TransactionCoordinator:
             sum(copied.values()),
             elapsed,
         )
+
+    async def _copy_all(
+        self, p: int, txn: Transaction, *, recovering: bool, ticket: Ticket | None
+    ) -> dict[tuple[str, int], int]:
+        """Copy every partition at once, each in its turn; every copy finishes (or fails)
+        before this returns, so a retry never runs beside a copy of the same batches."""
+
+        async def copy(part: Partition) -> int:
+            if ticket is not None:
+                await ticket.wait(part.key)
+            n = await self._copier.copy(txn, part, recovering=recovering, owner=p)
+            if ticket is not None:
+                ticket.done(part.key)
+            return n
+
+        results = await asyncio.gather(
+            *(copy(part) for part in txn.partitions), return_exceptions=True
+        )
+        copied: dict[tuple[str, int], int] = {}
+        for part, result in zip(txn.partitions, results, strict=True):
+            if isinstance(result, BaseException):
+                raise result
+            copied[part.key] = result
+        return copied
 
     async def _decide_record(
         self, txn: Transaction, commit: bool, copied: dict[tuple[str, int], int]
@@ -683,8 +870,10 @@ class TransactionCoordinator:
     # -- recovery, timeouts, check-back ------------------------------------------------------
 
     async def _recover(self, partition: int) -> None:
-        """This sidecar just took the partition: finish what was decided."""
-        for txn in self.view.in_partition(partition):
+        """This sidecar just took the partition: finish what was decided (in the order
+        it was decided, as far as the log tells: copies into one data partition follow
+        that order)."""
+        for txn in sorted(self.view.in_partition(partition), key=lambda t: t.updated_ms):
             if txn.state.preparing:
                 log.info(
                     "recovering transaction %d of %r (%s)",
@@ -709,6 +898,7 @@ class TransactionCoordinator:
     async def sweep(self) -> None:
         """On the partitions this sidecar owns: time out open transactions, forget
         expired ids."""
+        await self._copier.reap()
         now = _now_ms()
         for p in range(self.settings.log_partitions):
             if not self.parts.owned(p):
