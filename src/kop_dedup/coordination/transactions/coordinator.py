@@ -175,12 +175,14 @@ class _Gate:
     answered 0 is in the decision), and a produce arriving meanwhile waits for the
     decision (then it is refused, 51, or joins the next transaction)."""
 
-    __slots__ = ("_event", "ending", "inflight")
+    __slots__ = ("_event", "ending", "inflight", "joining")
 
     def __init__(self) -> None:
         self.inflight = 0
         self.ending = 0
         self._event = asyncio.Event()
+        self.joining = asyncio.Lock()
+        """Held around a join of partitions (see ``produce``)."""
 
     def wake(self) -> None:
         self._event.set()
@@ -446,7 +448,7 @@ class TransactionCoordinator:
             await gate.changed(remaining)
         gate.inflight += 1
         try:
-            return await self._produce(transactional_id, batches, deadline)
+            return await self._produce(transactional_id, batches, deadline, gate)
         finally:
             gate.inflight -= 1
             self._settle_gate(transactional_id, gate)
@@ -457,7 +459,7 @@ class TransactionCoordinator:
             del self._gates[transactional_id]
 
     async def _produce(
-        self, transactional_id: str, batches: Sequence[KafkaBatch], deadline: float
+        self, transactional_id: str, batches: Sequence[KafkaBatch], deadline: float, gate: _Gate
     ) -> list[tuple[Answer, bool]]:
         p = self.parts.partition_of(transactional_id)
         await self.parts.read(p)
@@ -482,12 +484,20 @@ class TransactionCoordinator:
                 wanted.setdefault((batch.topic, batch.partition), batch)
         if wanted:
             assert txn is not None  # a batch passed _producer_problem: the id is known
-            try:
-                txn = await self._join(
-                    transactional_id, txn.producer_id, txn.producer_epoch, list(wanted)
-                )
-            except errors.KafkaError as exc:
-                return [(a or (exc, None), False) for a in answers]
+            # one join at a time per id: the batches of a transaction's first round
+            # arrive together, and all but the first find their partition joined
+            async with gate.joining:
+                now = self.view.get(p, transactional_id)
+                keys = [k for k in wanted if not self._joined(now, txn, k)]
+                try:
+                    if keys:
+                        txn = await self._join(
+                            transactional_id, txn.producer_id, txn.producer_epoch, keys
+                        )
+                    else:
+                        txn = now
+                except errors.KafkaError as exc:
+                    return [(a or (exc, None), False) for a in answers]
         refused = [a is not None for a in answers]
         if txn is None:  # every batch was refused above
             return [(a or (errors.KafkaError("no answer"), None), False) for a in answers]
@@ -510,6 +520,16 @@ class TransactionCoordinator:
             (a or (errors.KafkaError("no answer"), None), not refused[i])
             for i, a in enumerate(answers)
         ]
+
+    def _joined(self, now: Transaction | None, seen: Transaction, key: tuple[str, int]) -> bool:
+        """Whether the partition is in the ongoing transaction for this producer and
+        needs no change in the log (this sidecar or many journal it)."""
+        if now is None or now.state is not TxnState.ONGOING:
+            return False
+        if (now.producer_id, now.producer_epoch) != (seen.producer_id, seen.producer_epoch):
+            return False
+        part = now.partition(*key)
+        return part is not None and part.journaler in (self._instance, SHARED)
 
     def _keep(self, transactional_id: str, ordinal: int, batch: KafkaBatch, answer: Answer) -> None:
         """Keep a journaled batch in the local copy; spoil the copy when the answer
@@ -781,6 +801,8 @@ class TransactionCoordinator:
         copied: dict[tuple[str, int], int] = {}
         if commit:
             copied = await self._copy_all(p, txn, recovering=recovering, ticket=ticket)
+        else:
+            await self._decide_record(txn, commit, copied)
         groups: dict[str, list[Offset]] = {}
         for o in txn.offsets:
             groups.setdefault(o.group, []).append(o)
@@ -797,7 +819,6 @@ class TransactionCoordinator:
                     txn.transactional_id,
                     txn.ordinal,
                 )
-        await self._decide_record(txn, commit, copied)
         async with self.parts.lock(p):
             if not self.parts.owned(p):
                 return  # the new owner recovers it
@@ -825,25 +846,32 @@ class TransactionCoordinator:
     async def _copy_all(
         self, p: int, txn: Transaction, *, recovering: bool, ticket: Ticket | None
     ) -> dict[tuple[str, int], int]:
-        """Copy every partition at once, each in its turn; every copy finishes (or fails)
-        before this returns, so a retry never runs beside a copy of the same batches."""
+        """Copy every partition at once, each in its turn, and write the decision record
+        meanwhile (its counts are known once the batches are); everything finishes (or
+        fails) before this returns, so a retry never runs beside a copy of the same
+        batches."""
+        found = await asyncio.gather(*(self._copier.batches(txn, part) for part in txn.partitions))
+        copied = {
+            part.key: sum(len(b.records) for b in batches)
+            for part, batches in zip(txn.partitions, found, strict=True)
+        }
 
-        async def copy(part: Partition) -> int:
+        async def copy(part: Partition, batches: list[KafkaBatch]) -> int:
             if ticket is not None:
                 await ticket.wait(part.key)
-            n = await self._copier.copy(txn, part, recovering=recovering, owner=p)
+            n = await self._copier.copy(txn, part, recovering=recovering, owner=p, batches=batches)
             if ticket is not None:
                 ticket.done(part.key)
             return n
 
         results = await asyncio.gather(
-            *(copy(part) for part in txn.partitions), return_exceptions=True
+            *(copy(part, b) for part, b in zip(txn.partitions, found, strict=True)),
+            self._decide_record(txn, commit=True, copied=copied),
+            return_exceptions=True,
         )
-        copied: dict[tuple[str, int], int] = {}
-        for part, result in zip(txn.partitions, results, strict=True):
+        for result in results:
             if isinstance(result, BaseException):
                 raise result
-            copied[part.key] = result
         return copied
 
     async def _decide_record(

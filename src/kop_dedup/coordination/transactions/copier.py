@@ -144,13 +144,20 @@ class Copier:
         return [s.batch for s in await self.journaled(txn, part)]
 
     async def copy(
-        self, txn: Transaction, part: Partition, *, recovering: bool, owner: int = -1
+        self,
+        txn: Transaction,
+        part: Partition,
+        *,
+        recovering: bool,
+        owner: int = -1,
+        batches: list[KafkaBatch] | None = None,
     ) -> int:
         """Copy the transaction's batches of one partition; return its record count.
         Raises (a Kafka error) when Pulsar fails: calling again is safe. ``owner``: the
         log partition of the transactional id (its copy producers close when this
-        sidecar loses it)."""
-        batches = await self.batches(txn, part)
+        sidecar loses it); ``batches``: what :meth:`batches` answered, when known."""
+        if batches is None:
+            batches = await self.batches(txn, part)
         total = sum(len(b.records) for b in batches)
         if not batches:
             return 0
