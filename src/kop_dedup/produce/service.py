@@ -350,7 +350,9 @@ class ProduceService:
             raise errors.NotLeaderOrFollower("the Pulsar producer was being reopened; retry")
         state = channel.state
         try:
-            future = producer.send_batch(batch, sequence_id, extra)
+            # a journal entry (extra: the transaction's markers) is one message
+            send = producer.send_batch if extra is None else producer.send_whole
+            future = send(batch, sequence_id, extra)
         except PartialBatch as exc:
             if span is not None:
                 state.on_handed(span[0], span[1], resend=span[2])
