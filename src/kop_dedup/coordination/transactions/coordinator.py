@@ -15,10 +15,18 @@ The commit protocol (double journaling with a local copy):
    journal's position at that moment;
 2. ``end(commit)`` writes PrepareCommit, naming for each partition the journal's last
    position and the data partition's: the decision point, answered once durable;
-3. the decision is applied in the background (:meth:`_apply`): each partition's
-   batches are copied (:mod:`.copier`, idempotent), the staged offsets committed, a
-   decision record written for audits, then CompleteCommit. Abort writes PrepareAbort
-   and copies nothing.
+3. the decision is applied in the background (:meth:`_apply`): the partitions'
+   batches are copied at once (:mod:`.copier`, idempotent; from the local copy of
+   what this sidecar journaled, :mod:`.local_copy`, else from the journal), each
+   data partition's copies in decision order (:mod:`.ordering`), with the decision
+   record for audits written meanwhile; then the staged offsets are committed and
+   CompleteCommit written. Abort writes PrepareAbort and copies nothing.
+
+An end-txn waits for the same id's produce requests in flight on this sidecar, and
+holds new ones until the decision is durable (:class:`_Gate`): every batch answered 0
+here is in the decision. (A batch still in flight on *another* sidecar when end-txn
+arrives is not waited for: a Kafka client sends EndTxn only once every produce was
+answered.)
 
 A sidecar that takes a partition over (a client call, or an orphan adopted after its
 owner went away) recovers it: decisions are applied again (a replayed copy is a
@@ -343,6 +351,8 @@ class TransactionCoordinator:
 
     def _lost(self, partition: int) -> None:
         log.info("transaction log partition %d moved to another sidecar", partition)
+        if self._closing:
+            return  # close() closes every copy producer
         # its copy producers close, so the new owner can create them (one per name)
         task = asyncio.get_running_loop().create_task(self._copier.release(partition))
         self._background.add(task)

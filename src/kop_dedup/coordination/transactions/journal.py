@@ -5,9 +5,11 @@ One journal per data partition, in the sidecar's system namespace (deduplication
 explicitly, whatever the cluster's auto-creation type). Its batches are written
 through the idempotent produce path with the producer's own name
 (``<prefix>-<producerId>-<epoch>``) and sequences, so a retried transactional batch is
-a duplicate like any other; each record also carries the transaction's id and
-ordinal, which is how a copy picks a transaction's batches out of a journal shared by
-every transactional producer of that partition.
+a duplicate like any other. An entry is one message holding the whole batch
+(:func:`kop_dedup.pulsar.wire.encode_whole`: only the sidecar reads a journal) and
+carries the transaction's id and ordinal, which is how a copy picks a transaction's
+batches out of a journal shared by every transactional producer of that partition.
+Journals written before that (one message per record) are still read.
 
 A journal keeps its records ``journal_retention_minutes`` (a topic-level policy), which
 must outlive the longest transaction timeout plus a recovery.
