@@ -183,7 +183,7 @@ class _Gate:
     answered 0 is in the decision), and a produce arriving meanwhile waits for the
     decision (then it is refused, 51, or joins the next transaction)."""
 
-    __slots__ = ("_event", "ending", "inflight", "joining")
+    __slots__ = ("_event", "ending", "inflight", "joining", "wanted")
 
     def __init__(self) -> None:
         self.inflight = 0
@@ -191,6 +191,8 @@ class _Gate:
         self._event = asyncio.Event()
         self.joining = asyncio.Lock()
         """Held around a join of partitions (see ``produce``)."""
+        self.wanted: dict[tuple[str, int], None] = {}
+        """Partitions requests of the id wait to join (an ordered set)."""
 
     def wake(self) -> None:
         self._event.set()
@@ -495,19 +497,28 @@ class TransactionCoordinator:
         if wanted:
             assert txn is not None  # a batch passed _producer_problem: the id is known
             # one join at a time per id: the batches of a transaction's first round
-            # arrive together, and all but the first find their partition joined
-            async with gate.joining:
-                now = self.view.get(p, transactional_id)
-                keys = [k for k in wanted if not self._joined(now, txn, k)]
-                try:
+            # arrive together; the join running takes the partitions the others wait
+            # for too (gate.wanted), and they find their partitions joined
+            gate.wanted.update(dict.fromkeys(wanted))
+            try:
+                async with gate.joining:
+                    now = self.view.get(p, transactional_id)
+                    keys = [k for k in wanted if not self._joined(now, txn, k)]
                     if keys:
                         txn = await self._join(
-                            transactional_id, txn.producer_id, txn.producer_epoch, keys
+                            transactional_id,
+                            txn.producer_id,
+                            txn.producer_epoch,
+                            keys,
+                            also=gate.wanted,
                         )
                     else:
                         txn = now
-                except errors.KafkaError as exc:
-                    return [(a or (exc, None), False) for a in answers]
+            except errors.KafkaError as exc:
+                return [(a or (exc, None), False) for a in answers]
+            finally:
+                for key in wanted:
+                    gate.wanted.pop(key, None)
         refused = [a is not None for a in answers]
         if txn is None:  # every batch was refused above
             return [(a or (errors.KafkaError("no answer"), None), False) for a in answers]
@@ -582,18 +593,37 @@ class TransactionCoordinator:
             )
         return None
 
-    async def _join(
-        self, transactional_id: str, producer_id: int, epoch: int, keys: list[tuple[str, int]]
+    async def _join(  # noqa: C901 - one decision over the partitions asked for and others
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        keys: list[tuple[str, int]],
+        also: Mapping[tuple[str, int], None] | None = None,
     ) -> Transaction:
         """Join the partitions to the open transaction (starting one if none is open),
         decided against the latest state: a partition is skipped only when the
         transaction it is in is ongoing; a producer fenced meanwhile is refused (47).
         A partition joined here names this sidecar its journaler (and gets a local
-        copy); one another sidecar joined is marked shared."""
+        copy); one another sidecar joined is marked shared. ``also``: partitions other
+        requests of the id wait to join, read when the decision is taken; joined too
+        when they can be (each is the waiting request's own business otherwise)."""
         for topic, partition in keys:
             await self._partitions_of(topic)  # the data topic exists (auto-created) first
             await self._journal.ensure(topic, partition)
         opened: list[tuple[str, int]] = []
+
+        async def more() -> list[tuple[str, int]]:
+            extra = []
+            for topic, partition in [k for k in (also or {}) if k not in keys]:
+                try:
+                    await self._partitions_of(topic)
+                    await self._journal.ensure(topic, partition)
+                except Exception as exc:  # the waiting request meets it itself
+                    log.debug("not joining %s-%d for another request: %r", topic, partition, exc)
+                    continue
+                extra.append((topic, partition))
+            return extra
 
         async def decide(current: Transaction | None) -> Transaction | None:
             if current is None:
@@ -603,7 +633,7 @@ class TransactionCoordinator:
             opened.clear()
             txn = current
             now = _now_ms()
-            for topic, partition in keys:
+            for topic, partition in [*keys, *await more()]:
                 joined = txn.partition(topic, partition) if txn.state is TxnState.ONGOING else None
                 start = None
                 if joined is None:
