@@ -221,3 +221,41 @@ def test_end_txn_waits_for_a_batch_of_its_transaction_still_in_flight(pulsar, pu
     assert answered["produce"][0] <= answered["end"][0]
     assert answered["produce"][1] != 0  # never stored (the gap was never filled)
     assert visible(pulsar_reader_client, topic) == [f"{pid}:{epoch}:{i}" for i in range(2)]
+
+
+def test_a_transaction_whose_first_batches_arrive_at_once_commits_each_once(
+    copies_sidecar, pulsar_reader_client
+):
+    """Ten requests of one batch each, over two partitions, all in flight at once (as a
+    Kafka producer pipelines them): the joins they share put both partitions in the
+    transaction, and the commit copies every batch once, in sequence order."""
+    tid, topics = uniq("tx"), [uniq("a"), uniq("b")]
+    with httpx.Client(base_url=copies_sidecar.url, timeout=60) as api:
+        body = post(api, "/v1/init-producer-id", {"transactionalId": tid})
+        pid, epoch = body["producerId"], body["producerEpoch"]
+    codes: list[int] = []
+
+    def produce(i: int) -> None:
+        one = batch(topics[i % 2], pid, 2 * (i // 2), 2, epoch=epoch)
+        with httpx.Client(base_url=copies_sidecar.url, timeout=60) as api:
+            r = post(api, "/v1/produce", {"transactionalId": tid, "batches": [one]})
+            codes.append(r["results"][0]["errorCode"])
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert codes == [0] * 10
+    with httpx.Client(base_url=copies_sidecar.url, timeout=60) as api:
+        described = api.get(f"/v1/transactions/{tid}").json()
+        assert sorted(p["topic"] for p in described["partitions"]) == topics, described
+        end = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch, "commit": True}
+        assert post(api, "/v1/end-txn", end)["errorCode"] == 0
+        wait_until(
+            "the commit to complete",
+            lambda: api.get(f"/v1/transactions/{tid}").json()["state"] == "CompleteCommit",
+        )
+    for topic in topics:
+        got = visible(pulsar_reader_client, topic)
+        assert got == [f"{pid}:{epoch}:{s}" for s in range(10)], (topic, got)
