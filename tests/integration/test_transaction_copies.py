@@ -17,6 +17,7 @@ from kop_dedup.coordination.transactions.copier import PROP_TXN_BATCH, Copier
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.protocol.records import KafkaBatch, rec
 from kop_dedup.protocol.transactions import TxnState
+from kop_dedup.pulsar.wire import PROP_ENTRY_FORMAT, WHOLE_BATCH
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
 from tests.helpers import batch, read_all, uniq, wait_until
@@ -25,6 +26,7 @@ from tests.sidecar import ThreadSidecar
 pytestmark = pytest.mark.integration
 
 NS = "persistent://public/kafka"
+SYSTEM = "persistent://public/kop-dedup-system"
 
 
 @pytest.fixture(scope="module")
@@ -83,12 +85,13 @@ def test_commits_copy_from_the_local_copy_through_copy_producers_kept_open(
         assert visible(pulsar_reader_client, t) == [f"{pid}:{epoch}:{i}" for i in range(12)]
 
 
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-batch-journal", "per-record-journal"])
 def test_a_commit_whose_local_copy_was_evicted_reads_the_journal_and_lands_once(
-    pulsar, pulsar_reader_client
+    pulsar, pulsar_reader_client, whole
 ):
     tid, topics = uniq("tx"), [uniq("a"), uniq("b")]
     with (
-        ThreadSidecar(pulsar, txn_local_copy_max_bytes=1) as sc,
+        ThreadSidecar(pulsar, txn_local_copy_max_bytes=1, txn_journal_whole_batches=whole) as sc,
         httpx.Client(base_url=sc.url, timeout=60) as api,
     ):
         pid, epoch = commit_rounds(api, tid, topics, rounds=2)
@@ -98,6 +101,11 @@ def test_a_commit_whose_local_copy_was_evicted_reads_the_journal_and_lands_once(
     assert stats["localCopy"]["misses"] == 2 * len(topics)
     for t in topics:
         assert visible(pulsar_reader_client, t) == [f"{pid}:{epoch}:{i}" for i in range(8)]
+    journal = read_all(pulsar_reader_client, f"{SYSTEM}/txn-journal.0.{topics[0]}-partition-0")
+    # 2 rounds x 2 batches x 2 records: one message per batch, or one per record
+    assert len(journal) == (4 if whole else 8)
+    layouts = {m.properties().get(PROP_ENTRY_FORMAT) for m in journal}
+    assert layouts == ({WHOLE_BATCH} if whole else {None})
 
 
 def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands_once(

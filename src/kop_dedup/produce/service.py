@@ -351,7 +351,8 @@ class ProduceService:
         state = channel.state
         try:
             # a journal entry (extra: the transaction's markers) is one message
-            send = producer.send_batch if extra is None else producer.send_whole
+            whole = extra is not None and self.settings.txn_journal_whole_batches
+            send = producer.send_whole if whole else producer.send_batch
             future = send(batch, sequence_id, extra)
         except PartialBatch as exc:
             if span is not None:
