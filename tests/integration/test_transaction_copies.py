@@ -26,7 +26,6 @@ from tests.sidecar import ThreadSidecar
 pytestmark = pytest.mark.integration
 
 NS = "persistent://public/kafka"
-SYSTEM = "persistent://public/kop-dedup-system"
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +95,13 @@ def test_a_commit_whose_local_copy_was_evicted_reads_the_journal_and_lands_once(
     ):
         pid, epoch = commit_rounds(api, tid, topics, rounds=2)
         stats = txn_stats(api)
+        system = f"persistent://{sc.settings.tenant}/{sc.settings.system_namespace}"
     assert stats["localCopy"]["evicted"] >= 2
     assert stats["localCopy"]["hits"] == 0
     assert stats["localCopy"]["misses"] == 2 * len(topics)
     for t in topics:
         assert visible(pulsar_reader_client, t) == [f"{pid}:{epoch}:{i}" for i in range(8)]
-    journal = read_all(pulsar_reader_client, f"{SYSTEM}/txn-journal.0.{topics[0]}-partition-0")
+    journal = read_all(pulsar_reader_client, f"{system}/txn-journal.0.{topics[0]}-partition-0")
     # 2 rounds x 2 batches x 2 records: one message per batch, or one per record
     assert len(journal) == (4 if whole else 8)
     layouts = {m.properties().get(PROP_ENTRY_FORMAT) for m in journal}
