@@ -9,6 +9,7 @@ registry, and only then lets the API serve.
 from __future__ import annotations
 
 import logging
+import uuid
 
 from kop_dedup.coordination.expiry import Bounds
 from kop_dedup.coordination.groups.coordinator import GroupCoordinator, GroupSettings
@@ -18,6 +19,7 @@ from kop_dedup.coordination.registry import Registry, RegistryBounds
 from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator, TxnSettings
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
+from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.errors import KafkaError
 from kop_dedup.observability.stats import Stats
 from kop_dedup.produce.service import ProduceService
@@ -157,6 +159,8 @@ class Runtime:
                 journal,
                 prefix=settings.producer_name_prefix,
                 on_state_lost=self._copy_state_lost,
+                local=LocalCopy(settings.txn_local_copy_max_bytes),
+                instance=uuid.uuid4().hex[:16],
             ),
             offsets=self.offsets,
             allocator=self.registry.allocator,

@@ -121,6 +121,15 @@ class Settings(BaseSettings):
     transaction timeout plus a recovery."""
     txn_apply_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between a decision and applying it."""
+    txn_journal_whole_batches: bool = True
+    """Journal a transactional batch as one message holding the whole batch (one send
+    instead of one per record). Sidecars older than this setting read only the
+    per-record layout: keep it false until every sidecar sharing the system namespace
+    runs a version that has it (they all read both)."""
+    txn_local_copy_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """Memory for the local copy of journaled transactional batches, which commits copy
+    from; past it the oldest transactions are evicted and their commits read the journal
+    back (slower, same result). 0: always read the journal."""
 
     group_session_timeout_ms: int = Field(default=30_000, ge=100)
     """A group's default sessionTimeoutMs (PUT /v1/groups/{id} sets its own)."""

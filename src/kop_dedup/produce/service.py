@@ -350,7 +350,10 @@ class ProduceService:
             raise errors.NotLeaderOrFollower("the Pulsar producer was being reopened; retry")
         state = channel.state
         try:
-            future = producer.send_batch(batch, sequence_id, extra)
+            # a journal entry (extra: the transaction's markers) is one message
+            whole = extra is not None and self.settings.txn_journal_whole_batches
+            send = producer.send_whole if whole else producer.send_batch
+            future = send(batch, sequence_id, extra)
         except PartialBatch as exc:
             if span is not None:
                 state.on_handed(span[0], span[1], resend=span[2])

@@ -33,6 +33,7 @@ from kop_dedup import errors
 from kop_dedup.protocol.records import MAX_EPOCH
 
 __all__ = [
+    "SHARED",
     "EndCheck",
     "Offset",
     "Partition",
@@ -47,6 +48,7 @@ __all__ = [
     "join",
     "needs_new_producer_id",
     "prepare",
+    "share",
     "stage_offsets",
     "timed_out",
 ]
@@ -91,17 +93,27 @@ class Partition:
     partition's journal: after ``journal_start`` (the journal's last position when the
     partition joined; None: the journal was empty) and, once decided, up to
     ``journal_end``. ``data_start`` is the data partition's last position at the
-    decision: a recovery that must look for copies looks after it."""
+    decision: a recovery that must look for copies looks after it.
+
+    ``journaler`` says which sidecar journaled the partition's batches: the instance
+    that joined it, or :data:`SHARED` once another one journaled a batch too (None:
+    unknown, a record written before the field existed). Only the sole journaler may
+    copy from its local copy of the batches; anyone else reads the journal."""
 
     topic: str
     partition: int
     journal_start: str | None
     journal_end: str | None = None
     data_start: str | None = None
+    journaler: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
         return self.topic, self.partition
+
+
+SHARED = "*"
+"""``Partition.journaler`` once more than one sidecar journaled the partition's batches."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +252,16 @@ def join(
     if txn.partition(partition.topic, partition.partition) is not None:
         return txn
     return replace(txn, partitions=(*txn.partitions, partition), updated_ms=now_ms)
+
+
+def share(txn: Transaction, topic: str, partition: int) -> Transaction:
+    """Another sidecar journals a batch for a joined partition: no local copy holds all
+    of the partition's batches any more (the copy reads the journal)."""
+    part = txn.partition(topic, partition)
+    if part is None or part.journaler == SHARED:
+        return txn
+    shared = tuple(replace(p, journaler=SHARED) if p is part else p for p in txn.partitions)
+    return replace(txn, partitions=shared)
 
 
 def stage_offsets(

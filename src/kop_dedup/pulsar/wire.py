@@ -20,6 +20,12 @@ sequence                ``kafka.sequence`` (this record's, 0..2^31-1)
 partition               ``kafka.partition``
 ======================  ====================================================
 
+A journal entry (a transactional batch waiting for its decision, read back only by
+the sidecar) is laid out otherwise: one message whose payload is the whole Kafka
+batch in msgpack, marked ``kafka.entry.format=batch-msgpack-1`` (:func:`encode_whole`,
+:func:`decode_whole`). Its Pulsar sequence id is the batch's, as for a batch entry, so
+broker deduplication treats it the same.
+
 This module is pure (no Pulsar import) so that the Spark audit can use the
 same constants and decoder without importing the service.
 """
@@ -31,9 +37,12 @@ import binascii
 import json
 from dataclasses import dataclass
 
+import msgspec
+
 from kop_dedup.protocol.records import Header, KafkaBatch, KafkaRecord
 
 __all__ = [
+    "PROP_ENTRY_FORMAT",
     "PROP_EPOCH",
     "PROP_HEADERS",
     "PROP_KEY_ENCODING",
@@ -42,15 +51,21 @@ __all__ = [
     "PROP_SEQUENCE",
     "PROP_TIMESTAMP",
     "PROP_VALUE_NULL",
+    "WHOLE_BATCH",
     "DecodedRecord",
     "decode_headers",
     "decode_key",
+    "decode_whole",
     "encode_key",
     "encode_properties",
+    "encode_whole",
     "entry_size_bound",
 ]
 
 PROP_PRODUCER_ID = "kafka.producer.id"
+PROP_ENTRY_FORMAT = "kafka.entry.format"
+WHOLE_BATCH = "batch-msgpack-1"
+"""``kafka.entry.format`` of a message whose payload is a whole Kafka batch."""
 PROP_EPOCH = "kafka.producer.epoch"
 PROP_SEQUENCE = "kafka.sequence"
 PROP_PARTITION = "kafka.partition"
@@ -58,6 +73,25 @@ PROP_TIMESTAMP = "kafka.timestamp"
 PROP_HEADERS = "kafka.headers"
 PROP_KEY_ENCODING = "kafka.key.encoding"
 PROP_VALUE_NULL = "kafka.value.null"
+
+
+def encode_whole(batch: KafkaBatch) -> bytes:
+    """A whole Kafka batch as one payload (a journal entry).
+
+    >>> from kop_dedup.protocol.records import rec
+    >>> b = KafkaBatch("t", 0, 7, 0, 5, 5, (rec(b"v", b"k"),))
+    >>> decode_whole(encode_whole(b)) == b
+    True
+    """
+    return _WHOLE_ENCODER.encode(batch)
+
+
+def decode_whole(payload: bytes) -> KafkaBatch:
+    return _WHOLE_DECODER.decode(payload)
+
+
+_WHOLE_ENCODER = msgspec.msgpack.Encoder()
+_WHOLE_DECODER = msgspec.msgpack.Decoder(KafkaBatch)
 
 
 def encode_key(key: bytes | None) -> tuple[str | None, str | None]:

@@ -15,10 +15,18 @@ The commit protocol (double journaling with a local copy):
    journal's position at that moment;
 2. ``end(commit)`` writes PrepareCommit, naming for each partition the journal's last
    position and the data partition's: the decision point, answered once durable;
-3. the decision is applied in the background (:meth:`_apply`): each partition's
-   batches are copied (:mod:`.copier`, idempotent), the staged offsets committed, a
-   decision record written for audits, then CompleteCommit. Abort writes PrepareAbort
-   and copies nothing.
+3. the decision is applied in the background (:meth:`_apply`): the partitions'
+   batches are copied at once (:mod:`.copier`, idempotent; from the local copy of
+   what this sidecar journaled, :mod:`.local_copy`, else from the journal), each
+   data partition's copies in decision order (:mod:`.ordering`), with the decision
+   record for audits written meanwhile; then the staged offsets are committed and
+   CompleteCommit written. Abort writes PrepareAbort and copies nothing.
+
+An end-txn waits for the same id's produce requests in flight on this sidecar, and
+holds new ones until the decision is durable (:class:`_Gate`): every batch answered 0
+here is in the decision. (A batch still in flight on *another* sidecar when end-txn
+arrives is not waited for: a Kafka client sends EndTxn only once every produce was
+answered.)
 
 A sidecar that takes a partition over (a client call, or an orphan adopted after its
 owner went away) recovers it: decisions are applied again (a replayed copy is a
@@ -46,11 +54,14 @@ from kop_dedup.coordination.transactional_ids import TransactionalIds
 from kop_dedup.coordination.transactions import checkback
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import PROP_TXN_ID, PROP_TXN_ORDINAL, Journal
+from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.coordination.transactions.log import TransactionView, encode
+from kop_dedup.coordination.transactions.ordering import CopyOrder, Ticket
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch
-from kop_dedup.protocol.transactions import Offset, Partition, Transaction, TxnState
+from kop_dedup.protocol.transactions import SHARED, Offset, Partition, Transaction, TxnState
 from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.entries import encode_position
 from kop_dedup.pulsar.tables import KeyedWriter, PulsarClient
 
 __all__ = ["Journaler", "TransactionCoordinator", "TxnSettings", "TxnStats"]
@@ -97,6 +108,8 @@ class TxnStats:
     copy_state_lost: int = 0
     applied_ms: list[float] = field(default_factory=list)
     """Decision to applied, milliseconds (the last 1,000)."""
+    local: LocalCopy | None = None
+    copier: Copier | None = None
 
     def applied(self, ms: float) -> None:
         self.applied_ms.append(ms)
@@ -117,6 +130,10 @@ class TxnStats:
             "copyStateLost": self.copy_state_lost,
             "appliedMsP50": pct(0.5),
             "appliedMsP99": pct(0.99),
+            "localCopy": None if self.local is None else self.local.to_dict(),
+            "copyProducers": None
+            if self.copier is None
+            else {"open": self.copier.open_producers(), "created": self.copier.created},
         }
 
     def counters(self) -> list[tuple[str, str, Sequence[tuple[Mapping[str, str], float]]]]:
@@ -152,6 +169,43 @@ class TxnStats:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _position(message_id: str) -> tuple[int, int]:
+    """(ledger, entry) of a receipt's ``ledger:entry:partition:batch``."""
+    ledger, entry, *_ = message_id.split(":")
+    return int(ledger), int(entry)
+
+
+class _Gate:
+    """One transactional id's produce requests in flight on this sidecar, and the
+    end-txn calls deciding it: an end-txn waits until none is in flight (a batch
+    answered 0 is in the decision), and a produce arriving meanwhile waits for the
+    decision (then it is refused, 51, or joins the next transaction)."""
+
+    __slots__ = ("_event", "ending", "inflight", "joining", "wanted")
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.ending = 0
+        self._event = asyncio.Event()
+        self.joining = asyncio.Lock()
+        """Held around a join of partitions (see ``produce``)."""
+        self.wanted: dict[tuple[str, int], None] = {}
+        """Partitions requests of the id wait to join (an ordered set)."""
+
+    def wake(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def changed(self, within: float | None) -> None:
+        """Until the next change, or ``within`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), within)
+
+    @property
+    def idle(self) -> bool:
+        return self.inflight == 0 and self.ending == 0
 
 
 class TransactionCoordinator:
@@ -192,6 +246,11 @@ class TransactionCoordinator:
         self._decisions = KeyedWriter(client, f"{decisions_topic}-partition-0")
         self._checkback = checkback.CheckBack(settings.check_back_timeout_s)
         self._applying: dict[str, asyncio.Task[None]] = {}
+        self._local, self._instance = copier.local, copier.instance
+        self.stats.local, self.stats.copier = copier.local, copier
+        self._order = CopyOrder()
+        self._gates: dict[str, _Gate] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self._asking: dict[str, asyncio.Task[None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
@@ -228,6 +287,10 @@ class TransactionCoordinator:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._copier.close()
         await self.parts.close()
         await self._decisions.close()
         await self._checkback.close()
@@ -290,6 +353,12 @@ class TransactionCoordinator:
 
     def _lost(self, partition: int) -> None:
         log.info("transaction log partition %d moved to another sidecar", partition)
+        if self._closing:
+            return  # close() closes every copy producer
+        # its copy producers close, so the new owner can create them (one per name)
+        task = asyncio.get_running_loop().create_task(self._copier.release(partition))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- init-producer-id -----------------------------------------------------------------
 
@@ -376,7 +445,34 @@ class TransactionCoordinator:
         open; 51 while a decision is applied), then journals them through the
         idempotent path, where every idempotence rule holds. Each answer says whether
         the produce path answered (and counted) it, or the coordinator refused it first.
+
+        While an end-txn of the same id decides on this sidecar, the batches wait for
+        the decision; an end-txn waits for the batches in flight here (see :class:`_Gate`).
         """
+        gate = self._gates.setdefault(transactional_id, _Gate())
+        while gate.ending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                late = errors.RequestTimedOut(
+                    f"an end-txn of {transactional_id!r} is deciding; retry (it is safe)"
+                )
+                return [((late, None), False) for _ in batches]
+            await gate.changed(remaining)
+        gate.inflight += 1
+        try:
+            return await self._produce(transactional_id, batches, deadline, gate)
+        finally:
+            gate.inflight -= 1
+            self._settle_gate(transactional_id, gate)
+
+    def _settle_gate(self, transactional_id: str, gate: _Gate) -> None:
+        gate.wake()
+        if gate.idle and self._gates.get(transactional_id) is gate:
+            del self._gates[transactional_id]
+
+    async def _produce(
+        self, transactional_id: str, batches: Sequence[KafkaBatch], deadline: float, gate: _Gate
+    ) -> list[tuple[Answer, bool]]:
         p = self.parts.partition_of(transactional_id)
         await self.parts.read(p)
         txn = self.view.get(p, transactional_id)
@@ -389,20 +485,40 @@ class TransactionCoordinator:
             elif (
                 txn is None
                 or txn.state is not TxnState.ONGOING
-                or txn.partition(batch.topic, batch.partition) is None
+                or (part := txn.partition(batch.topic, batch.partition)) is None
+                or part.journaler not in (self._instance, SHARED)
             ):
                 # only an ongoing transaction's partitions are joined already: one being
                 # decided or applied (it may complete before the join below) is not this
-                # batch's transaction, and every partition must join the next one
+                # batch's transaction, and every partition must join the next one; a
+                # partition another sidecar joined is marked shared first (its local
+                # copy there no longer holds every batch)
                 wanted.setdefault((batch.topic, batch.partition), batch)
         if wanted:
             assert txn is not None  # a batch passed _producer_problem: the id is known
+            # one join at a time per id: the batches of a transaction's first round
+            # arrive together; the join running takes the partitions the others wait
+            # for too (gate.wanted), and they find their partitions joined
+            gate.wanted.update(dict.fromkeys(wanted))
             try:
-                txn = await self._join(
-                    transactional_id, txn.producer_id, txn.producer_epoch, list(wanted)
-                )
+                async with gate.joining:
+                    now = self.view.get(p, transactional_id)
+                    keys = [k for k in wanted if not self._joined(now, txn, k)]
+                    if keys:
+                        txn = await self._join(
+                            transactional_id,
+                            txn.producer_id,
+                            txn.producer_epoch,
+                            keys,
+                            also=gate.wanted,
+                        )
+                    else:
+                        txn = now
             except errors.KafkaError as exc:
                 return [(a or (exc, None), False) for a in answers]
+            finally:
+                for key in wanted:
+                    gate.wanted.pop(key, None)
         refused = [a is not None for a in answers]
         if txn is None:  # every batch was refused above
             return [(a or (errors.KafkaError("no answer"), None), False) for a in answers]
@@ -420,10 +536,36 @@ class TransactionCoordinator:
         results = await asyncio.gather(*(c for _, c in pending))
         for (i, _), result in zip(pending, results, strict=True):
             answers[i] = result
+            self._keep(transactional_id, txn.ordinal, batches[i], result)
         return [
             (a or (errors.KafkaError("no answer"), None), not refused[i])
             for i, a in enumerate(answers)
         ]
+
+    def _joined(self, now: Transaction | None, seen: Transaction, key: tuple[str, int]) -> bool:
+        """Whether the partition is in the ongoing transaction for this producer and
+        needs no change in the log (this sidecar or many journal it)."""
+        if now is None or now.state is not TxnState.ONGOING:
+            return False
+        if (now.producer_id, now.producer_epoch) != (seen.producer_id, seen.producer_epoch):
+            return False
+        part = now.partition(*key)
+        return part is not None and part.journaler in (self._instance, SHARED)
+
+    def _keep(self, transactional_id: str, ordinal: int, batch: KafkaBatch, answer: Answer) -> None:
+        """Keep a journaled batch in the local copy; spoil the copy when the answer
+        leaves in doubt whether the journal holds a batch the copy does not."""
+        error, message_id = answer
+        key = (batch.topic, batch.partition)
+        if error is None and message_id is not None:
+            position = _position(message_id)
+            self._local.add(transactional_id, ordinal, batch, position)
+            self._journal.note(self._journal.partition_topic(*key), position)
+        elif not (
+            isinstance(error, errors.DuplicateSequenceNumber)
+            and self._local.holds(transactional_id, ordinal, batch)
+        ):
+            self._local.spoil(transactional_id, ordinal, key)
 
     @staticmethod
     def _producer_problem(
@@ -451,34 +593,62 @@ class TransactionCoordinator:
             )
         return None
 
-    async def _join(
-        self, transactional_id: str, producer_id: int, epoch: int, keys: list[tuple[str, int]]
+    async def _join(  # noqa: C901 - one decision over the partitions asked for and others
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        keys: list[tuple[str, int]],
+        also: Mapping[tuple[str, int], None] | None = None,
     ) -> Transaction:
         """Join the partitions to the open transaction (starting one if none is open),
         decided against the latest state: a partition is skipped only when the
-        transaction it is in is ongoing; a producer fenced meanwhile is refused (47)."""
+        transaction it is in is ongoing; a producer fenced meanwhile is refused (47).
+        A partition joined here names this sidecar its journaler (and gets a local
+        copy); one another sidecar joined is marked shared. ``also``: partitions other
+        requests of the id wait to join, read when the decision is taken; joined too
+        when they can be (each is the waiting request's own business otherwise)."""
         for topic, partition in keys:
             await self._partitions_of(topic)  # the data topic exists (auto-created) first
             await self._journal.ensure(topic, partition)
+        opened: list[tuple[str, int]] = []
+
+        async def more() -> list[tuple[str, int]]:
+            extra = []
+            for topic, partition in [k for k in (also or {}) if k not in keys]:
+                try:
+                    await self._partitions_of(topic)
+                    await self._journal.ensure(topic, partition)
+                except Exception as exc:  # the waiting request meets it itself
+                    log.debug("not joining %s-%d for another request: %r", topic, partition, exc)
+                    continue
+                extra.append((topic, partition))
+            return extra
 
         async def decide(current: Transaction | None) -> Transaction | None:
             if current is None:
                 raise errors.InvalidProducerIdMapping(
                     f"transactional id {transactional_id!r} is unknown: call init-producer-id"
                 )
+            opened.clear()
             txn = current
             now = _now_ms()
-            for topic, partition in keys:
-                if txn.state is TxnState.ONGOING and txn.partition(topic, partition) is not None:
-                    continue
-                start = await self._journal.end(topic, partition)
+            for topic, partition in [*keys, *await more()]:
+                joined = txn.partition(topic, partition) if txn.state is TxnState.ONGOING else None
+                start = None
+                if joined is None:
+                    start = await self._journal.recent_end(topic, partition)
                 txn = tx.join(
                     txn,
                     producer_id,
                     epoch,
-                    Partition(topic, partition, start),
+                    Partition(topic, partition, start, journaler=self._instance),
                     now_ms=now,
                 )
+                if joined is None:
+                    opened.append((topic, partition))
+                elif joined.journaler not in (self._instance, SHARED):
+                    txn = tx.share(txn, topic, partition)
             return txn
 
         try:
@@ -490,7 +660,16 @@ class TransactionCoordinator:
             raise errors.InvalidProducerIdMapping(
                 f"transactional id {transactional_id!r} is unknown"
             )
+        self._open_local(txn, opened)
         return txn
+
+    def _open_local(self, txn: Transaction, joined: list[tuple[str, int]]) -> None:
+        """Local copies for the partitions this sidecar just joined (no await since the
+        write: no batch of theirs was journaled yet)."""
+        for key in joined:
+            part = txn.partition(*key)
+            if part is not None and part.journaler == self._instance:
+                self._local.open(txn.transactional_id, txn.ordinal, key)
 
     # -- offsets --------------------------------------------------------------------------
 
@@ -533,8 +712,19 @@ class TransactionCoordinator:
     # -- end-txn --------------------------------------------------------------------------
 
     async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
-        """EndTxn: answered once the decision is durable; applied in the background."""
+        """EndTxn: answered once the decision is durable; applied in the background.
+        Waits for this id's produce requests in flight on this sidecar first."""
+        gate = self._gates.setdefault(transactional_id, _Gate())
+        gate.ending += 1
+        try:
+            while gate.inflight:
+                await gate.changed(None)
+            await self._end(transactional_id, producer_id, epoch, commit)
+        finally:
+            gate.ending -= 1
+            self._settle_gate(transactional_id, gate)
 
+    async def _end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         async def decide(current: Transaction | None) -> Transaction | None:
             if current is not None and current.in_doubt and current.producer_epoch != epoch:
                 raise errors.ProducerFenced(
@@ -558,14 +748,28 @@ class TransactionCoordinator:
     async def _ends(
         self, txn: Transaction, commit: bool
     ) -> dict[tuple[str, int], tuple[str | None, str | None]]:
-        ends = {}
-        for part in txn.partitions:
-            journal_end = await self._journal.end(part.topic, part.partition)
-            data_start = (
-                await self._journal.data_end(part.topic, part.partition) if commit else None
+        """Each partition's journal end and data start for the decision: the journal end
+        is the last batch of the local copy when it holds them all (from the receipts),
+        else the journal's last position now; the data start a recent lower bound."""
+
+        async def one(part: Partition) -> tuple[str | None, str | None]:
+            journal_end: str | None
+            kept = (
+                self._local.batches(txn.transactional_id, txn.ordinal, part.key)
+                if part.journaler == self._instance
+                else None
             )
-            ends[part.key] = (journal_end, data_start)
-        return ends
+            if kept is not None:
+                journal_end = encode_position(kept[-1][0]) if kept else None
+            else:
+                journal_end = await self._journal.end(part.topic, part.partition)
+            data_start = (
+                await self._journal.recent_data_end(part.topic, part.partition) if commit else None
+            )
+            return journal_end, data_start
+
+        found = await asyncio.gather(*(one(part) for part in txn.partitions))
+        return {part.key: end for part, end in zip(txn.partitions, found, strict=True)}
 
     # -- applying decisions -----------------------------------------------------------------
 
@@ -575,8 +779,14 @@ class TransactionCoordinator:
         task = self._applying.get(transactional_id)
         if (task is not None and not task.done()) or self._closing:
             return
+        # the copy's turn in each data partition is taken now, in decision order
+        txn = self.view.get(self.parts.partition_of(transactional_id), transactional_id)
+        ticket = None
+        if txn is not None and txn.state is TxnState.PREPARE_COMMIT:
+            ticket = self._order.ticket(part.key for part in txn.partitions)
         task = asyncio.create_task(
-            self._apply(transactional_id, recovering=recovering), name=f"apply {transactional_id}"
+            self._apply(transactional_id, recovering=recovering, ticket=ticket),
+            name=f"apply {transactional_id}",
         )
         self._applying[transactional_id] = task
         task.add_done_callback(lambda t: self._applied(transactional_id, t))
@@ -587,8 +797,19 @@ class TransactionCoordinator:
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("applying the decision of %r failed: %r", transactional_id, exc)
 
-    async def _apply(self, transactional_id: str, *, recovering: bool = False) -> None:
+    async def _apply(
+        self, transactional_id: str, *, recovering: bool = False, ticket: Ticket | None = None
+    ) -> None:
         """Apply the decision until it is complete or another sidecar took over."""
+        try:
+            await self._apply_until_done(transactional_id, recovering=recovering, ticket=ticket)
+        finally:
+            if ticket is not None:
+                ticket.release()
+
+    async def _apply_until_done(
+        self, transactional_id: str, *, recovering: bool, ticket: Ticket | None
+    ) -> None:
         p = self.parts.partition_of(transactional_id)
         if self.settings.apply_delay_s:
             await asyncio.sleep(self.settings.apply_delay_s)
@@ -597,7 +818,7 @@ class TransactionCoordinator:
             if txn is None or not txn.state.preparing or not self.parts.owned(p):
                 return
             try:
-                await self._apply_once(p, txn, recovering=recovering)
+                await self._apply_once(p, txn, recovering=recovering, ticket=ticket)
             except errors.NotCoordinator:
                 return  # the new owner recovers it
             except Exception as exc:
@@ -612,13 +833,16 @@ class TransactionCoordinator:
             else:
                 return
 
-    async def _apply_once(self, p: int, txn: Transaction, *, recovering: bool) -> None:
+    async def _apply_once(
+        self, p: int, txn: Transaction, *, recovering: bool, ticket: Ticket | None
+    ) -> None:
         started = time.monotonic()
         commit = txn.state is TxnState.PREPARE_COMMIT
         copied: dict[tuple[str, int], int] = {}
         if commit:
-            for part in txn.partitions:
-                copied[part.key] = await self._copier.copy(txn, part, recovering=recovering)
+            copied = await self._copy_all(p, txn, recovering=recovering, ticket=ticket)
+        else:
+            await self._decide_record(txn, commit, copied)
         groups: dict[str, list[Offset]] = {}
         for o in txn.offsets:
             groups.setdefault(o.group, []).append(o)
@@ -635,7 +859,6 @@ class TransactionCoordinator:
                     txn.transactional_id,
                     txn.ordinal,
                 )
-        await self._decide_record(txn, commit, copied)
         async with self.parts.lock(p):
             if not self.parts.owned(p):
                 return  # the new owner recovers it
@@ -644,6 +867,7 @@ class TransactionCoordinator:
             if current is None or current.ordinal != txn.ordinal or not current.state.preparing:
                 return
             done = await self._write(p, tx.complete(current, now_ms=_now_ms()))
+        self._local.drop(txn.transactional_id, txn.ordinal)
         elapsed = (time.monotonic() - started) * 1000
         if commit:
             self.stats.commits += 1
@@ -658,6 +882,37 @@ class TransactionCoordinator:
             sum(copied.values()),
             elapsed,
         )
+
+    async def _copy_all(
+        self, p: int, txn: Transaction, *, recovering: bool, ticket: Ticket | None
+    ) -> dict[tuple[str, int], int]:
+        """Copy every partition at once, each in its turn, and write the decision record
+        meanwhile (its counts are known once the batches are); everything finishes (or
+        fails) before this returns, so a retry never runs beside a copy of the same
+        batches."""
+        found = await asyncio.gather(*(self._copier.batches(txn, part) for part in txn.partitions))
+        copied = {
+            part.key: sum(len(b.records) for b in batches)
+            for part, batches in zip(txn.partitions, found, strict=True)
+        }
+
+        async def copy(part: Partition, batches: list[KafkaBatch]) -> int:
+            if ticket is not None:
+                await ticket.wait(part.key)
+            n = await self._copier.copy(txn, part, recovering=recovering, owner=p, batches=batches)
+            if ticket is not None:
+                ticket.done(part.key)
+            return n
+
+        results = await asyncio.gather(
+            *(copy(part, b) for part, b in zip(txn.partitions, found, strict=True)),
+            self._decide_record(txn, commit=True, copied=copied),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return copied
 
     async def _decide_record(
         self, txn: Transaction, commit: bool, copied: dict[tuple[str, int], int]
@@ -683,8 +938,10 @@ class TransactionCoordinator:
     # -- recovery, timeouts, check-back ------------------------------------------------------
 
     async def _recover(self, partition: int) -> None:
-        """This sidecar just took the partition: finish what was decided."""
-        for txn in self.view.in_partition(partition):
+        """This sidecar just took the partition: finish what was decided (in the order
+        it was decided, as far as the log tells: copies into one data partition follow
+        that order)."""
+        for txn in sorted(self.view.in_partition(partition), key=lambda t: t.updated_ms):
             if txn.state.preparing:
                 log.info(
                     "recovering transaction %d of %r (%s)",
@@ -709,6 +966,7 @@ class TransactionCoordinator:
     async def sweep(self) -> None:
         """On the partitions this sidecar owns: time out open transactions, forget
         expired ids."""
+        await self._copier.reap()
         now = _now_ms()
         for p in range(self.settings.log_partitions):
             if not self.parts.owned(p):

@@ -5,9 +5,11 @@ One journal per data partition, in the sidecar's system namespace (deduplication
 explicitly, whatever the cluster's auto-creation type). Its batches are written
 through the idempotent produce path with the producer's own name
 (``<prefix>-<producerId>-<epoch>``) and sequences, so a retried transactional batch is
-a duplicate like any other; each record also carries the transaction's id and
-ordinal, which is how a copy picks a transaction's batches out of a journal shared by
-every transactional producer of that partition.
+a duplicate like any other. An entry is one message holding the whole batch
+(:func:`kop_dedup.pulsar.wire.encode_whole`: only the sidecar reads a journal) and
+carries the transaction's id and ordinal, which is how a copy picks a transaction's
+batches out of a journal shared by every transactional producer of that partition.
+Journals written before that (one message per record) are still read.
 
 A journal keeps its records ``journal_retention_minutes`` (a topic-level policy), which
 must outlive the longest transaction timeout plus a recovery.
@@ -16,14 +18,18 @@ must outlive the longest transaction timeout plus a recovery.
 from __future__ import annotations
 
 import logging
+import time
 
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
-from kop_dedup.pulsar.entries import encode_position
+from kop_dedup.pulsar.entries import Position, encode_position
 from kop_dedup.pulsar.naming import Naming
 
 __all__ = ["PROP_TXN_ID", "PROP_TXN_ORDINAL", "PROP_TXN_PARTITIONS", "PROP_TXN_RECORDS", "Journal"]
 
 log = logging.getLogger(__name__)
+
+_RECENT_S = 30.0
+"""How old a position seen in a receipt may be to serve as a lower bound of a topic's end."""
 
 PROP_TXN_ID = "kafka.txn.id"
 PROP_TXN_ORDINAL = "kafka.txn.ordinal"
@@ -42,6 +48,7 @@ class Journal:
         self._base = f"persistent://{system_namespace}"
         self._retention = retention_minutes
         self._ready: set[tuple[str, int]] = set()
+        self._seen: dict[str, tuple[Position, float]] = {}
 
     def topic(self, topic: str, partition: int) -> str:
         """The journal's partitioned topic for a Kafka topic and partition."""
@@ -61,6 +68,33 @@ class Journal:
         except AdminError as exc:  # topic-level policies off: the namespace's retention holds
             log.warning("could not set the retention of %s: %s", journal, exc)
         self._ready.add((topic, partition))
+
+    def note(self, ptopic: str, position: Position) -> None:
+        """A receipt: ``ptopic`` (a journal or data partition topic) holds ``position``."""
+        seen = self._seen.get(ptopic)
+        if seen is None or position >= seen[0]:
+            self._seen[ptopic] = (position, time.monotonic())
+
+    async def recent_end(self, topic: str, partition: int) -> str | None:
+        """A position at or before the journal's end now: the last one a receipt showed
+        within ``_RECENT_S``, else the admin API's. Whatever is journaled from now on lies
+        after it (a lower bound is all a range's start needs; an older one only makes a
+        journal read longer)."""
+        return await self._recent(self.partition_topic(topic, partition))
+
+    async def recent_data_end(self, topic: str, partition: int) -> str | None:
+        """The same for the data partition (where copies look for an earlier copy)."""
+        return await self._recent(self._naming.partition_topic(topic, partition))
+
+    async def _recent(self, ptopic: str) -> str | None:
+        seen = self._seen.get(ptopic)
+        if seen is not None and time.monotonic() - seen[1] < _RECENT_S:
+            return encode_position(seen[0])
+        end = await self._last(ptopic)
+        if end is not None:
+            ledger, _, entry = end.partition(":")
+            self.note(ptopic, (int(ledger), int(entry)))
+        return end
 
     async def end(self, topic: str, partition: int) -> str | None:
         """The journal's last position now (everything journaled lies at or before it)."""

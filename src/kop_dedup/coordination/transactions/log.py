@@ -34,6 +34,7 @@ def encode(txn: Transaction) -> bytes:
                 "journalStart": p.journal_start,
                 "journalEnd": p.journal_end,
                 "dataStart": p.data_start,
+                "journaler": p.journaler,
             }
             for p in txn.partitions
         ],
@@ -74,6 +75,7 @@ def decode(data: bytes) -> Transaction:
                 p.get("journalStart"),
                 p.get("journalEnd"),
                 p.get("dataStart"),
+                p.get("journaler"),
             )
             for p in doc.get("partitions", ())
         ),
