@@ -469,4 +469,57 @@ def write_txn_results(
             indent=2,
         )
     )
-    return f"{render_txn_table(rows)}\n\nwrote {out / 'transactions.json'}"
+    plot_txn(rows, out / "transactions.png")
+    return (
+        f"{render_txn_table(rows)}\n\nwrote {out / 'transactions.json'} and "
+        f"{out / 'transactions.png'}"
+    )
+
+
+def plot_txn(rows: list[dict[str, Any]], path: Path) -> None:
+    """Records/s of both modes per producer count (the ratio on top), and the commit's
+    latencies: end-txn answered, applied (CompleteCommit) and visible, p50 and p99."""
+    from kop_dedup_tools.bench_results import _pyplot  # noqa: PLC0415 - only the plot
+
+    plt = _pyplot()
+    fig, (rate, lat) = plt.subplots(1, 2, figsize=(12, 4.5))
+    xs = list(range(len(rows)))
+    for offset, mode in ((-0.2, "idempotent"), (0.2, "transactions")):
+        rate.bar(
+            [x + offset for x in xs],
+            [(r[mode] or {}).get("records_per_s", 0) for r in rows],
+            width=0.4,
+            label=mode,
+        )
+    for x, r in zip(xs, rows, strict=True):
+        if r["ratio"] is not None:
+            rate.annotate(f"{r['ratio']:.2f}x", (x + 0.2, 0), ha="center", va="bottom")
+    rate.set_xticks(xs, [f"{r['producers']} producers" for r in rows])
+    rate.set_title("records/s (ratio: transactions / idempotent)")
+    rate.legend(fontsize=8)
+    rate.grid(alpha=0.3, axis="y")
+    names = [("end-txn", "end"), ("applied", "applied"), ("visible", "visible")]
+    width = 0.8 / len(rows) if rows else 0.8
+    for i, r in enumerate(rows):
+        txn = r["transactions"] or {}
+        for j, q in enumerate(("p50", "p99")):
+            lat.bar(
+                [k + (i - (len(rows) - 1) / 2) * width + (j - 0.5) * width / 2 for k in range(3)],
+                [txn.get(f"{key}_{q}_ms") or 0 for _, key in names],
+                width=width / 2,
+                label=f"{r['producers']} producers {q}",
+            )
+    lat.set_xticks(range(3), [label for label, _ in names])
+    lat.set_yscale("log")
+    lat.set_title("after end-txn is sent: answered, applied, visible (ms)")
+    lat.legend(fontsize=8)
+    lat.grid(alpha=0.3, axis="y")
+    fig.suptitle(
+        f"kop-dedup transactions of {BATCHES_PER_ROUND} batches x {RECORDS_PER_BATCH} "
+        f"records over {PARTITIONS} partitions vs the same records produced idempotently "
+        "(best repetition by records/s)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

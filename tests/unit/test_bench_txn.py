@@ -87,3 +87,17 @@ def test_each_mode_shows_its_best_repetition_and_the_ratio_of_the_two():
     assert "15.0" in one  # commits/s of the best transactions repetition: 30 over 2 s
     four = next(line for line in table if line.split("|")[0].strip() == "4")
     assert four.split()[-1] == "-"
+
+
+def test_the_plot_is_written_from_the_summary_rows_also_with_a_mode_missing(tmp_path):
+    from kop_dedup_tools.bench_txn import plot_txn
+
+    rows = summarize_txn(
+        [
+            cell("idempotent", 1, 50),
+            cell("transactions", 1, 30, end_p50_ms=4.0, end_p99_ms=8.0, applied_p50_ms=20.0),
+            cell("idempotent", 8, 80),
+        ]
+    )
+    plot_txn(rows, tmp_path / "t.png")
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
