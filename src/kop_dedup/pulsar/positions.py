@@ -87,7 +87,13 @@ class Positions:
         """(the first offset still stored, its position); the end when nothing is stored."""
         first = await self._admin.first_entry(topic)
         if first is None:
-            return await self.end(topic)
+            end = await self.end(topic)
+            if end[1] is None:
+                return end
+            # a message may have come between the two questions: the end would skip it
+            first = await self._admin.first_entry(topic)
+            if first is None:  # everything stored was deleted (retention): the end it is
+                return end
         ledger, entry, indexed = first
         if indexed is None:
             raise errors.KafkaStorageError(f"{topic}: {NOT_INDEXED}")
