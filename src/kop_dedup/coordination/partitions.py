@@ -156,15 +156,21 @@ class StatePartitions:
         await part.writer.open()
         await self._settle(part, "fenced in")
 
-    async def still_owned(self, partition: int) -> bool:
+    async def still_owned(self, partition: int, *, caught_up: bool = False) -> bool:
         """Whether this sidecar still owns the partition, having read everything written
         to it (call with :meth:`lock` held). Another sidecar may have fenced this one
         while it was idle (the client learns that at its next write, after a reconnection:
-        about 150 ms): its ownership marker, read here, says so at once."""
+        about 150 ms): its ownership marker, read here, says so at once.
+
+        ``caught_up``: the caller ran :meth:`read` since its request began, before taking
+        the lock (so that concurrent callers share one catch-up). A takeover that lands
+        in between is not seen here; it fenced this writer, so the change's first write
+        fails (NOT_COORDINATOR, and the caller takes the partition back)."""
         part = self._parts[partition]
         if not part.writer.owned:
             return False
-        await part.table.barrier()  # a decision is then not taken on a stale view
+        if not caught_up:
+            await part.table.barrier()  # a decision is then not taken on a stale view
         if part.last_marker == part.marker:
             return True
         await part.writer.lost()

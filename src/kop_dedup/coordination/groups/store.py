@@ -212,9 +212,10 @@ class GroupStore:
             await hook(partition)
         self._unrecovered.discard(partition)
 
-    async def _take(self, p: int) -> None:
-        """Own partition ``p`` (lock held); a new owner's recovery runs before returning."""
-        if not await self.parts.still_owned(p):
+    async def _take(self, p: int, *, caught_up: bool = False) -> None:
+        """Own partition ``p`` (lock held); a new owner's recovery runs before returning.
+        ``caught_up``: read since the request began (see :meth:`owned`)."""
+        if not await self.parts.still_owned(p, caught_up=caught_up):
             try:
                 live = (await self._admin.partition_writers(self.topic)).get(p, [])
             except Exception as exc:  # cannot tell: recover (duplicates rather than a loss)
@@ -257,11 +258,22 @@ class GroupStore:
     async def owned(self, group: str, change: Callable[[int], Awaitable[Any]]) -> Any:
         """Run ``change(partition)`` as the owner of the group's partition, under its lock;
         when another sidecar takes the partition meanwhile, take it back and run it again
-        (on the state as it then is)."""
+        (on the state as it then is).
+
+        The catch-up that makes the view fresh runs before the lock is taken, so the
+        callers waiting for the lock (the members of a group share its partition) share
+        one broker round trip instead of paying one each under the lock. The view is
+        then complete for a decision: this sidecar's own writes are applied to it as they
+        are made (their echoes from the log carry no newer version), and a takeover by
+        another sidecar since the catch-up fenced this writer, so the change's write fails
+        and it runs again as the owner once more (after a full catch-up)."""
         p = self.partition_of(group)
         for attempt in range(_TAKEOVER_ATTEMPTS):
+            caught_up = self.parts.owned(p)
+            if caught_up:
+                await self.parts.read(p)
             async with self.parts.lock(p):
-                await self._take(p)
+                await self._take(p, caught_up=caught_up)
                 try:
                     return await change(p)
                 except errors.NotCoordinator:
