@@ -807,7 +807,8 @@ class GroupCoordinator:
             reset = self.store.doc(group, "r", plan.tp[0], plan.tp[1]) or {}
             if int(reset.get("v", 0)) != plan.reset_version and _targets(reset, member):
                 return None  # a reset landed meanwhile: the next plan applies it
-        written: list[tuple[str, Doc | None, int]] = []
+        writes: list[tuple[str, Doc]] = []
+        befores: list[Doc | None] = []
         for plan in plans:
             got = records.get(plan.tp, [])
             current = self.store.doc(group, "d", owner, plan.tp[0], plan.tp[1]) or {}
@@ -831,10 +832,14 @@ class GroupCoordinator:
             }
             unchanged = {k: current.get(k) for k in fresh} == fresh
             if not unchanged:
-                k = key("d", group, owner, plan.tp[0], plan.tp[1])
-                new = await self.store.write(p, k, fresh)
-                written.append((k, current or None, int(new["v"])))
-        return written
+                writes.append((key("d", group, owner, plan.tp[0], plan.tp[1]), fresh))
+                befores.append(current or None)
+        # every partition's delivery in one round trip (a member may read many partitions)
+        stored = await self._write_all(p, writes)
+        return [
+            (k, before, int(new["v"]))
+            for (k, _), before, new in zip(writes, befores, stored, strict=True)
+        ]
 
     async def _write_all(self, p: int, writes: Sequence[tuple[str, Doc]]) -> list[Doc]:
         """Store several keys at once, each at most once (``p``'s owner, inside
