@@ -594,6 +594,7 @@ class GroupCoordinator:
                     plans=plans,
                     records=records,
                 ),
+                caught_up=True,  # by the plan: a takeover since fails the record's write
             )
             if written is not None:
                 break
@@ -916,18 +917,27 @@ class GroupCoordinator:
                     if mode is Mode.CLUSTERING
                     else key("b", group, member, tp[0], tp[1])
                 )
-                writes.append(
-                    (
-                        k,
-                        {
-                            "offset": offset,
-                            "position": position,
-                            "metadata": "",
-                            "commitMs": now,
-                            "seenMs": now,
-                        },
+                stored = self.committed_doc(group, mode, member, tp)
+                if not (
+                    asked is None
+                    and mode is Mode.CLUSTERING
+                    and stored is not None
+                    and int(stored["offset"]) == offset
+                    and stored.get("position") == position
+                ):  # else nothing was delivered on it since it was committed: stored already
+                    # (a broadcast member's commit is written anyway: it counts as seen)
+                    writes.append(
+                        (
+                            k,
+                            {
+                                "offset": offset,
+                                "position": position,
+                                "metadata": "",
+                                "commitMs": now,
+                                "seenMs": now,
+                            },
+                        )
                     )
-                )
                 if delivery.get("offset") is not None and delivery.get("inflight"):
                     kept = proto.inflight_after_commit(_inflight(delivery), offset)
                     if int(delivery["offset"]) <= offset:

@@ -255,7 +255,9 @@ class GroupStore:
         """Catch up with every change to the group made before this call."""
         await self.parts.read(self.partition_of(group))
 
-    async def owned(self, group: str, change: Callable[[int], Awaitable[Any]]) -> Any:
+    async def owned(
+        self, group: str, change: Callable[[int], Awaitable[Any]], *, caught_up: bool = False
+    ) -> Any:
         """Run ``change(partition)`` as the owner of the group's partition, under its lock;
         when another sidecar takes the partition meanwhile, take it back and run it again
         (on the state as it then is).
@@ -266,14 +268,19 @@ class GroupStore:
         then complete for a decision: this sidecar's own writes are applied to it as they
         are made (their echoes from the log carry no newer version), and a takeover by
         another sidecar since the catch-up fenced this writer, so the change's write fails
-        and it runs again as the owner once more (after a full catch-up)."""
+        and it runs again as the owner once more (after a full catch-up).
+
+        ``caught_up``: an earlier change of the same request caught up already (a pull
+        records what it planned): a takeover since then fails this change's write, as
+        above, so it needs no second round trip. A change that answers something must
+        then write it (a pull's record does)."""
         p = self.partition_of(group)
         for attempt in range(_TAKEOVER_ATTEMPTS):
-            caught_up = self.parts.owned(p)
-            if caught_up:
+            owner = self.parts.owned(p)
+            if owner and not (caught_up and attempt == 0):
                 await self.parts.read(p)
             async with self.parts.lock(p):
-                await self._take(p, caught_up=caught_up)
+                await self._take(p, caught_up=owner)
                 try:
                     return await change(p)
                 except errors.NotCoordinator:
