@@ -177,6 +177,15 @@ class StatePartitions:
         self._on_lost(part.index)
         return False
 
+    async def restart(self, partition: int, reset: Callable[[], None]) -> None:
+        """Give the partition's writer up and read the partition again from its start
+        (``reset`` drops the caller's state of it first): for an owner whose state may
+        hold a write that failed. Call with :meth:`lock` held; :meth:`own` takes it back."""
+        part = self._parts[partition]
+        await part.writer.lost()
+        await part.table.restart(reset)
+        part.last_marker = None
+
     async def _settle(self, part: _Partition, how: str) -> None:
         """Write a marker and read until it comes back: the table is then complete."""
         part.marker = json.dumps({"owner": self._identity, "at": time.time_ns()})
