@@ -40,3 +40,26 @@ def test_earliest_of_a_partition_with_everything_deleted_is_its_end() -> None:
     admin = _FirstMessageArrivesMidway(trimmed=True)
     offset, position = asyncio.run(Positions(admin).earliest("t"))  # type: ignore[arg-type]
     assert (offset, position) == (3, (7, 0, 3))
+
+
+class _CountingAdmin:
+    def __init__(self) -> None:
+        self.index_calls = 0
+
+    async def last_position(self, topic: str) -> Any:
+        return (9, 4)
+
+    async def entry_index(self, topic: str, ledger: int, entry: int) -> Any:
+        self.index_calls += 1
+        return (41, 2)
+
+
+def test_end_of_a_partition_nothing_was_written_to_since_asks_for_its_entry_index_once() -> None:
+    admin = _CountingAdmin()
+    positions = Positions(admin)  # type: ignore[arg-type]
+
+    async def twice() -> list[Any]:
+        return [await positions.end("t"), await positions.end("t")]
+
+    assert asyncio.run(twice()) == [(42, (9, 4, 2)), (42, (9, 4, 2))]
+    assert admin.index_calls == 1

@@ -312,7 +312,10 @@ class GroupStore:
     async def read(self, group: str) -> None:
         """Catch up with every change to the group made before this call (this
         sidecar's own stored, too)."""
-        p = self.partition_of(group)
+        await self.read_partition(self.partition_of(group))
+
+    async def read_partition(self, p: int) -> None:
+        """:meth:`read` for every group of partition ``p`` at once."""
         if p in self._broken:
             async with self.parts.lock(p):
                 await self._take(p)
