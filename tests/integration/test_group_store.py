@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +29,14 @@ def namespace(pulsar: Any) -> Iterator[str]:
         r = admin.put(f"/admin/v2/namespaces/{ns}")
         assert r.status_code == 204, r.text
     yield ns
+    with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
+        deadline = time.monotonic() + 30  # a topic whose last client just left may refuse
+        while (topics := admin.get(f"/admin/v2/persistent/{ns}/partitioned").json()) and (
+            time.monotonic() < deadline
+        ):
+            for topic in topics:
+                path = topic.removeprefix("persistent://")
+                admin.delete(f"/admin/v2/persistent/{path}/partitions", params={"force": "true"})
     asyncio.run(delete_namespace(pulsar.admin_url, ns))
 
 
