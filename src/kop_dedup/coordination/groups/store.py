@@ -286,7 +286,10 @@ class GroupStore:
         before this call: a change may have built on it (the view had it)."""
         pending = list(self._sending[p])
         if pending:
-            await asyncio.shield(asyncio.gather(*pending, return_exceptions=True))
+            results = await asyncio.shield(asyncio.gather(*pending, return_exceptions=True))
+            for r in results:  # its own failed even when a re-read cleared the mark since
+                if isinstance(r, BaseException):
+                    raise r
         if p in self._broken:
             raise self._broken[p]
 
