@@ -156,20 +156,35 @@ class StatePartitions:
         await part.writer.open()
         await self._settle(part, "fenced in")
 
-    async def still_owned(self, partition: int) -> bool:
+    async def still_owned(self, partition: int, *, caught_up: bool = False) -> bool:
         """Whether this sidecar still owns the partition, having read everything written
         to it (call with :meth:`lock` held). Another sidecar may have fenced this one
         while it was idle (the client learns that at its next write, after a reconnection:
-        about 150 ms): its ownership marker, read here, says so at once."""
+        about 150 ms): its ownership marker, read here, says so at once.
+
+        ``caught_up``: the caller ran :meth:`read` since its request began, before taking
+        the lock (so that concurrent callers share one catch-up). A takeover that lands
+        in between is not seen here; it fenced this writer, so the change's first write
+        fails (NOT_COORDINATOR, and the caller takes the partition back)."""
         part = self._parts[partition]
         if not part.writer.owned:
             return False
-        await part.table.barrier()  # a decision is then not taken on a stale view
+        if not caught_up:
+            await part.table.barrier()  # a decision is then not taken on a stale view
         if part.last_marker == part.marker:
             return True
         await part.writer.lost()
         self._on_lost(part.index)
         return False
+
+    async def restart(self, partition: int, reset: Callable[[], None]) -> None:
+        """Give the partition's writer up and read the partition again from its start
+        (``reset`` drops the caller's state of it first): for an owner whose state may
+        hold a write that failed. Call with :meth:`lock` held; :meth:`own` takes it back."""
+        part = self._parts[partition]
+        await part.writer.lost()
+        await part.table.restart(reset)
+        part.last_marker = None
 
     async def _settle(self, part: _Partition, how: str) -> None:
         """Write a marker and read until it comes back: the table is then complete."""

@@ -23,6 +23,8 @@ entries (about log2(entries) lookups) for the position of an offset.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from kop_dedup import errors
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
 
@@ -35,6 +37,8 @@ __all__ = [
 ]
 
 Position = tuple[int, int, int]
+
+_INDEXES_KEPT = 10_000
 
 NOT_INDEXED = (
     "the broker does not index entries, so there are no Kafka offsets: set "
@@ -59,11 +63,21 @@ class Positions:
 
     def __init__(self, admin: PulsarAdmin) -> None:
         self._admin = admin
+        self._indexes: OrderedDict[tuple[str, int, int], tuple[int, int]] = OrderedDict()
+        """Entry indexes asked for lately: an entry's index never changes (ledger ids are
+        never reused), so the lag of an idle partition costs one admin call, not two."""
 
     async def _index(self, topic: str, ledger: int, entry: int) -> tuple[int, int]:
+        k = (topic, ledger, entry)
+        if (known := self._indexes.get(k)) is not None:
+            self._indexes.move_to_end(k)
+            return known
         found = await self._admin.entry_index(topic, ledger, entry)
         if found is None:
             raise errors.KafkaStorageError(f"{topic}: {NOT_INDEXED}")
+        self._indexes[k] = found
+        if len(self._indexes) > _INDEXES_KEPT:
+            self._indexes.popitem(last=False)
         return found
 
     async def offset_of(self, topic: str, position: Position) -> int:
@@ -87,7 +101,13 @@ class Positions:
         """(the first offset still stored, its position); the end when nothing is stored."""
         first = await self._admin.first_entry(topic)
         if first is None:
-            return await self.end(topic)
+            end = await self.end(topic)
+            if end[1] is None:
+                return end
+            # a message may have come between the two questions: the end would skip it
+            first = await self._admin.first_entry(topic)
+            if first is None:  # everything stored was deleted (retention): the end it is
+                return end
         ledger, entry, indexed = first
         if indexed is None:
             raise errors.KafkaStorageError(f"{topic}: {NOT_INDEXED}")

@@ -211,6 +211,14 @@ class KeyedTable:
                     break
             return self.records_read - before
 
+    async def restart(self, reset: Callable[[], None]) -> None:
+        """Read the topic again from its start at the next catch-up; ``reset`` (the
+        caller's state dropped) runs first, while no catch-up runs."""
+        async with self._lock:
+            await self._drop_reader()
+            self._last = None
+            reset()
+
     def compaction_due(self, live_keys: int) -> bool:
         """Reading cost far more records than the table keeps keys (> 2x + 1000)."""
         return self.records_read > 2 * live_keys + _COMPACTION_SLACK

@@ -594,6 +594,7 @@ class GroupCoordinator:
                     plans=plans,
                     records=records,
                 ),
+                caught_up=True,  # by the plan: a takeover since fails the record's write
             )
             if written is not None:
                 break
@@ -807,7 +808,8 @@ class GroupCoordinator:
             reset = self.store.doc(group, "r", plan.tp[0], plan.tp[1]) or {}
             if int(reset.get("v", 0)) != plan.reset_version and _targets(reset, member):
                 return None  # a reset landed meanwhile: the next plan applies it
-        written: list[tuple[str, Doc | None, int]] = []
+        writes: list[tuple[str, Doc]] = []
+        befores: list[Doc | None] = []
         for plan in plans:
             got = records.get(plan.tp, [])
             current = self.store.doc(group, "d", owner, plan.tp[0], plan.tp[1]) or {}
@@ -831,10 +833,14 @@ class GroupCoordinator:
             }
             unchanged = {k: current.get(k) for k in fresh} == fresh
             if not unchanged:
-                k = key("d", group, owner, plan.tp[0], plan.tp[1])
-                new = await self.store.write(p, k, fresh)
-                written.append((k, current or None, int(new["v"])))
-        return written
+                writes.append((key("d", group, owner, plan.tp[0], plan.tp[1]), fresh))
+                befores.append(current or None)
+        # every partition's delivery in one round trip (a member may read many partitions)
+        stored = await self._write_all(p, writes)
+        return [
+            (k, before, int(new["v"]))
+            for (k, _), before, new in zip(writes, befores, stored, strict=True)
+        ]
 
     async def _write_all(self, p: int, writes: Sequence[tuple[str, Doc]]) -> list[Doc]:
         """Store several keys at once, each at most once (``p``'s owner, inside
@@ -911,18 +917,27 @@ class GroupCoordinator:
                     if mode is Mode.CLUSTERING
                     else key("b", group, member, tp[0], tp[1])
                 )
-                writes.append(
-                    (
-                        k,
-                        {
-                            "offset": offset,
-                            "position": position,
-                            "metadata": "",
-                            "commitMs": now,
-                            "seenMs": now,
-                        },
+                stored = self.committed_doc(group, mode, member, tp)
+                if not (
+                    asked is None
+                    and mode is Mode.CLUSTERING
+                    and stored is not None
+                    and int(stored["offset"]) == offset
+                    and stored.get("position") == position
+                ):  # else nothing was delivered on it since it was committed: stored already
+                    # (a broadcast member's commit is written anyway: it counts as seen)
+                    writes.append(
+                        (
+                            k,
+                            {
+                                "offset": offset,
+                                "position": position,
+                                "metadata": "",
+                                "commitMs": now,
+                                "seenMs": now,
+                            },
+                        )
                     )
-                )
                 if delivery.get("offset") is not None and delivery.get("inflight"):
                     kept = proto.inflight_after_commit(_inflight(delivery), offset)
                     if int(delivery["offset"]) <= offset:

@@ -71,12 +71,14 @@ class GroupLag:
         return ends[tp]
 
     async def lag(
-        self, group: str, ends: dict[TopicPartition, int] | None = None
+        self, group: str, ends: dict[TopicPartition, int] | None = None, *, read: bool = True
     ) -> dict[str, Any]:
         """The group's numbers (see the module docstring); UnknownGroup when nothing of
-        it is stored. ``ends``: end offsets already known (a refresh shares them)."""
+        it is stored. ``ends``: end offsets already known (a refresh shares them);
+        ``read`` False: the caller caught up with the group's store partition already."""
         store = self._groups.store
-        await store.read(group)
+        if read:
+            await store.read(group)
         ends = {} if ends is None else ends
         doc = store.doc(group, "g")
         docs = store.docs(group)
@@ -154,9 +156,14 @@ class GroupLag:
         for p in range(store.parts.count):
             if not store.parts.owned(p):
                 continue
+            try:  # once per partition, not once per group (hundreds of idle groups)
+                await store.read_partition(p)
+            except Exception as exc:
+                log.debug("lag: reading store partition %d: %r", p, exc)
+                continue
             for group in store.groups_in(p):
                 try:
-                    body = await self.lag(group, ends)
+                    body = await self.lag(group, ends, read=False)
                 except UnknownGroup:
                     continue
                 except Exception as exc:  # one group's trouble does not hide the others

@@ -36,10 +36,12 @@ load balancer) runs no hook either: the live owner answers what it recorded.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +126,10 @@ class _View:
     def groups(self, partition: int) -> list[str]:
         return [g for g, keys in self._groups[partition].items() if keys and g != _NO_GROUP]
 
+    def clear(self, partition: int) -> None:
+        self._docs[partition] = {}
+        self._groups[partition] = {}
+
 
 class GroupStore:
     def __init__(
@@ -146,6 +152,13 @@ class GroupStore:
         """Partitions taken whose clean-close marker has not been checked yet."""
         self._on_demand: dict[int, bool] = {}
         """Set by :meth:`owned` while it takes a partition: whether it was an orphan."""
+        self._sending: list[set[asyncio.Future[None]]] = [set() for _ in range(partitions)]
+        """Writes on their way to the broker, per partition (already in the view)."""
+        self._broken: dict[int, BaseException] = {}
+        """Partitions whose view holds a write that failed (how): read again before use."""
+        self._epoch = [0] * partitions
+        """Bumped when a broken partition is read again (failures of older writes are
+        then known)."""
         self.parts = StatePartitions(
             client,
             topic,
@@ -176,6 +189,7 @@ class GroupStore:
             async with self.parts.lock(p):
                 try:
                     await self.write(p, _CLEAN, {"clean": True, "atMs": _now_ms()})
+                    await self._durable(p)
                 except Exception as exc:  # fenced or broker away: the next owner recovers
                     log.info("consumer groups: partition %d not marked clean: %r", p, exc)
         await self.parts.close()
@@ -196,6 +210,7 @@ class GroupStore:
         async with self.parts.lock(partition):
             if self.parts.owned(partition):
                 await self._recover(partition)
+        await self._durable(partition)
 
     async def _recover(self, partition: int) -> None:
         """First thing as a new owner: the clean-close marker read and cleared, then the
@@ -212,9 +227,12 @@ class GroupStore:
             await hook(partition)
         self._unrecovered.discard(partition)
 
-    async def _take(self, p: int) -> None:
-        """Own partition ``p`` (lock held); a new owner's recovery runs before returning."""
-        if not await self.parts.still_owned(p):
+    async def _take(self, p: int, *, caught_up: bool = False) -> None:
+        """Own partition ``p`` (lock held); a new owner's recovery runs before returning.
+        ``caught_up``: read since the request began (see :meth:`owned`)."""
+        if p in self._broken:
+            await self._reread(p)
+        if not await self.parts.still_owned(p, caught_up=caught_up):
             try:
                 live = (await self._admin.partition_writers(self.topic)).get(p, [])
             except Exception as exc:  # cannot tell: recover (duplicates rather than a loss)
@@ -230,6 +248,50 @@ class GroupStore:
             if not live:
                 self._unrecovered.add(p)
         await self._recover(p)
+
+    async def _reread(self, p: int) -> None:
+        """A write of ours to ``p`` failed, so the view may hold what is not stored: read
+        the partition again from its start, as its owner again (lock held). The previous
+        owner went away only if the broker lists no writer on it (not even ours)."""
+        try:
+            live = (await self._admin.partition_writers(self.topic)).get(p, [])
+        except Exception as exc:  # cannot tell: recover (duplicates rather than a loss)
+            log.warning("consumer groups: who writes partition %d? %r; recovering it", p, exc)
+            live = []
+        self._epoch[p] += 1
+        failure = self._broken.pop(p)
+        self._on_demand[p] = False  # the acquisition task leaves recovery to _take
+        try:
+            await self.parts.restart(p, functools.partial(self._view.clear, p))
+            await self.parts.own(p)
+        except BaseException:
+            self._broken.setdefault(p, failure)
+            self._on_demand.pop(p, None)
+            raise
+        log.warning("consumer groups: a write to partition %d failed; read it again", p)
+        self._fresh.add(p)
+        if not live:
+            self._unrecovered.add(p)
+
+    def _sent(self, p: int, epoch: int, future: asyncio.Future[None]) -> None:
+        self._sending[p].discard(future)
+        if future.cancelled() or (exc := future.exception()) is None:
+            return
+        if epoch == self._epoch[p]:
+            self._broken.setdefault(p, exc)
+
+    async def _durable(self, p: int) -> None:
+        """Return once every write made to ``p`` so far is stored; raise when one failed
+        (NOT_COORDINATOR when another sidecar fenced this one), even one that failed
+        before this call: a change may have built on it (the view had it)."""
+        pending = list(self._sending[p])
+        if pending:
+            results = await asyncio.shield(asyncio.gather(*pending, return_exceptions=True))
+            for r in results:  # its own failed even when a re-read cleared the mark since
+                if isinstance(r, BaseException):
+                    raise r
+        if p in self._broken:
+            raise self._broken[p]
 
     # -- primitives for the group coordinator --------------------------------------------
 
@@ -251,37 +313,80 @@ class GroupStore:
         return self._view.groups(partition)
 
     async def read(self, group: str) -> None:
-        """Catch up with every change to the group made before this call."""
-        await self.parts.read(self.partition_of(group))
+        """Catch up with every change to the group made before this call (this
+        sidecar's own stored, too)."""
+        await self.read_partition(self.partition_of(group))
 
-    async def owned(self, group: str, change: Callable[[int], Awaitable[Any]]) -> Any:
-        """Run ``change(partition)`` as the owner of the group's partition, under its lock;
-        when another sidecar takes the partition meanwhile, take it back and run it again
-        (on the state as it then is)."""
-        p = self.partition_of(group)
-        for attempt in range(_TAKEOVER_ATTEMPTS):
+    async def read_partition(self, p: int) -> None:
+        """:meth:`read` for every group of partition ``p`` at once."""
+        if p in self._broken:
             async with self.parts.lock(p):
                 await self._take(p)
-                try:
-                    return await change(p)
-                except errors.NotCoordinator:
-                    if attempt + 1 == _TAKEOVER_ATTEMPTS:
-                        raise
+        await self.parts.read(p)
+        await self._durable(p)
+
+    async def owned(
+        self, group: str, change: Callable[[int], Awaitable[Any]], *, caught_up: bool = False
+    ) -> Any:
+        """Run ``change(partition)`` as the owner of the group's partition, under its lock;
+        when another sidecar takes the partition meanwhile, take it back and run it again
+        (on the state as it then is).
+
+        The catch-up that makes the view fresh runs before the lock is taken, so the
+        callers waiting for the lock (the members of a group share its partition) share
+        one broker round trip instead of paying one each under the lock. The view is
+        then complete for a decision: this sidecar's own writes are applied to it as they
+        are made (their echoes from the log carry no newer version), and a takeover by
+        another sidecar since the catch-up fenced this writer, so the change's write fails
+        and it runs again as the owner once more (after a full catch-up).
+
+        ``caught_up``: an earlier change of the same request caught up already (a pull
+        records what it planned): a takeover since then fails this change's write, as
+        above, so it needs no second round trip. A change that answers something must
+        then write it (a pull's record does)."""
+        p = self.partition_of(group)
+        for attempt in range(_TAKEOVER_ATTEMPTS):
+            owner = self.parts.owned(p) and p not in self._broken
+            if owner and not (caught_up and attempt == 0):
+                await self.parts.read(p)
+            async with self.parts.lock(p):
+                await self._take(p, caught_up=owner)
+                result = await change(p)
+            # the lock is not held while the change's writes travel: the next change
+            # builds on them (the view has them) and answers once they are stored too
+            try:
+                await self._durable(p)
+            except errors.NotCoordinator:
+                if attempt + 1 == _TAKEOVER_ATTEMPTS:
+                    raise
+                continue
+            return result
         raise errors.NotCoordinator(f"consumer-groups partition {p} keeps moving; retry")
 
     async def write(self, p: int, k: str, doc: Doc) -> Doc:
-        """Store a key (as the owner, inside :meth:`owned`); the version is bumped here."""
+        """Store a key (as the owner, inside :meth:`owned`); the version is bumped here.
+
+        The view has it at once and the write is on its way (in order) when this
+        returns; :meth:`owned` returns once it is stored. A write that fails marks the
+        partition broken: its view is read again from the log before the next use."""
         current = self._view.get(p, k)
         doc = {**doc, "v": int(current.get("v", 0)) + 1 if current else 1}
-        await self.parts.write(p, k, json.dumps(doc, separators=(",", ":")).encode())
+        self._send(p, self.parts.write(p, k, json.dumps(doc, separators=(",", ":")).encode()))
         self._view.put(p, k, doc)
         return doc
 
     async def remove(self, p: int, k: str) -> None:
         if self._view.get(p, k) is None:
             return
-        await self.parts.tombstone(p, k)
+        self._send(p, self.parts.tombstone(p, k))
         self._view.put(p, k, None)
+
+    def _send(self, p: int, sending: Coroutine[Any, Any, None]) -> None:
+        # a task's first step runs in creation order and hands the message to the
+        # producer before it awaits: the writes reach the broker in the order made
+        future = asyncio.ensure_future(sending)
+        self._sending[p].add(future)
+        future.add_done_callback(functools.partial(self._sent, p, self._epoch[p]))
 
     # -- Kafka-style offsets (plain commits, transactions) --------------------------------
 
