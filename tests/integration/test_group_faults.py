@@ -24,7 +24,9 @@ from tests.sidecar import ProcessSidecar, ThreadSidecar
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 FAST = {"coordinator_adopt_interval_ms": 300, "group_sweep_interval_ms": 100}
-STORE = "persistent://public/kop-dedup-system/consumer-groups"
+STORE = (
+    f"persistent://public/{Settings().system_namespace}/consumer-groups"  # as the sidecars read it
+)
 
 
 def store_writers(admin_url: str, group: str) -> set[str]:
