@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import httpx
 import pytest
 
+from kop_dedup_tools.topics import create_topic
 from tests.helpers import uniq
 from tests.integration.groups import commit, configure, join, lag, produce, pull, values
 from tests.sidecar import ThreadSidecar
@@ -29,6 +33,25 @@ def test_commit_is_the_next_offset_across_batch_entries_no_skip_no_repeat(g):
     assert (stats["end"], stats["committed"], stats["pulled"]) == (10, 5, 10)
     assert (stats["ready"], stats["inflight"], stats["lag"]) == (0, 5, 5)
     assert stats["oldestInflightMs"] is not None
+
+
+def test_a_long_poll_on_an_empty_partition_answers_the_first_record_that_lands(g, groups_sidecar):
+    topic, group = uniq("gt"), uniq("g")
+    create_topic(groups_sidecar.settings.pulsar_admin_url, topic, partitions=1)
+    configure(g, group)
+    member = join(g, group, [topic])["memberId"]
+    answers: list[dict[str, object]] = []
+    waiting = threading.Thread(
+        target=lambda: answers.append(pull(g, group, member, 10, wait_ms=10_000)), daemon=True
+    )
+    started = time.monotonic()
+    waiting.start()
+    time.sleep(0.5)  # the pull is waiting on a partition with nothing in it
+    assert waiting.is_alive(), "the long poll on an empty partition answered at once"
+    produce(g, topic, 3, per_batch=3)
+    waiting.join(timeout=15)
+    assert [values(a) for a in answers] == [["0", "1", "2"]]
+    assert time.monotonic() - started < 10  # answered by the record, not by waitMs
 
 
 def test_an_empty_body_commit_after_a_partial_pull_commits_only_what_was_delivered(g):

@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 _POLL_S = 0.02
 _PULL_ATTEMPTS = 3
+_EMPTY_POLL_S = 0.1
+"""How often a long poll on partitions that are all still empty plans again."""
 """Plans of one pull when the group keeps moving under it; then it answers nothing."""
 
 
@@ -571,7 +573,8 @@ class GroupCoordinator:
         """Plan, read, record (under the member's lock); an empty PullResult when nothing
         is to be answered."""
         began = time.monotonic()
-        for _ in range(_PULL_ATTEMPTS):
+        attempts = 0
+        while attempts < _PULL_ATTEMPTS:
             plans, doc, resets = await self.store.owned(
                 group, lambda p: self._plan(p, group, member)
             )
@@ -583,6 +586,17 @@ class GroupCoordinator:
             if await gone():
                 self._rewind(group, member, plans)
                 return PullResult([], int(doc["generation"]), _assignment(doc, member))
+            if (
+                plans
+                and all(plan.position is None for plan in plans)
+                and time.monotonic() < deadline
+                and not resets
+            ):
+                # every partition is still empty (no position to read from): the long
+                # poll waits for a first record by planning again
+                await asyncio.sleep(min(_EMPTY_POLL_S, max(0.0, deadline - time.monotonic())))
+                continue
+            attempts += 1
             written = await self.store.owned(
                 group,
                 functools.partial(
