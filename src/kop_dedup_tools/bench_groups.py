@@ -51,7 +51,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,7 @@ from kop_dedup_tools.bench import (
     _sidecar,
     _step,
 )
-from kop_dedup_tools.bench_results import AGGREGATION
+from kop_dedup_tools.bench_results import AGGREGATION, Compared, Timed
 from kop_dedup_tools.measure import percentile
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
@@ -108,7 +108,7 @@ _LEAVE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
-class GroupCell:
+class GroupCell(Timed):
     """One timed read of one side (``direct`` or ``sidecar``) with N members."""
 
     mode: str
@@ -136,10 +136,6 @@ class GroupCell:
     """The committed offsets read back equal what was pulled (sidecar only)."""
 
     @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds if self.seconds else 0.0
-
-    @property
     def pulls_per_s(self) -> float:
         return self.pulls / self.seconds if self.seconds else 0.0
 
@@ -150,15 +146,9 @@ class GroupCell:
             "pulls_per_s": round(self.pulls_per_s, 1),
         }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GroupCell:
-        """The inverse of :meth:`to_dict` (derived fields are dropped)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
 
 @dataclass(frozen=True, slots=True)
-class GroupRow:
+class GroupRow(Compared):
     """One members count: each side's best repetition."""
 
     members: int
@@ -166,14 +156,6 @@ class GroupRow:
     reps: int
     direct: GroupCell | None
     sidecar: GroupCell | None
-
-    @property
-    def ratio(self) -> float | None:
-        """Sidecar records/s over direct records/s; None when either is missing."""
-        d, s = self.direct, self.sidecar
-        if d is None or s is None or not d.records_per_s:
-            return None
-        return s.records_per_s / d.records_per_s
 
 
 def summarize_groups(cells: list[GroupCell]) -> list[GroupRow]:

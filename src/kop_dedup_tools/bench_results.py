@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 __all__ = [
     "AGGREGATION",
     "Cell",
+    "Compared",
     "Row",
+    "Timed",
     "plot",
     "plot_series",
     "render_table",
@@ -34,8 +36,43 @@ __all__ = [
 AGGREGATION = "best repetition by records/s, chosen for each mode on its own"
 
 
+class Timed:
+    """What a timed cell derives from its counts (a mixin of the frozen cell dataclasses
+    of every benchmark mode)."""
+
+    __slots__ = ()
+    records: int
+    seconds: float
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """The inverse of ``to_dict`` (derived fields are dropped)."""
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+class Compared:
+    """A row's ratio of its two sides' best repetitions (a mixin of the row dataclasses)."""
+
+    __slots__ = ()
+    direct: Timed | None
+    sidecar: Timed | None
+
+    @property
+    def ratio(self) -> float | None:
+        """Sidecar records/s over direct records/s; None when either is missing."""
+        d, s = self.direct, self.sidecar
+        if d is None or s is None or not d.records_per_s:
+            return None
+        return s.records_per_s / d.records_per_s
+
+
 @dataclass(frozen=True, slots=True)
-class Cell:
+class Cell(Timed):
     """One timed run of one mode."""
 
     mode: str
@@ -52,10 +89,6 @@ class Cell:
     """The paced rate (records/s) of a half-load run; None for a run at full speed."""
 
     @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds if self.seconds else 0.0
-
-    @property
     def batches_per_s(self) -> float:
         return self.batches / self.seconds if self.seconds else 0.0
 
@@ -66,15 +99,9 @@ class Cell:
             "batches_per_s": round(self.batches_per_s, 1),
         }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Cell:
-        """The inverse of :meth:`to_dict` (derived fields are dropped)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class Row(Compared):
     """One (batch size, producers) combination: each mode's best repetition."""
 
     batch_size: int
@@ -83,14 +110,6 @@ class Row:
     """Repetitions the best was chosen from (the fewer of the two modes')."""
     direct: Cell | None
     sidecar: Cell | None
-
-    @property
-    def ratio(self) -> float | None:
-        """Sidecar records/s over direct records/s; None when either is missing."""
-        d, s = self.direct, self.sidecar
-        if d is None or s is None or not d.records_per_s:
-            return None
-        return s.records_per_s / d.records_per_s
 
 
 def summarize(cells: list[Cell]) -> list[Row]:
