@@ -66,7 +66,7 @@ from kop_dedup_tools.bench import (
     _sidecar,
     _step,
 )
-from kop_dedup_tools.bench_results import AGGREGATION, Compared, Timed
+from kop_dedup_tools.bench_results import AGGREGATION, Compared, Timed, best_of, reps_label
 from kop_dedup_tools.measure import percentile
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
@@ -160,16 +160,11 @@ class GroupRow(Compared):
 
 def summarize_groups(cells: list[GroupCell]) -> list[GroupRow]:
     """The one aggregation (table, plot, JSON): per (members, pull size) and side, the
-    repetition with the most records/s."""
-    by: dict[tuple[int, int], dict[str, list[GroupCell]]] = {}
-    for c in cells:
-        by.setdefault((c.members, c.pull_records), {}).setdefault(c.mode, []).append(c)
-    rows = []
-    for (members, size), modes in sorted(by.items()):
-        best = {mode: max(runs, key=lambda c: c.records_per_s) for mode, runs in modes.items()}
-        reps = min(len(runs) for runs in modes.values())
-        rows.append(GroupRow(members, size, reps, best.get("direct"), best.get("sidecar")))
-    return rows
+    repetition with the most records/s (:func:`~kop_dedup_tools.bench_results.best_of`)."""
+    return [
+        GroupRow(members, size, reps, best.get("direct"), best.get("sidecar"))
+        for (members, size), reps, best in best_of(cells, lambda c: (c.members, c.pull_records))
+    ]
 
 
 def groups_summary_json(rows: list[GroupRow]) -> list[dict[str, Any]]:
@@ -188,11 +183,7 @@ def groups_summary_json(rows: list[GroupRow]) -> list[dict[str, Any]]:
 
 
 def _reps_label(rows: list[GroupRow]) -> str:
-    reps = sorted({r.reps for r in rows})
-    if reps == [1]:
-        return "one repetition per side"
-    n = str(reps[0]) if len(reps) == 1 else f"{reps[0]}-{reps[-1]}"
-    return f"best of {n} repetitions by records/s, each side on its own"
+    return reps_label((r.reps for r in rows), side="side")
 
 
 def render_groups_table(rows: list[GroupRow]) -> str:

@@ -16,9 +16,10 @@ every repetition is kept in the JSON's ``cells`` for whoever wants a median.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 __all__ = [
     "AGGREGATION",
@@ -41,6 +42,7 @@ class Timed:
     of every benchmark mode)."""
 
     __slots__ = ()
+    mode: str
     records: int
     seconds: float
 
@@ -112,19 +114,45 @@ class Row(Compared):
     sidecar: Cell | None
 
 
-def summarize(cells: list[Cell]) -> list[Row]:
-    """The one aggregation: per (batch size, producers) and mode, the repetition with the
-    most records/s. Paced (half-load) cells are not part of it."""
-    groups: dict[tuple[int, int], dict[str, list[Cell]]] = {}
+C = TypeVar("C", bound=Timed)
+
+
+def best_of(
+    cells: Iterable[C], key: Callable[[C], tuple[int, int]]
+) -> list[tuple[tuple[int, int], int, dict[str, C]]]:
+    """The one aggregation rule of every mode: per key (sorted) and side, the repetition
+    with the most records/s, and how many repetitions it was chosen from (the fewer of
+    the sides')."""
+    groups: dict[tuple[int, int], dict[str, list[C]]] = {}
     for c in cells:
-        if c.rate_limited is None:
-            groups.setdefault((c.batch_size, c.producers), {}).setdefault(c.mode, []).append(c)
-    rows = []
-    for (size, prods), modes in sorted(groups.items()):
-        best = {mode: max(runs, key=lambda c: c.records_per_s) for mode, runs in modes.items()}
-        reps = min(len(runs) for runs in modes.values())
-        rows.append(Row(size, prods, reps, best.get("direct"), best.get("sidecar")))
-    return rows
+        groups.setdefault(key(c), {}).setdefault(c.mode, []).append(c)
+    return [
+        (
+            k,
+            min(len(runs) for runs in sides.values()),
+            {side: max(runs, key=lambda c: c.records_per_s) for side, runs in sides.items()},
+        )
+        for k, sides in sorted(groups.items())
+    ]
+
+
+def reps_label(reps: Iterable[int], side: str = "mode") -> str:
+    """What a table's figures are: one repetition, or the best of how many."""
+    counts = sorted(set(reps))
+    if counts == [1]:
+        return f"one repetition per {side}"
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"best of {n} repetitions by records/s, each {side} on its own"
+
+
+def summarize(cells: list[Cell]) -> list[Row]:
+    """Per (batch size, producers) and mode, the repetition with the most records/s
+    (:func:`best_of`). Paced (half-load) cells are not part of it."""
+    full = [c for c in cells if c.rate_limited is None]
+    return [
+        Row(size, prods, reps, best.get("direct"), best.get("sidecar"))
+        for (size, prods), reps, best in best_of(full, lambda c: (c.batch_size, c.producers))
+    ]
 
 
 def summary_json(rows: list[Row]) -> list[dict[str, Any]]:
@@ -143,11 +171,7 @@ def summary_json(rows: list[Row]) -> list[dict[str, Any]]:
 
 
 def _reps_label(rows: list[Row]) -> str:
-    reps = sorted({r.reps for r in rows})
-    if reps == [1]:
-        return "one repetition per mode"
-    n = str(reps[0]) if len(reps) == 1 else f"{reps[0]}-{reps[-1]}"
-    return f"best of {n} repetitions by records/s, each mode on its own"
+    return reps_label(r.reps for r in rows)
 
 
 def render_table(rows: list[Row]) -> str:
