@@ -131,15 +131,31 @@ async def measure(
     return namespace, wrote, compacted, results
 
 
-async def delete_namespace(admin_url: str, namespace: str) -> None:
-    """Delete the namespace and its topics (the broker refuses a forced namespace delete)."""
+async def delete_namespace(admin_url: str, namespace: str, *, attempts: int = 10) -> None:
+    """Delete the namespace and its topics (the broker refuses a forced namespace delete).
+    A topic still busy (a compaction the tool asked for, a reader closing) makes the
+    broker refuse the namespace for a moment: topics and namespace are deleted again,
+    a few times, before giving up with a message."""
     async with httpx.AsyncClient(base_url=admin_url.rstrip("/"), timeout=60) as http:
-        topics = (await http.get(f"/admin/v2/namespaces/{namespace}/topics")).json()
-        for topic in topics:
-            path = topic.removeprefix("persistent://")
-            await http.delete(f"/admin/v2/persistent/{path}", params={"force": "true"})
-        resp = await http.delete(f"/admin/v2/namespaces/{namespace}")
-        if resp.status_code >= 400:
+        resp = None
+        for attempt in range(attempts):
+            listed = await http.get(f"/admin/v2/namespaces/{namespace}/topics")
+            if listed.status_code == 404:
+                return
+            for topic in listed.json():
+                path = topic.removeprefix("persistent://")
+                await http.delete(f"/admin/v2/persistent/{path}", params={"force": "true"})
+            partitioned = await http.get(f"/admin/v2/persistent/{namespace}/partitioned")
+            for topic in partitioned.json() if partitioned.status_code == 200 else []:
+                path = topic.removeprefix("persistent://")
+                await http.delete(
+                    f"/admin/v2/persistent/{path}/partitions", params={"force": "true"}
+                )
+            resp = await http.delete(f"/admin/v2/namespaces/{namespace}")
+            if resp.status_code < 400:
+                return
+            await asyncio.sleep(0.2 * (attempt + 1))
+        if resp is not None:
             print(f"could not delete {namespace}: {resp.status_code} {resp.text}")
 
 
