@@ -140,11 +140,7 @@ class GroupCell(Timed):
         return self.pulls / self.seconds if self.seconds else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "records_per_s": round(self.records_per_s, 1),
-            "pulls_per_s": round(self.pulls_per_s, 1),
-        }
+        return {**Timed.to_dict(self), "pulls_per_s": round(self.pulls_per_s, 1)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,17 +165,7 @@ def summarize_groups(cells: list[GroupCell]) -> list[GroupRow]:
 
 def groups_summary_json(rows: list[GroupRow]) -> list[dict[str, Any]]:
     """The JSON's ``summary``: the rows the table and the plot show."""
-    return [
-        {
-            "members": r.members,
-            "pull_records": r.pull_records,
-            "reps": r.reps,
-            "direct": r.direct.to_dict() if r.direct else None,
-            "sidecar": r.sidecar.to_dict() if r.sidecar else None,
-            "ratio": None if r.ratio is None else round(r.ratio, 3),
-        }
-        for r in rows
-    ]
+    return [{"members": r.members, "pull_records": r.pull_records, **r.sides_json()} for r in rows]
 
 
 def _reps_label(rows: list[GroupRow]) -> str:

@@ -50,6 +50,10 @@ class Timed:
     def records_per_s(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The cell's fields and records/s (a mode adds its own rates)."""
+        return {**asdict(self), "records_per_s": round(self.records_per_s, 1)}  # type: ignore[call-overload]
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
         """The inverse of ``to_dict`` (derived fields are dropped)."""
@@ -61,8 +65,18 @@ class Compared:
     """A row's ratio of its two sides' best repetitions (a mixin of the row dataclasses)."""
 
     __slots__ = ()
+    reps: int
     direct: Timed | None
     sidecar: Timed | None
+
+    def sides_json(self) -> dict[str, Any]:
+        """What every mode's JSON summary row holds besides its own keys."""
+        return {
+            "reps": self.reps,
+            "direct": self.direct.to_dict() if self.direct else None,
+            "sidecar": self.sidecar.to_dict() if self.sidecar else None,
+            "ratio": None if self.ratio is None else round(self.ratio, 3),
+        }
 
     @property
     def ratio(self) -> float | None:
@@ -95,11 +109,7 @@ class Cell(Timed):
         return self.batches / self.seconds if self.seconds else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "records_per_s": round(self.records_per_s, 1),
-            "batches_per_s": round(self.batches_per_s, 1),
-        }
+        return {**Timed.to_dict(self), "batches_per_s": round(self.batches_per_s, 1)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,17 +167,7 @@ def summarize(cells: list[Cell]) -> list[Row]:
 
 def summary_json(rows: list[Row]) -> list[dict[str, Any]]:
     """The JSON's ``summary``: the rows the table and the plot show."""
-    return [
-        {
-            "batch_size": r.batch_size,
-            "producers": r.producers,
-            "reps": r.reps,
-            "direct": r.direct.to_dict() if r.direct else None,
-            "sidecar": r.sidecar.to_dict() if r.sidecar else None,
-            "ratio": None if r.ratio is None else round(r.ratio, 3),
-        }
-        for r in rows
-    ]
+    return [{"batch_size": r.batch_size, "producers": r.producers, **r.sides_json()} for r in rows]
 
 
 def _reps_label(rows: list[Row]) -> str:
