@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from kop_dedup_tools.bench_groups import (
+from kop_dedup_tools.bench_groups import OffsetCheck
+from kop_dedup_tools.bench_groups_results import (
     GroupCell,
-    OffsetCheck,
     groups_summary_json,
     render_groups_table,
     summarize_groups,
