@@ -55,7 +55,15 @@ from kop_dedup.spark.transactions import (
     txn_columns,
 )
 
-__all__ = ["TXN_COLUMNS", "AuditReport", "audit", "check", "kafka_records", "read_topics"]
+__all__ = [
+    "TXN_COLUMNS",
+    "AuditReport",
+    "audit",
+    "check",
+    "check_with_decisions",
+    "kafka_records",
+    "read_topics",
+]
 
 KEY = ["topic", "partition", "producer_id", "epoch", "sequence"]
 GROUP = ["topic", "partition", "producer_id", "epoch"]
@@ -253,6 +261,36 @@ def kafka_records(raw: Any) -> Any:
     )
 
 
+def check_with_decisions(
+    spark: Any,
+    records: Any,
+    *,
+    topics: set[str],
+    service_url: str,
+    admin_url: str,
+    tenant: str,
+    system_namespace: str,
+    seconds: float = 0.0,
+) -> AuditReport:
+    """:func:`check` against the coordinator's decisions read now: call it after the
+    records were read (a decision is appended after its copy, so the decisions read
+    then cover every copy already read)."""
+    decisions = read_decisions(
+        spark,
+        service_url=service_url,
+        admin_url=admin_url,
+        tenant=tenant,
+        system_namespace=system_namespace,
+    )
+    return check(
+        records,
+        decisions=decisions,
+        topics=topics,
+        decisions_source=decisions_topic(tenant, system_namespace),
+        seconds=seconds,
+    )
+
+
 def check(
     records: Any,
     *,
@@ -422,18 +460,14 @@ def audit(
         records = records.cache()
         records.count()
         group_rows, group_mismatches = check_groups(records, snapshots)
-        decisions = read_decisions(
+        report = check_with_decisions(
             spark,
+            records,
+            topics=set(kafka_topics),
             service_url=service_url,
             admin_url=admin_url,
             tenant=tenant,
             system_namespace=system_namespace,
-        )
-        report = check(
-            records,
-            decisions=decisions,
-            topics=set(kafka_topics),
-            decisions_source=decisions_topic(tenant, system_namespace),
         )
         records.unpersist()
     return AuditReport(

@@ -26,12 +26,12 @@ from kop_dedup.spark.audit import (
     KEY,
     TXN_COLUMNS,
     AuditReport,
-    check,
+    check_with_decisions,
     kafka_records,
     kafka_topic,
     read_topics,
 )
-from kop_dedup.spark.transactions import SYSTEM_NAMESPACE, decisions_topic, read_decisions
+from kop_dedup.spark.transactions import SYSTEM_NAMESPACE
 
 __all__ = ["run_stream"]
 
@@ -71,18 +71,14 @@ def run_stream(
             shutil.rmtree(table)
         staging.rename(table)
         everything = spark.read.parquet(str(table))
-        decisions = read_decisions(
+        report = check_with_decisions(
             spark,
+            everything,
+            topics=audited,
             service_url=service_url,
             admin_url=admin_url,
             tenant=tenant,
             system_namespace=system_namespace,
-        )
-        report = check(
-            everything,
-            decisions=decisions,
-            topics=audited,
-            decisions_source=decisions_topic(tenant, system_namespace),
             seconds=time.monotonic() - started,
         )
         reports.append(report)
