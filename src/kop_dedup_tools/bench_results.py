@@ -128,12 +128,12 @@ C = TypeVar("C", bound=Timed)
 
 
 def best_of(
-    cells: Iterable[C], key: Callable[[C], tuple[int, int]]
-) -> list[tuple[tuple[int, int], int, dict[str, C]]]:
+    cells: Iterable[C], key: Callable[[C], tuple[int, ...]]
+) -> list[tuple[tuple[int, ...], int, dict[str, C]]]:
     """The one aggregation rule of every mode: per key (sorted) and side, the repetition
     with the most records/s, and how many repetitions it was chosen from (the fewer of
     the sides')."""
-    groups: dict[tuple[int, int], dict[str, list[C]]] = {}
+    groups: dict[tuple[int, ...], dict[str, list[C]]] = {}
     for c in cells:
         groups.setdefault(key(c), {}).setdefault(c.mode, []).append(c)
     return [

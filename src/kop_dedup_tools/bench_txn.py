@@ -36,11 +36,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kop_dedup.protocol.records import SEQ_MODULUS
+from kop_dedup_tools.bench_results import Timed, best_of
 from kop_dedup_tools.measure import percentile
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
@@ -126,7 +127,7 @@ class Visibility:
 
 
 @dataclass(frozen=True, slots=True)
-class TxnCell:
+class TxnCell(Timed):
     """One timed run of one mode with ``producers`` clients."""
 
     mode: str
@@ -147,32 +148,19 @@ class TxnCell:
     """Rounds whose records were not all read within the reader's grace period."""
 
     @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds if self.seconds else 0.0
-
-    @property
     def rounds_per_s(self) -> float:
         return self.rounds / self.seconds if self.seconds else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "records_per_s": round(self.records_per_s, 1),
-            "rounds_per_s": round(self.rounds_per_s, 2),
-        }
+        return {**Timed.to_dict(self), "rounds_per_s": round(self.rounds_per_s, 2)}
 
 
 def summarize_txn(cells: list[TxnCell]) -> list[dict[str, Any]]:
-    """Per producer count: each mode's best repetition by records/s, and the ratio of
+    """Per producer count: each mode's best repetition by records/s (the rule of every
+    benchmark mode, :func:`~kop_dedup_tools.bench_results.best_of`), and the ratio of
     transactions to idempotent records/s."""
     rows = []
-    for producers in sorted({c.producers for c in cells}):
-        best: dict[str, TxnCell] = {}
-        for c in cells:
-            if c.producers == producers and (
-                c.mode not in best or c.records_per_s > best[c.mode].records_per_s
-            ):
-                best[c.mode] = c
+    for (producers,), _reps, best in best_of(cells, lambda c: (c.producers,)):
         idem, txn = best.get("idempotent"), best.get("transactions")
         ratio = (
             txn.records_per_s / idem.records_per_s
