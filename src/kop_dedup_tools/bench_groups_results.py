@@ -119,7 +119,7 @@ def render_groups_table(rows: list[GroupRow]) -> str:
                 if s
                 else " " * 78 + "| "
             )
-            + (f"{r.ratio:>5.3f}" if r.ratio is not None else f"{'-':>5}")
+            + (f"{r.shown_ratio:>5.3f}" if r.shown_ratio is not None else f"{'-':>5}")
         )
     return "\n".join(lines)
 

@@ -87,6 +87,15 @@ def test_table_plot_and_json_show_the_same_figures():
         assert summary[key]["ratio"] == (None if r.ratio is None else round(r.ratio, 3))
 
 
+def test_the_table_prints_the_ratio_the_json_stores_also_on_a_rounding_boundary():
+    # 3,249.6 / 10,000 = 0.32496: the JSON stores 0.325, which reads 0.33 at two decimals;
+    # the table must not round the raw ratio to 0.32 on its own
+    rows = summarize([cell("direct", 10, 1, 20_000, 1.0), cell("sidecar", 10, 1, 6_499, 2.0)])
+    [stored] = summary_json(rows)
+    assert stored["ratio"] == 0.325
+    assert table_rows(render_table(rows))[10, 1][-1] == f"{stored['ratio']:.2f}" == "0.33"
+
+
 def test_the_table_heading_says_what_it_shows_and_columns_line_up():
     table = render_table(summarize(CELLS))
     heading, header, rule, *lines = table.splitlines()
