@@ -147,7 +147,6 @@ OVERSIZED = {
     "kop_dedup/coordination/transactions/coordinator.py",
     "kop_dedup_tools/bench.py",
     "kop_dedup_tools/bench_txn.py",
-    "kop_dedup_tools/load.py",
 }
 
 
