@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from kop_dedup.protocol.records import SEQ_MODULUS
-from kop_dedup_tools.bench_results import Timed, best_of
+from kop_dedup_tools.bench_report import AGGREGATION, Timed, best_of, pyplot, save_figure
 from kop_dedup_tools.measure import percentile
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
@@ -157,7 +157,7 @@ class TxnCell(Timed):
 
 def summarize_txn(cells: list[TxnCell]) -> list[dict[str, Any]]:
     """Per producer count: each mode's best repetition by records/s (the rule of every
-    benchmark mode, :func:`~kop_dedup_tools.bench_results.best_of`), and the ratio of
+    benchmark mode, :func:`~kop_dedup_tools.bench_report.best_of`), and the ratio of
     transactions to idempotent records/s."""
     rows = []
     for (producers,), _reps, best in best_of(cells, lambda c: (c.producers,)):
@@ -450,7 +450,7 @@ def write_txn_results(
                     "records_per_batch": RECORDS_PER_BATCH,
                     "partitions": PARTITIONS,
                 },
-                "aggregation": "best repetition by records/s, chosen for each mode on its own",
+                "aggregation": AGGREGATION,
                 "summary": rows,
                 "cells": [c.to_dict() for c in cells],
             },
@@ -467,9 +467,7 @@ def write_txn_results(
 def plot_txn(rows: list[dict[str, Any]], path: Path) -> None:
     """Records/s of both modes per producer count (the ratio on top), and the commit's
     latencies: end-txn answered, applied (CompleteCommit) and visible, p50 and p99."""
-    from kop_dedup_tools.bench_results import _pyplot  # noqa: PLC0415 - only the plot
-
-    plt = _pyplot()
+    plt = pyplot()
     fig, (rate, lat) = plt.subplots(1, 2, figsize=(12, 4.5))
     xs = list(range(len(rows)))
     for offset, mode in ((-0.2, "idempotent"), (0.2, "transactions")):
@@ -508,6 +506,4 @@ def plot_txn(rows: list[dict[str, Any]], path: Path) -> None:
         "(best repetition by records/s)",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
