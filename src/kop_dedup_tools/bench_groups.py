@@ -57,19 +57,14 @@ from typing import Any
 
 import httpx
 
-from kop_dedup_tools.bench import (
-    BenchError,
-    KeepAlive,
-    _say,
-    _sidecar,
-    _step,
-)
 from kop_dedup_tools.bench_groups_results import GroupCell, summarize_groups, write_group_results
+from kop_dedup_tools.bench_http import KeepAlive
+from kop_dedup_tools.bench_support import BenchError, BenchMode, say, start_sidecar, step
 from kop_dedup_tools.measure import percentile
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
 
-__all__ = ["PARTITIONS", "OffsetCheck", "add_options", "run", "run_groups"]
+__all__ = ["MODE", "PARTITIONS", "OffsetCheck", "add_options", "run", "run_groups"]
 
 PARTITIONS = 8
 """Partitions of each benchmark topic: 8 members get one each."""
@@ -400,11 +395,11 @@ def run_groups(
         for members in args.members:
             for rep in range(1, args.reps + 1):
                 topic = f"bench-groups-{uuid.uuid4().hex[:8]}"
-                with _step(f"filling {topic} ({members} members, rep {rep})", sc):
+                with step(f"filling {topic} ({members} members, rep {rep})", sc):
                     create_topic(args.pulsar_admin_url, topic, partitions=PARTITIONS)
                     t0 = time.monotonic()
                     _fill(client, topic, per_partition, args.value_size)
-                _say(
+                say(
                     f"bench: groups: {topic} filled with {per_partition * PARTITIONS:,} "
                     f"records in {time.monotonic() - t0:.1f}s"
                 )
@@ -414,7 +409,7 @@ def run_groups(
                 ]
                 for mode in order:
                     what = f"groups {mode} cell ({members} members, rep {rep})"
-                    with _step(what, sc):
+                    with step(what, sc):
                         if mode == "sidecar":
                             cell, given = _sidecar_run(
                                 sc,
@@ -437,10 +432,10 @@ def run_groups(
                                 rep,
                             )
                     cells.append(cell)
-                    _say(_progress(cell))
+                    say(_progress(cell))
         from kop_dedup_tools.bench_groups_e2e import end_to_end  # noqa: PLC0415 - it builds on this module
 
-        with _step("the end-to-end run at half load", sc):
+        with step("the end-to-end run at half load", sc):
             e2e = end_to_end(args, sc, client, summarize_groups(cells))
     finally:
         client.close()
@@ -468,7 +463,7 @@ def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
     """``kop-dedup bench --groups``: one sidecar for the run, stopped at the end."""
     if not all(1 <= m <= PARTITIONS for m in args.members):
         raise BenchError(f"--members must be between 1 and {PARTITIONS} (the topic's partitions)")
-    sc = _sidecar(args)
+    sc = start_sidecar(args)
     try:
         cells, e2e = run_groups(args, sc)
     finally:
@@ -492,3 +487,6 @@ def add_options(p: argparse.ArgumentParser) -> None:
         default=200_000,
         help="with --groups: records written per members count and repetition",
     )
+
+
+MODE = BenchMode(("groups",), add_options, run)

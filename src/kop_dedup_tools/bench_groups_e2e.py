@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from kop_dedup.protocol.records import SEQ_MODULUS
-from kop_dedup_tools.bench import KeepAlive, _say
 from kop_dedup_tools.bench_groups import _NS, PARTITIONS, _join, _leave, _ms
 from kop_dedup_tools.bench_groups_results import GroupRow
+from kop_dedup_tools.bench_http import KeepAlive
+from kop_dedup_tools.bench_support import say
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
 
@@ -277,7 +278,7 @@ def end_to_end(
     topic = f"bench-e2e-{uuid.uuid4().hex[:8]}"
     create_topic(args.pulsar_admin_url, topic, partitions=PARTITIONS)
     sidecar = asyncio.run(_e2e_sidecar(sc, topic, members, rate, args.seconds, args.value_size))
-    _say(
+    say(
         f"bench: groups end to end at {rate:,.0f} rec/s, {members} members: direct p50 "
         f"{direct['p50_ms']:.1f} ms p99 {direct['p99_ms']:.1f} ms; sidecar p50 "
         f"{sidecar['p50_ms']:.1f} ms p99 {sidecar['p99_ms']:.1f} ms"

@@ -41,13 +41,23 @@ from pathlib import Path
 from typing import Any
 
 from kop_dedup.protocol.records import SEQ_MODULUS
-from kop_dedup_tools.bench_report import AGGREGATION, Timed, best_of, pyplot, save_figure
+from kop_dedup_tools.bench_http import KeepAlive
+from kop_dedup_tools.bench_report import (
+    AGGREGATION,
+    Timed,
+    best_of,
+    machine,
+    pyplot,
+    save_figure,
+)
+from kop_dedup_tools.bench_support import BenchMode, say, start_sidecar, step
 from kop_dedup_tools.measure import percentile
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
 
 __all__ = [
     "BATCHES_PER_ROUND",
+    "MODE",
     "PARTITIONS",
     "RECORDS_PER_BATCH",
     "TxnCell",
@@ -361,8 +371,6 @@ async def _cell(
     seconds: float,
     value_size: int,
 ) -> TxnCell:
-    from kop_dedup_tools.bench import KeepAlive  # noqa: PLC0415 - bench imports this module
-
     topic = f"bench-txn-{uuid.uuid4().hex[:8]}"
     create_topic(admin_url, topic, partitions=PARTITIONS)
     seen = Visibility(BATCHES_PER_ROUND * RECORDS_PER_BATCH)
@@ -507,3 +515,27 @@ def plot_txn(rows: list[dict[str, Any]], path: Path) -> None:
         fontsize=9,
     )
     save_figure(plt, fig, path)
+
+
+def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
+    """``kop-dedup bench --transactions``: one sidecar for the run, stopped at the end."""
+    sc = start_sidecar(args)
+    try:
+        with step("the transactions run", sc):
+            cells, rows = run_transactions(args, sc, say)
+    finally:
+        sc.stop()
+    print(write_txn_results(out, cells, rows, {"machine": machine(), "broker": broker}))
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """``--transactions`` (with bench's --producers, --reps, --seconds, --value-size)."""
+    p.add_argument(
+        "--transactions",
+        action="store_true",
+        help="transactions of 10 batches x 100 records over 2 partitions against the same "
+        "records produced idempotently, per --producers count (transactions.json)",
+    )
+
+
+MODE = BenchMode(("transactions",), add_options, run)
