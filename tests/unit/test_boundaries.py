@@ -145,7 +145,6 @@ OVERSIZED = {
     # back under the limit fails the test below, so this list only shrinks
     "kop_dedup/coordination/groups/coordinator.py",
     "kop_dedup/coordination/transactions/coordinator.py",
-    "kop_dedup_tools/bench_txn.py",
 }
 
 
