@@ -203,18 +203,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-@pytest.mark.parametrize(
-    "package",
-    [
-        pytest.param(
-            "kop_dedup_tools",
-            marks=pytest.mark.xfail(
-                strict=True, reason="bench_groups and its end-to-end run import one another"
-            ),
-        ),
-        "kop_dedup",
-    ],
-)
+@pytest.mark.parametrize("package", ["kop_dedup_tools", "kop_dedup"])
 def test_no_modules_of_a_package_import_one_another_in_a_circle(package):
     assert circles(import_graph(package)) == []
 
