@@ -26,7 +26,7 @@ from typing import Any, Self
 
 import httpx
 
-from kop_dedup_tools.launcher import free_port
+from kop_dedup_tools.processes import free_port
 
 __all__ = ["SidecarError", "SidecarProcess", "log_tail", "wait_ready"]
 
