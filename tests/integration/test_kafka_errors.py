@@ -17,6 +17,8 @@ from kop_dedup.transports.kafka.batches import build_batch
 from tests.kafka_wire import WireClient, produce_request
 
 pytestmark = pytest.mark.integration
+_T = CreateTopicsRequest.CreatableTopic
+_P = FetchRequest.FetchTopic.FetchPartition
 
 
 def _topic() -> str:
@@ -25,12 +27,11 @@ def _topic() -> str:
 
 def _created(bootstrap: str, partitions: int = 1) -> str:
     topic = _topic()
-    T = CreateTopicsRequest.CreatableTopic
     with WireClient(bootstrap) as c:
         answer = c.call(
             CreateTopicsRequest(
                 topics=[
-                    T(
+                    _T(
                         name=topic,
                         num_partitions=partitions,
                         replication_factor=1,
@@ -186,7 +187,6 @@ def test_transactional_batches_get_kafka_errors_until_transactions_are_served(si
 
 def test_fetch_is_advertised_and_answered_with_an_error_until_served(sidecar_kafka):
     topic = _created(sidecar_kafka)
-    P = FetchRequest.FetchTopic.FetchPartition
     request = FetchRequest(
         replica_id=-1,
         max_wait_ms=10,
@@ -199,7 +199,7 @@ def test_fetch_is_advertised_and_answered_with_an_error_until_served(sidecar_kaf
             FetchRequest.FetchTopic(
                 topic=topic,
                 partitions=[
-                    P(
+                    _P(
                         partition=0,
                         current_leader_epoch=-1,
                         fetch_offset=0,
@@ -219,27 +219,26 @@ def test_fetch_is_advertised_and_answered_with_an_error_until_served(sidecar_kaf
 
 
 def test_create_and_delete_topics_answer_as_kafka(sidecar_kafka):
-    T = CreateTopicsRequest.CreatableTopic
     topic = _created(sidecar_kafka, partitions=3)
     with WireClient(sidecar_kafka) as c:
         again = c.call(
             CreateTopicsRequest(
                 topics=[
-                    T(
+                    _T(
                         name=topic,
                         num_partitions=1,
                         replication_factor=1,
                         assignments=[],
                         configs=[],
                     ),
-                    T(
+                    _T(
                         name=_topic(),
                         num_partitions=0,
                         replication_factor=1,
                         assignments=[],
                         configs=[],
                     ),
-                    T(
+                    _T(
                         name="no/slash",
                         num_partitions=1,
                         replication_factor=1,
@@ -276,9 +275,9 @@ def test_create_and_delete_topics_answer_as_kafka(sidecar_kafka):
 def test_answers_leave_in_request_order_when_requests_are_pipelined(sidecar_kafka):
     topic = _created(sidecar_kafka)
     with WireClient(sidecar_kafka) as c:
-        sent = []
-        for i in range(5):
-            sent.append(c.send(produce_request(topic, 0, [rec(f"r{i}".encode())] * 50), 9))
+        sent = [
+            c.send(produce_request(topic, 0, [rec(f"r{i}".encode())] * 50), 9) for i in range(5)
+        ]
         sent.append(c.send(MetadataRequest(topics=[]), 1))
         got = [struct.unpack_from(">i", c.receive_frame())[0] for _ in sent]
     assert got == sent
