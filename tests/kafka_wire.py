@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import socket
+import ssl
 import struct
 from typing import Any, Self
 
@@ -20,9 +21,12 @@ __all__ = ["WireClient", "produce_request"]
 
 
 class WireClient:
-    def __init__(self, address: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, address: str, timeout: float = 30.0, tls: ssl.SSLContext | None = None
+    ) -> None:
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = sock if tls is None else tls.wrap_socket(sock, server_hostname=host)
         self.correlation = 0
 
     def close(self) -> None:
@@ -82,7 +86,7 @@ class WireClient:
             while True:
                 if not self.sock.recv(65536):
                     return True
-        except (ConnectionResetError, BrokenPipeError):
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
             return True
         except TimeoutError:
             return False
