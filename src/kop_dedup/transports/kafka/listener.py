@@ -56,6 +56,8 @@ class KafkaListener:
         self.bound: tuple[str, int] = address
         self.node = Node(0, address[0], address[1], cluster_id(settings.tenant, settings.namespace))
         self._shared: Shared | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The loop it serves on (set by :meth:`start`; tests inspect it)."""
 
     def _tls(self) -> ssl.SSLContext | None:
         s = self.settings
@@ -66,6 +68,7 @@ class KafkaListener:
         return context
 
     async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
         host, port = self.address
         self._server = await asyncio.start_server(
             self._accept,
@@ -127,6 +130,10 @@ class KafkaListener:
             self._connections.discard(connection)
             if task is not None:
                 self._handlers.discard(task)
+
+    @property
+    def connections(self) -> int:
+        return len(self._connections)
 
     async def close(self, grace_s: float = 10.0) -> None:
         """Stop accepting; answer what was read (bounded by ``grace_s``); close."""
