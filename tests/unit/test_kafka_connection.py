@@ -20,8 +20,8 @@ from kop_dedup.produce.service import BatchResult
 from kop_dedup.protocol.records import KafkaBatch, rec
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.settings import Settings
-from kop_dedup.transports.kafka import KafkaListener
 from kop_dedup.transports.kafka.apis import API_TABLE
+from kop_dedup.transports.kafka.listener import KafkaListener
 from tests.kafka_wire import produce_request
 
 
@@ -190,13 +190,14 @@ def test_a_bad_client_software_name_is_invalid_request():
 
 def test_pipelined_produce_requests_run_together_and_answer_in_order():
     async def test(_l, runtime, c):
-        delays = [b"0.4", b"0.3", b"0.2", b"0.1", b"0"]
+        delays = [b"0.8", b"0.6", b"0.4", b"0.2", b"0"]  # 2.0 s one after the other
         started = time.monotonic()
         sent = [await c.send(produce_request("slow", 0, [rec(d)]), 9) for d in delays]
         sent.append(await c.send(MetadataRequest(topics=None), 9))
         got = [struct.unpack_from(">i", await c.frame())[0] for _ in sent]
         assert got == sent
-        assert time.monotonic() - started < 0.9  # side by side, not one after the other
+        # side by side (0.8 s), not one after the other (2.0 s), with room for a busy machine
+        assert time.monotonic() - started < 1.8
         assert runtime.service.most == 5
 
     run(test)

@@ -37,7 +37,7 @@ from kop_dedup.transports.http.groups import router as groups_router
 from kop_dedup.transports.http.produce import PATH, ProduceEndpoint, openapi_paths
 from kop_dedup.transports.http.routes import router
 from kop_dedup.transports.http.transactions import router as transactions_router
-from kop_dedup.transports.kafka import KafkaListener
+from kop_dedup.transports.kafka.listener import KafkaListener
 
 __all__ = ["create_app"]
 

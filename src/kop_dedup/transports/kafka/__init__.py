@@ -39,6 +39,4 @@ with one code, :class:`.registry.CloseConnection` where Kafka closes the connect
 
 from __future__ import annotations
 
-from kop_dedup.transports.kafka.listener import KafkaListener
-
-__all__ = ["KafkaListener"]
+__all__: list[str] = []  # the listener: kop_dedup.transports.kafka.listener.KafkaListener
