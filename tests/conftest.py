@@ -181,7 +181,7 @@ def kafka_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalK
 
     atexit.register(cleanup)  # a session that dies mid-way still stops its broker
     try:
-        seconds = local.start()
+        seconds = local.start(timeout=180)  # a busy 2-core machine took 55 s
         print(f"\nreference Kafka ready in {seconds:.1f}s (RSS {local.rss_bytes()} bytes)")
         yield local
     finally:

@@ -93,7 +93,8 @@ class Target:
 
     name: str
     bootstrap: str
-    timeout: float = 30.0
+    timeout: float = 60.0
+    """Seconds for each wait (a topic's creation, a flush, a read to the end...)."""
 
     # -- names and clients -------------------------------------------------------------
 

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -35,12 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kop_dedup.resources import cache_dir
 from kop_dedup_tools import kafka_jars
-from kop_dedup_tools.launcher import cache_dir, free_port
+from kop_dedup_tools.processes import BrokerError, ProcessGroup, free_port
 
 __all__ = [
     "DEFAULT_PORT",
-    "KafkaBrokerError",
     "LocalKafka",
     "add_cli",
     "metadata_answers",
@@ -101,10 +100,6 @@ _JVM_OPTIONS = (
 )
 
 
-class KafkaBrokerError(RuntimeError):
-    """The broker could not be formatted, started or stopped; the message says why."""
-
-
 def random_cluster_id() -> str:
     """A cluster id as Kafka's ``Uuid.randomUuid()`` makes it: 16 random bytes in URL-safe
     base64 without padding, never all zero, never Kafka's metadata topic id (0, 1), never
@@ -130,7 +125,7 @@ def metadata_answers(bootstrap: str, timeout: float = 5.0) -> bool:
         from kafka import KafkaAdminClient  # noqa: PLC0415 - a test-extra dependency
         from kafka.errors import KafkaError  # noqa: PLC0415
     except ImportError as exc:
-        raise KafkaBrokerError(
+        raise BrokerError(
             "the readiness probe needs kafka-python: pip install 'kop-dedup[test]'"
         ) from exc
     ms = int(timeout * 1000)
@@ -154,7 +149,7 @@ def metadata_answers(bootstrap: str, timeout: float = 5.0) -> bool:
 
 
 @dataclass
-class LocalKafka:
+class LocalKafka(ProcessGroup):
     port: int = DEFAULT_PORT
     controller_port: int | None = None
     """Free one picked at the first start and kept in the data dir when not given."""
@@ -259,25 +254,18 @@ class LocalKafka:
                     cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
                 )
             except subprocess.TimeoutExpired as exc:
-                raise KafkaBrokerError(
+                raise BrokerError(
                     f"formatting {self.log_dirs} took over {timeout:.0f}s; log tail "
                     f"({self.log_file}):\n{self.log_tail()}"
                 ) from exc
         if proc.returncode != 0:
-            raise KafkaBrokerError(
+            raise BrokerError(
                 f"formatting {self.log_dirs} failed (exit {proc.returncode}); log tail "
                 f"({self.log_file}):\n{self.log_tail()}"
             )
         return True
 
     # -- run -----------------------------------------------------------------------
-
-    def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if self._alive(pid) else None
 
     def is_ready(self, timeout: float = 5.0) -> bool:
         return metadata_answers(self.bootstrap, timeout)
@@ -301,97 +289,13 @@ class LocalKafka:
             jvm_options=_JVM_OPTIONS,
             log_config=self.data / "log4j2.properties",
         )
-        with self.log_file.open("ab") as out:
-            proc = subprocess.Popen(  # noqa: S603 - the broker's own main class
-                cmd,
-                cwd=self.data,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(str(proc.pid))
-        self._proc = proc  # kept (and reaped by stop/kill): a dropped Popen of a live child warns
-        deadline = started + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise KafkaBrokerError(
-                    f"Kafka exited with {proc.returncode} before it was ready; log tail "
-                    f"({self.log_file}):\n{self.log_tail()}"
-                )
-            if self.is_ready(timeout=min(5.0, max(0.5, deadline - time.monotonic()))):
-                return time.monotonic() - started
-            time.sleep(0.2)
-        self.stop()
-        raise KafkaBrokerError(
-            f"Kafka was not ready within {timeout:.0f}s; log tail ({self.log_file}):\n"
-            f"{self.log_tail()}"
-        )
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def _signal(self, pid: int, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-
-    def _alive(self, pid: int) -> bool:
-        proc = self._proc
-        if proc is not None and proc.pid == pid:
-            return proc.poll() is None  # reaps our own child, and Popen knows it ended
-        with contextlib.suppress(ChildProcessError):
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done == pid:
-                return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        proc = self.spawn(cmd, cwd=self.data, env=os.environ)
+        return self.wait_ready(proc, started, timeout, self.is_ready, name="Kafka")
 
     def stop(self, timeout: float = 30.0) -> bool:
-        """SIGTERM (a controlled shutdown), then SIGKILL after ``timeout``; True when
-        something was running."""
-        pid = self.pid()
-        if pid is None:
-            return False
-        self._signal(pid, signal.SIGCONT)  # a paused broker cannot shut down
-        self._signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._alive(pid):
-            time.sleep(0.1)
-        if self._alive(pid):
-            log.warning("Kafka (pid %s) ignored SIGTERM for %.0fs: SIGKILL", pid, timeout)
-            self.kill()
-        self.pid_file.unlink(missing_ok=True)
-        return True
-
-    def kill(self) -> None:
-        """SIGKILL the broker's process group, as a crash would."""
-        pid = self.pid()
-        if pid is None:
-            return
-        self._signal(pid, signal.SIGKILL)
-        while self._alive(pid):
-            time.sleep(0.05)
-        self.pid_file.unlink(missing_ok=True)
-
-    def rss_bytes(self) -> int | None:
-        pid = self.pid()
-        if pid is None:
-            return None
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-        return None
+        """SIGTERM (a controlled shutdown: a second or two), then SIGKILL after
+        ``timeout``; True when something was running."""
+        return super().stop(timeout)
 
     def status(self) -> dict[str, Any]:
         pid = self.pid()

@@ -23,18 +23,18 @@ Where the classes are (4.1.2, listed from the jars):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from importlib import resources as importlib_resources
 from pathlib import Path
 
 from kop_dedup import resources
-from kop_dedup_tools.launcher import cache_dir
+from kop_dedup.resources import cache_dir
+from kop_dedup_tools.distribution import file_lock
+from kop_dedup_tools.processes import BrokerError
 
 __all__ = [
     "BROKER_MAIN",
@@ -45,7 +45,6 @@ __all__ = [
     "TRANSACTIONAL_MESSAGE_COPIER",
     "VERIFIABLE_CONSUMER",
     "VERIFIABLE_PRODUCER",
-    "KafkaFetchError",
     "classpath",
     "java_command",
     "kafka_jars",
@@ -90,23 +89,8 @@ rootLogger.appenderRef.err.ref = stderr
 """
 
 
-class KafkaFetchError(RuntimeError):
-    """Maven could not resolve Kafka's jars; the message says why."""
-
-
 def libs_dir(version: str = KAFKA_VERSION) -> Path:
     return cache_dir() / "kafka" / version / "libs"
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def kafka_jars(*, quiet: bool = False) -> list[Path]:
@@ -115,7 +99,7 @@ def kafka_jars(*, quiet: bool = False) -> list[Path]:
     target = libs_dir()
     stamp = target / ".resolved"
     if not stamp.exists():
-        with _file_lock(target.parent / ".lock"):
+        with file_lock(target.parent / ".lock"):
             if not stamp.exists():
                 _resolve(target, quiet=quiet)
     return sorted(target.glob("*.jar"))
@@ -140,9 +124,9 @@ def _resolve(target: Path, *, quiet: bool) -> None:
             what=f"resolve Apache Kafka {KAFKA_VERSION}",
         )
     except resources.MavenError as exc:
-        raise KafkaFetchError(str(exc)) from exc
+        raise BrokerError(str(exc)) from exc
     if not (tmp / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
-        raise KafkaFetchError(f"Maven finished but {tmp} holds no kafka_2.13-{KAFKA_VERSION}.jar")
+        raise BrokerError(f"Maven finished but {tmp} holds no kafka_2.13-{KAFKA_VERSION}.jar")
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     size = sum(p.stat().st_size for p in target.glob("*.jar"))
@@ -189,7 +173,7 @@ def java_command(
     if home and (Path(home) / "bin" / "java").exists():
         java = str(Path(home) / "bin" / "java")
     if java is None:
-        raise KafkaFetchError("Java (17 or later) is needed to run Apache Kafka; install it first")
+        raise BrokerError("Java (17 or later) is needed to run Apache Kafka; install it first")
     config = log_config if log_config is not None else tools_log_config()
     return [
         java,

@@ -7,6 +7,7 @@ bootstrap address at it)."""
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -28,6 +29,7 @@ from tests.kafka_tools import (
     run_verifiable_consumer,
     run_verifiable_producer,
     start_transactional_message_copier,
+    start_verifiable_producer,
 )
 
 pytestmark = pytest.mark.kafka
@@ -155,11 +157,17 @@ def test_transactional_message_copier_copies_a_topic_exactly_once_through_aborts
 
 def test_a_tool_past_its_deadline_is_killed_and_says_what_it_printed(tmp_path):
     """No broker at the address: the producer waits for metadata until killed."""
-    with pytest.raises(ToolTimeout) as caught:
-        run_verifiable_producer(
-            f"127.0.0.1:{free_port()}", "nowhere", tmp_path, max_messages=10, timeout=8
-        )
+    with start_verifiable_producer(
+        f"127.0.0.1:{free_port()}", "nowhere", tmp_path, max_messages=10
+    ) as tool:
+        deadline = time.monotonic() + 120  # a JVM starts slowly on a busy machine
+        while not tool.events() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert tool.events()[0]["name"] == "startup_complete", tool.stderr_path.read_text()
+        with pytest.raises(ToolTimeout) as caught:
+            tool.wait(timeout=2)
+        assert not tool.running()
     partial = caught.value.partial
     assert partial.returncode == -signal.SIGKILL
-    assert partial.events[0]["name"] == "startup_complete"  # the JVM had started
+    assert [e["name"] for e in partial.events] == ["startup_complete"]
     assert producer_report(partial.events).acked_count is None

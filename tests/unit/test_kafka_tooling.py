@@ -16,12 +16,11 @@ import pytest
 from kop_dedup.cli import main
 from kop_dedup_tools import kafka_jars
 from kop_dedup_tools.kafka_broker import (
-    KafkaBrokerError,
     LocalKafka,
     metadata_answers,
     random_cluster_id,
 )
-from kop_dedup_tools.launcher import free_port
+from kop_dedup_tools.processes import BrokerError, free_port
 from tests.kafka_tools import (
     consumer_report,
     copier_report,
@@ -209,7 +208,7 @@ def test_the_probe_says_what_to_install_without_kafka_python(monkeypatch):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
-        with pytest.raises(KafkaBrokerError, match=r"pip install 'kop-dedup\[test\]'"):
+        with pytest.raises(BrokerError, match=r"pip install 'kop-dedup\[test\]'"):
             metadata_answers(f"127.0.0.1:{server.getsockname()[1]}", timeout=1.0)
 
 
