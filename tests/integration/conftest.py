@@ -28,6 +28,20 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def data_namespace(pulsar: Any) -> str:
+    """``public/kafka`` (the sidecar's default data namespace) with deduplication on, for
+    tests that create topics before any sidecar has started (a sidecar creates it too)."""
+    ns = "public/kafka"
+    r = httpx.put(f"{pulsar.admin_url}/admin/v2/namespaces/{ns}", json={}, timeout=30)
+    assert r.status_code in {204, 409}, r.text
+    r = httpx.post(
+        f"{pulsar.admin_url}/admin/v2/namespaces/{ns}/deduplication", json=True, timeout=30
+    )
+    assert r.status_code == 204, r.text
+    return ns
+
+
+@pytest.fixture(scope="session")
 def sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
     """One in-process sidecar (uvicorn in a thread) shared by the session."""
     with ThreadSidecar(pulsar, reorder_window_ms=1500) as sc:

@@ -72,7 +72,9 @@ def create_topic(pulsar: Any, topic: str) -> None:
     assert r.status_code in {204, 409}, r.text
 
 
-def test_hostile_and_thousands_of_topic_names_leave_metrics_parseable_and_bounded(pulsar):
+def test_hostile_and_thousands_of_topic_names_leave_metrics_parseable_and_bounded(
+    pulsar, data_namespace
+):
     """Issue 10 item 5: a topic name is validated before it becomes a label, label values
     are escaped, and distinct names beyond KOP_DEDUP_STATS_MAX_TOPICS share one label.
     Auto-creation is off so the thousands of names cost the broker a lookup, not a topic."""

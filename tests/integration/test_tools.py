@@ -15,7 +15,7 @@ from tests.helpers import uniq
 pytestmark = pytest.mark.integration
 
 
-def test_create_topic_makes_the_partitions_and_a_second_call_is_fine(pulsar):
+def test_create_topic_makes_the_partitions_and_a_second_call_is_fine(pulsar, data_namespace):
     topic = uniq("tools")
     create_topic(pulsar.admin_url, topic, partitions=3)
     create_topic(pulsar.admin_url, topic, partitions=3)  # 409: already there
