@@ -16,10 +16,11 @@ from kop_dedup.coordination.groups.coordinator import GroupCoordinator, GroupSet
 from kop_dedup.coordination.groups.lag import GroupLag
 from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.registry import Registry, RegistryBounds
-from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator, TxnSettings
+from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
+from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.errors import KafkaError
 from kop_dedup.observability.stats import Stats
 from kop_dedup.produce.service import ProduceService

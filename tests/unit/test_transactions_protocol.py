@@ -138,3 +138,50 @@ def test_a_transaction_times_out_after_its_timeout_from_its_start():
     assert not timed_out(t, 1099)
     assert timed_out(t, 1100)
     assert not timed_out(complete(prepare(t, False, {}, now_ms=1), now_ms=2), 10_000)
+
+
+def test_an_init_naming_the_current_epoch_bumps_it_and_remembers_the_one_it_replaced():
+    """KIP-360 (Kafka's prepareIncrementProducerEpoch with an expected epoch)."""
+    t = fresh()
+    bumped = init(
+        t, "app", timeout_ms=5, check_back_url=None, now_ms=1, new_producer_id=None, expected=(7, 0)
+    )
+    assert (bumped.producer_epoch, bumped.last_producer_epoch) == (1, 0)
+    retried = init(
+        bumped,
+        "app",
+        timeout_ms=5,
+        check_back_url=None,
+        now_ms=2,
+        new_producer_id=None,
+        expected=(7, 0),
+    )
+    assert (retried.producer_id, retried.producer_epoch) == (7, 1)
+    plain = init(bumped, "app", timeout_ms=5, check_back_url=None, now_ms=3, new_producer_id=None)
+    assert (plain.producer_epoch, plain.last_producer_epoch) == (2, -1)
+    for stale in ((7, 0), (7, 9), (8, 2)):
+        with pytest.raises(errors.ProducerFenced):
+            init(
+                plain,
+                "app",
+                timeout_ms=5,
+                check_back_url=None,
+                now_ms=4,
+                new_producer_id=None,
+                expected=stale,
+            )
+
+
+def test_a_fence_forgets_the_replaced_epoch_so_the_fenced_producer_cannot_retry_in():
+    running = ongoing()
+    bumped = init(
+        complete(prepare(running, True, {}, now_ms=1), now_ms=2),
+        "app",
+        timeout_ms=5,
+        check_back_url=None,
+        now_ms=3,
+        new_producer_id=None,
+        expected=(7, 0),
+    )
+    fenced = fence(join(bumped, 7, 1, Partition("orders", 0, None), now_ms=4), now_ms=5)
+    assert fenced.last_producer_epoch == -1

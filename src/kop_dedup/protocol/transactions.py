@@ -40,14 +40,18 @@ __all__ = [
     "Transaction",
     "TxnState",
     "asked",
+    "begin",
     "check_end",
     "complete",
     "doubt",
+    "exhausted",
     "fence",
     "init",
     "join",
+    "known",
     "needs_new_producer_id",
     "prepare",
+    "producer_problem",
     "share",
     "stage_offsets",
     "timed_out",
@@ -155,26 +159,62 @@ class Transaction:
     asked whether to commit."""
     version: int = 0
     """Bumped by the coordinator on every write: a reader keeps the highest."""
+    last_producer_id: int = -1
+    """The producer id before the last init (KIP-360: a retried init is recognised)."""
+    last_producer_epoch: int = -1
+    """The epoch the last init replaced when its caller named it, else -1 (KIP-360)."""
 
     def partition(self, topic: str, partition: int) -> Partition | None:
         return next((p for p in self.partitions if p.key == (topic, partition)), None)
 
 
-def _check_producer(txn: Transaction, producer_id: int, epoch: int, *, on_produce: bool) -> None:
-    """Kafka: another producer id -> 49; an older epoch -> 47 on produce, 90 on the
-    transaction calls; a newer one than the coordinator knows is refused too (only the
-    coordinator bumps a transactional producer's epoch)."""
+def producer_problem(
+    txn: Transaction | None,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    *,
+    on_produce: bool,
+) -> errors.KafkaError | None:
+    """Kafka: an unknown id or another producer id -> 49; an older epoch -> 47 on
+    produce, 90 on the transaction calls; a newer one than the coordinator knows is
+    refused too (only the coordinator bumps a transactional producer's epoch)."""
+    if txn is None:
+        return errors.InvalidProducerIdMapping(
+            f"transactional id {transactional_id!r} is unknown: call init-producer-id with it"
+        )
     if producer_id != txn.producer_id:
-        raise errors.InvalidProducerIdMapping(
-            f"transactional id {txn.transactional_id!r} maps to producer {txn.producer_id}, "
+        return errors.InvalidProducerIdMapping(
+            f"transactional id {transactional_id!r} maps to producer {txn.producer_id}, "
             f"not {producer_id}; call init-producer-id"
         )
-    if epoch != txn.producer_epoch:
-        fenced = errors.InvalidProducerEpoch if on_produce else errors.ProducerFenced
-        raise fenced(
+    fenced = errors.InvalidProducerEpoch if on_produce else errors.ProducerFenced
+    if epoch < txn.producer_epoch:
+        return fenced(
             f"producer {producer_id} epoch {epoch} is fenced: transactional id "
-            f"{txn.transactional_id!r} is at epoch {txn.producer_epoch}"
+            f"{transactional_id!r} is at epoch {txn.producer_epoch}"
         )
+    if epoch > txn.producer_epoch:
+        return fenced(
+            f"epoch {epoch} was never handed out for {transactional_id!r} (it is at "
+            f"{txn.producer_epoch}): transactional producers get epochs from init-producer-id"
+        )
+    return None
+
+
+def _check_producer(txn: Transaction, producer_id: int, epoch: int, *, on_produce: bool) -> None:
+    problem = producer_problem(txn, txn.transactional_id, producer_id, epoch, on_produce=on_produce)
+    if problem is not None:
+        raise problem
+
+
+def known(txn: Transaction | None, transactional_id: str) -> Transaction:
+    """The id's state; 49 INVALID_PRODUCER_ID_MAPPING for an id never initialised."""
+    if txn is None:
+        raise errors.InvalidProducerIdMapping(
+            f"transactional id {transactional_id!r} is unknown: call init-producer-id with it"
+        )
+    return txn
 
 
 def _busy(txn: Transaction) -> errors.ConcurrentTransactions:
@@ -192,36 +232,82 @@ def init(
     check_back_url: str | None,
     now_ms: int,
     new_producer_id: int | None,
+    expected: tuple[int, int] | None = None,
 ) -> Transaction:
-    """InitProducerId: the next epoch (or a new producer id past epoch 32767, or for a
-    new transactional id). Raises ConcurrentTransactions while a decision is applied;
-    an Ongoing transaction must be fenced first (:func:`fence`)."""
-    if txn is not None and txn.state.preparing:
-        raise _busy(txn)
-    if txn is not None and txn.state is TxnState.ONGOING:
-        raise _busy(txn)  # the caller fences it first (and answers 51 itself)
-    exhausted = txn is not None and txn.producer_epoch >= MAX_EPOCH
-    if txn is None or exhausted:
+    """InitProducerId (Kafka's ``prepareInitProducerIdTransit``): the next epoch, or a
+    new producer id once the epoch is exhausted (:func:`needs_new_producer_id`), or for
+    a new transactional id.
+
+    ``expected`` (KIP-360): the caller's current (producer id, epoch). It must name the
+    id's producer id (or the one a rotation replaced, at an exhausted epoch), else
+    PRODUCER_FENCED; the current epoch is bumped, the epoch the last bump replaced is
+    answered again as it stands (a retry whose answer was lost), any other is fenced.
+
+    Raises ConcurrentTransactions while a decision is applied; an Ongoing transaction
+    must be fenced first (:func:`fence`)."""
+    if txn is not None and (txn.state.preparing or txn.state is TxnState.ONGOING):
+        raise _busy(txn)  # Ongoing: the caller fences it first (and answers 51 itself)
+    if txn is None:
+        if new_producer_id is None:
+            raise ValueError("a new producer id is needed")
+        return Transaction(
+            transactional_id,
+            new_producer_id,
+            0,
+            timeout_ms,
+            check_back_url=check_back_url,
+            updated_ms=now_ms,
+        )
+    if expected is not None and not _names_producer(txn, expected):
+        raise errors.ProducerFenced(
+            f"producer {expected[0]} epoch {expected[1]} is fenced: transactional id "
+            f"{transactional_id!r} is producer {txn.producer_id} at epoch {txn.producer_epoch}"
+        )
+    pid, epoch, last_epoch = txn.producer_id, txn.producer_epoch + 1, -1
+    if needs_new_producer_id(txn, expected):
         if new_producer_id is None:
             raise ValueError("a new producer id is needed")
         pid, epoch = new_producer_id, 0
-    else:
-        pid, epoch = txn.producer_id, txn.producer_epoch + 1
-    base = txn or Transaction(transactional_id, pid, epoch, timeout_ms)
+        last_epoch = txn.producer_epoch if expected is not None else -1
+    elif expected is not None and expected[1] == txn.producer_epoch:
+        last_epoch = txn.producer_epoch
+    elif expected is not None and expected[1] == txn.last_producer_epoch:
+        pid, epoch, last_epoch = txn.producer_id, txn.producer_epoch, txn.last_producer_epoch
+    elif expected is not None:
+        raise errors.ProducerFenced(
+            f"producer {expected[0]} epoch {expected[1]} is fenced: transactional id "
+            f"{transactional_id!r} is at epoch {txn.producer_epoch}"
+        )
     return replace(
-        base,
+        txn,
         producer_id=pid,
         producer_epoch=epoch,
+        last_producer_id=txn.producer_id,
+        last_producer_epoch=last_epoch,
         timeout_ms=timeout_ms,
-        state=TxnState.EMPTY if txn is None else base.state,
         check_back_url=check_back_url,
         check_backs=0,
         updated_ms=now_ms,
     )
 
 
-def needs_new_producer_id(txn: Transaction | None) -> bool:
-    return txn is None or txn.producer_epoch >= MAX_EPOCH
+def exhausted(epoch: int) -> bool:
+    """No epoch after this one may be handed out to a producer (Kafka's
+    ``isEpochExhausted``)."""
+    return epoch >= MAX_EPOCH
+
+
+def _names_producer(txn: Transaction, expected: tuple[int, int]) -> bool:
+    pid, epoch = expected
+    return pid == txn.producer_id or (pid == txn.last_producer_id and exhausted(epoch))
+
+
+def needs_new_producer_id(txn: Transaction | None, expected: tuple[int, int] | None = None) -> bool:
+    """Whether :func:`init` needs a new producer id: a new transactional id, or an
+    exhausted epoch that the caller (when it names one) still holds."""
+    if txn is None:
+        return True
+    return exhausted(txn.producer_epoch) and (expected is None or expected[1] == txn.producer_epoch)
 
 
 def _begin(txn: Transaction, now_ms: int) -> Transaction:
@@ -238,6 +324,15 @@ def _begin(txn: Transaction, now_ms: int) -> Transaction:
         check_backs=0,
         in_doubt=False,
     )
+
+
+def begin(txn: Transaction, producer_id: int, epoch: int, *, now_ms: int) -> Transaction:
+    """AddOffsetsToTxn (and any first call of a transaction): begin a transaction if
+    none is open. Errors as Kafka's transaction calls answer them."""
+    _check_producer(txn, producer_id, epoch, on_produce=False)
+    if txn.state.preparing:
+        raise _busy(txn)
+    return _begin(txn, now_ms)
 
 
 def join(
@@ -284,10 +379,8 @@ class EndCheck(enum.Enum):
     """The same decision completed already: answer 0."""
 
 
-def check_end(txn: Transaction | None, producer_id: int, epoch: int, commit: bool) -> EndCheck:
+def check_end(txn: Transaction, producer_id: int, epoch: int, commit: bool) -> EndCheck:
     """EndTxn, before any I/O: may the decision be taken, or was it taken already?"""
-    if txn is None:
-        raise errors.InvalidProducerIdMapping("no transaction is known for this transactional id")
     _check_producer(txn, producer_id, epoch, on_produce=False)
     want = "commit" if commit else "abort"
     if txn.state is TxnState.ONGOING:
@@ -329,7 +422,13 @@ def fence(txn: Transaction, *, now_ms: int) -> Transaction:
     if txn.state is not TxnState.ONGOING:
         raise errors.InvalidTxnState(f"cannot fence a transaction that is {txn.state.value}")
     epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
-    return replace(txn, producer_epoch=epoch, state=TxnState.PREPARE_EPOCH_FENCE, updated_ms=now_ms)
+    return replace(
+        txn,
+        producer_epoch=epoch,
+        last_producer_epoch=-1,
+        state=TxnState.PREPARE_EPOCH_FENCE,
+        updated_ms=now_ms,
+    )
 
 
 def doubt(txn: Transaction, *, now_ms: int) -> Transaction:
@@ -339,7 +438,14 @@ def doubt(txn: Transaction, *, now_ms: int) -> Transaction:
     if txn.state is not TxnState.ONGOING:
         raise errors.InvalidTxnState(f"cannot check back on a {txn.state.value} transaction")
     epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
-    return replace(txn, producer_epoch=epoch, in_doubt=True, check_backs=0, updated_ms=now_ms)
+    return replace(
+        txn,
+        producer_epoch=epoch,
+        last_producer_epoch=-1,
+        in_doubt=True,
+        check_backs=0,
+        updated_ms=now_ms,
+    )
 
 
 def asked(txn: Transaction, *, now_ms: int) -> Transaction:

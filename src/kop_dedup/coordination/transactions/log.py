@@ -54,6 +54,8 @@ def encode(txn: Transaction) -> bytes:
         "checkBacks": txn.check_backs,
         "inDoubt": txn.in_doubt,
         "version": txn.version,
+        "lastProducerId": txn.last_producer_id,
+        "lastProducerEpoch": txn.last_producer_epoch,
     }
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -95,6 +97,8 @@ def decode(data: bytes) -> Transaction:
         check_backs=int(doc.get("checkBacks", 0)),
         in_doubt=bool(doc.get("inDoubt", False)),
         version=int(doc.get("version", 0)),
+        last_producer_id=int(doc.get("lastProducerId", -1)),
+        last_producer_epoch=int(doc.get("lastProducerEpoch", -1)),
     )
 
 

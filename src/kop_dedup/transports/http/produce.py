@@ -226,12 +226,12 @@ async def _produce_transactional(
             runtime.stats.record(b.topic, b.producer_id, b.producer_epoch, b.error, b.records, 0.0)
             results.append(BatchResult(b.topic, b.partition, b.error))
             continue
-        (error, message_id), counted = next(answers)
-        if not counted:
+        answer = next(answers)
+        if not answer.counted:
             runtime.stats.record(
-                b.topic, b.producer_id, b.producer_epoch, error, len(b.records), 0.0
+                b.topic, b.producer_id, b.producer_epoch, answer.error, len(b.records), 0.0
             )
-        results.append(BatchResult(b.topic, b.partition, error, message_id))
+        results.append(BatchResult(b.topic, b.partition, answer.error, answer.message_id))
     return results
 
 

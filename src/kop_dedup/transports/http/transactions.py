@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 
 from kop_dedup import errors
 from kop_dedup.coordination.groups.store import StagedOffset
+from kop_dedup.coordination.transactions.requests import EndTxn, StageOffsets, TxnOffset
 from kop_dedup.protocol.transactions import Transaction
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.http.answers import INVALID_RESPONSE, JSON_OBJECT, TOO_LARGE_RESPONSE
@@ -74,11 +75,16 @@ async def txn_offset_commit(
     return await _call(
         "staging offsets",
         runtime.transactions.stage_offsets(
-            body.transactionalId,
-            body.producerId,
-            body.producerEpoch,
-            body.groupId,
-            _staged(body.offsets),
+            StageOffsets(
+                body.transactionalId,
+                body.producerId,
+                body.producerEpoch,
+                body.groupId,
+                tuple(
+                    TxnOffset(o.topic, o.partition, o.offset, o.metadata or "")
+                    for o in body.offsets
+                ),
+            )
         ),
     )
 
@@ -96,7 +102,7 @@ async def end_txn(
     return await _call(
         "ending the transaction",
         runtime.transactions.end(
-            body.transactionalId, body.producerId, body.producerEpoch, body.commit
+            EndTxn(body.transactionalId, body.producerId, body.producerEpoch, body.commit)
         ),
     )
 
