@@ -9,6 +9,7 @@ registry, and only then lets the API serve.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 from kop_dedup.coordination.expiry import Bounds
@@ -121,6 +122,7 @@ class Runtime:
             f"{base}/consumer-groups",
             settings.offsets_partitions,
             adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
+            pending_is_live=self._pending_is_live,
         )
         self.groups = GroupCoordinator(
             self.offsets,
@@ -177,6 +179,16 @@ class Runtime:
         result = await self.service.produce(batch, deadline, journal=(ptopic, extra))
         return result.error, result.message_id
 
+    async def _pending_is_live(self, transactional_id: str, ordinal: int, marked_ms: int) -> bool:
+        """Whether a pending-offset marker's transaction may still apply or abort it
+        (the group store's leak sweep asks). Open with that ordinal: live; a later one:
+        ended; not begun yet: live while a stage may still be under way (it writes its
+        marker first), i.e. for the longest transaction timeout."""
+        txn = await self.transactions.describe(transactional_id)
+        if txn is not None and txn.ordinal >= ordinal:
+            return txn.ordinal == ordinal and txn.state.open
+        return int(time.time() * 1000) - marked_ms < self.settings.max_transaction_timeout_ms
+
     async def _partitions_of(self, topic: str) -> int:
         s = self.settings
         return await self.admin.partitions(
@@ -216,6 +228,11 @@ class Runtime:
         self.groups.start(
             (gs.lag_interval_s, self.group_lag.refresh, "group-lag"),
             (gs.cursor_interval_s, self.group_lag.follow_cursors, "group-cursors"),
+            (
+                s.group_retention_check_interval_ms / 1000,
+                self.offsets.sweep,
+                "group-retention",
+            ),
         )
         await self.transactions.start()
         log.info("ready: namespace %s has deduplication on", ns)
