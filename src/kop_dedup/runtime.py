@@ -122,6 +122,7 @@ class Runtime:
             f"{base}/consumer-groups",
             settings.offsets_partitions,
             adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
+            pending_is_live=self._pending_is_live,
         )
         self.groups = GroupCoordinator(
             self.offsets,
@@ -178,6 +179,11 @@ class Runtime:
         result = await self.service.produce(batch, deadline, journal=(ptopic, extra))
         return result.error, result.message_id
 
+    async def _pending_is_live(self, transactional_id: str, ordinal: int, marked_ms: int) -> bool:
+        """The group store's leak sweep asks the transaction coordinator (created after
+        the store, hence this indirection)."""
+        return await self.transactions.pending_is_live(transactional_id, ordinal, marked_ms)
+
     async def _partitions_of(self, topic: str) -> int:
         s = self.settings
         return await self.admin.partitions(
@@ -217,6 +223,11 @@ class Runtime:
         self.groups.start(
             (gs.lag_interval_s, self.group_lag.refresh, "group-lag"),
             (gs.cursor_interval_s, self.group_lag.follow_cursors, "group-cursors"),
+            (
+                s.group_retention_check_interval_ms / 1000,
+                self.offsets.sweep,
+                "group-retention",
+            ),
         )
         await self.transactions.start()
         log.info("ready: namespace %s has deduplication on", ns)

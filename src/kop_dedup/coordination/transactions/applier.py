@@ -215,12 +215,14 @@ class TransactionApplier:
             groups.setdefault(o.group, []).append(o)
         for group, offsets in groups.items():
             if commit:
-                await self._offsets.commit(
+                await self._offsets.commit_transaction(
                     group,
+                    txn.transactional_id,
+                    txn.ordinal,
                     [StagedOffset(o.topic, o.partition, o.offset, o.metadata) for o in offsets],
                 )
             else:
-                await self._offsets.clear_pending(
+                await self._offsets.abort_transaction(
                     group,
                     [(o.topic, o.partition) for o in offsets],
                     txn.transactional_id,
