@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -158,5 +159,34 @@ def test_init_naming_the_current_epoch_bumps_it_and_a_stale_one_is_fenced(pulsar
         assert await c.init_producer_id(InitProducerId(tid)) == ProducerIdAndEpoch(
             pid, bumped.producer_epoch + 1
         )
+
+    run(pulsar, scenario)
+
+
+def test_an_exhausted_epoch_moves_the_id_to_a_new_producer_id(pulsar):
+    """At epoch 32766 (Kafka: Short.MaxValue - 1) the next init hands out a new producer
+    id at epoch 0; the previous caller's retry of that init (KIP-360, its answer lost)
+    gets the same new id; the old producer id is fenced."""
+    tid = uniq("tx")
+
+    async def scenario(runtime: Runtime) -> None:
+        c = runtime.transactions
+        first = await c.init_producer_id(InitProducerId(tid))
+        pid = first.producer_id
+
+        async def near_the_end(current: Any) -> Any:
+            return replace(current, producer_epoch=32_765)
+
+        await c.state.change(tid, near_the_end)
+        last = await c.init_producer_id(InitProducerId(tid))
+        assert last == ProducerIdAndEpoch(pid, 32_766)
+        named = InitProducerId(tid, producer_id=pid, producer_epoch=32_766)
+        moved = await c.init_producer_id(named)
+        assert moved.producer_id != pid
+        assert moved.producer_epoch == 0
+        assert await c.init_producer_id(named) == moved  # the retry of the rotation
+        batch = KafkaBatch(uniq("a"), 0, pid, 32_766, 0, 0, (rec(b"x"),))
+        [answer] = await c.produce(tid, [batch], time.monotonic() + 30)
+        assert isinstance(answer.error, errors.InvalidProducerIdMapping)
 
     run(pulsar, scenario)

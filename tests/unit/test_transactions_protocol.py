@@ -185,3 +185,17 @@ def test_a_fence_forgets_the_replaced_epoch_so_the_fenced_producer_cannot_retry_
     )
     fenced = fence(join(bumped, 7, 1, Partition("orders", 0, None), now_ms=4), now_ms=5)
     assert fenced.last_producer_epoch == -1
+
+
+def test_the_epoch_is_exhausted_at_short_max_minus_one_so_a_fence_can_always_bump_it():
+    """Kafka (TransactionMetadata.isEpochExhausted): an epoch >= 32766 is exhausted, the
+    next init moves to a new producer id; epoch 32767 is never handed out, so fencing a
+    producer at 32766 still raises its epoch."""
+    below = Transaction("app", 7, MAX_EPOCH - 2, 1000)
+    last = init(below, "app", timeout_ms=5, check_back_url=None, now_ms=1, new_producer_id=None)
+    assert (last.producer_id, last.producer_epoch) == (7, MAX_EPOCH - 1)
+    moved = init(last, "app", timeout_ms=5, check_back_url=None, now_ms=2, new_producer_id=8)
+    assert (moved.producer_id, moved.producer_epoch) == (8, 0)
+    running = join(last, 7, MAX_EPOCH - 1, Partition("orders", 0, None), now_ms=3)
+    fenced = fence(running, now_ms=4)
+    assert fenced.producer_epoch == MAX_EPOCH > running.producer_epoch

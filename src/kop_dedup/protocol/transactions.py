@@ -293,8 +293,9 @@ def init(
 
 def exhausted(epoch: int) -> bool:
     """No epoch after this one may be handed out to a producer (Kafka's
-    ``isEpochExhausted``)."""
-    return epoch >= MAX_EPOCH
+    ``isEpochExhausted``: Short.MaxValue - 1). Epoch 32767 is never handed out, so the
+    coordinator can always fence the producer of the last one (:func:`fence`)."""
+    return epoch >= MAX_EPOCH - 1
 
 
 def _names_producer(txn: Transaction, expected: tuple[int, int]) -> bool:
@@ -417,8 +418,10 @@ def prepare(
 
 def fence(txn: Transaction, *, now_ms: int) -> Transaction:
     """Fence the producer of an Ongoing transaction (a new init, or its timeout): bump
-    the epoch; the transaction will be aborted. At epoch 32767 the epoch stays (the next
-    init moves to a new producer id)."""
+    the epoch; the transaction will be aborted. Handed-out epochs stop at 32766
+    (:func:`exhausted`), so the bump is always possible (an id a release before this
+    one took to 32767 keeps it: such a producer is then fenced by the abort only), and
+    the next init moves to a new producer id."""
     if txn.state is not TxnState.ONGOING:
         raise errors.InvalidTxnState(f"cannot fence a transaction that is {txn.state.value}")
     epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
