@@ -154,6 +154,9 @@ class TransactionApplier:
     async def _apply_until_done(
         self, transactional_id: str, *, recovering: bool, ticket: Ticket | None
     ) -> None:
+        """Until the decision is complete, or this sidecar no longer owns the id's log
+        partition (its new owner recovers it). Any failure while it still does is
+        tried again: a NOT_COORDINATOR of the group store (its partition moved) too."""
         p = self._state.partition_of(transactional_id)
         if self._settings.apply_delay_s:
             await asyncio.sleep(self._settings.apply_delay_s)
@@ -163,9 +166,10 @@ class TransactionApplier:
                 return
             try:
                 await self.apply_once(txn, recovering=recovering, ticket=ticket)
-            except errors.NotCoordinator:
-                return  # the new owner recovers it
             except Exception as exc:
+                if isinstance(exc, errors.NotCoordinator) and not self._state.owned(p):
+                    return  # the new owner of the log partition recovers it
+                self._stats.apply_retries += 1
                 log.warning(
                     "applying transaction %d of %r failed, retrying: %s",
                     txn.ordinal,
@@ -176,6 +180,17 @@ class TransactionApplier:
                 await asyncio.sleep(self._settings.retry_interval_s)
             else:
                 return
+
+    def drive(self, partition: int) -> int:
+        """Apply every decision of an owned partition that is not being applied (the
+        sweep: a decision whose write failed but was stored, one whose apply gave up);
+        how many were started."""
+        started = 0
+        for txn in sorted(self._state.in_partition(partition), key=lambda t: t.updated_ms):
+            if txn.state.preparing and txn.transactional_id not in self._applying:
+                self.ensure(txn.transactional_id, recovering=True)
+                started += 1
+        return started
 
     async def apply_once(
         self, txn: Transaction, *, recovering: bool, ticket: Ticket | None = None

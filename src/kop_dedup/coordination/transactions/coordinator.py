@@ -378,13 +378,16 @@ class TransactionCoordinator:
                 log.warning("transaction sweep failed: %r", exc)
 
     async def sweep(self) -> None:
-        """On the partitions this sidecar owns: time out open transactions, forget
-        expired ids."""
+        """On the partitions this sidecar owns: take again those a failed write left in
+        doubt (their recovery applies what was stored), apply every decision not being
+        applied, time out open transactions, forget expired ids."""
         await self._copier.reap()
+        await self.state.parts.settle_doubt()
         now = now_ms()
         for p in range(self.settings.log_partitions):
             if not self.state.owned(p):
                 continue
+            self.applier.drive(p)
             for txn in self.state.in_partition(p):
                 if tx.timed_out(txn, now):
                     await self._time_out(txn.transactional_id)

@@ -24,6 +24,8 @@ class TxnStats:
         default_factory=lambda: dict.fromkeys(("COMMIT", "ROLLBACK", "UNKNOWN"), 0)
     )
     copy_state_lost: int = 0
+    apply_retries: int = 0
+    """Attempts to apply a decision that failed and were tried again."""
     applied_ms: list[float] = field(default_factory=list)
     """Decision to applied, milliseconds (the last 1,000)."""
     local: LocalCopy | None = None
@@ -46,6 +48,7 @@ class TxnStats:
             "fenced": self.fenced,
             "checkBacks": dict(self.check_backs),
             "copyStateLost": self.copy_state_lost,
+            "applyRetries": self.apply_retries,
             "appliedMsP50": pct(0.5),
             "appliedMsP99": pct(0.99),
             "localCopy": None if self.local is None else self.local.to_dict(),
@@ -76,6 +79,11 @@ class TxnStats:
                 "txn_check_backs_total",
                 "Check-backs to applications, by answer.",
                 [({"answer": a}, n) for a, n in sorted(self.check_backs.items())],
+            ),
+            (
+                "txn_apply_retries_total",
+                "Attempts to apply a decision that failed and were tried again.",
+                [({}, self.apply_retries)],
             ),
             (
                 "txn_copy_state_lost_total",
