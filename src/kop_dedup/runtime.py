@@ -12,7 +12,11 @@ import logging
 import uuid
 
 from kop_dedup.coordination.expiry import Bounds
-from kop_dedup.coordination.groups.coordinator import GroupCoordinator, GroupSettings
+from kop_dedup.coordination.groups.coordinator import (
+    GroupCoordinator,
+    GroupSettings,
+    StaleMember,
+)
 from kop_dedup.coordination.groups.lag import GroupLag
 from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.registry import Registry, RegistryBounds
@@ -170,6 +174,7 @@ class Runtime:
             legacy=self.registry.transactional,
             journaler=self._journal,
             partitions_of=self._partitions_of,
+            members=self._check_member,
             settings=txn_settings(settings),
         )
 
@@ -183,6 +188,14 @@ class Runtime:
         """The group store's leak sweep asks the transaction coordinator (created after
         the store, hence this indirection)."""
         return await self.transactions.pending_is_live(transactional_id, ordinal, marked_ms)
+
+    async def _check_member(self, group: str, member: str | None, generation: int | None) -> None:
+        """KIP-447 for transactional offsets: the group checks the member; its error is
+        answered as the Kafka error it wraps (25, 22)."""
+        try:
+            await self.groups.check_member(group, member, generation)
+        except StaleMember as exc:
+            raise exc.error from exc
 
     async def _partitions_of(self, topic: str) -> int:
         s = self.settings

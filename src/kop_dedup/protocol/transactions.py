@@ -27,13 +27,23 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kop_dedup import errors
 from kop_dedup.protocol.records import MAX_EPOCH
+from kop_dedup.protocol.transaction_state import (
+    HISTORY,
+    SHARED,
+    Completed,
+    Offset,
+    Partition,
+    Transaction,
+    TxnState,
+)
 
 __all__ = [
     "SHARED",
+    "Completed",
     "EndCheck",
     "Offset",
     "Partition",
@@ -42,6 +52,7 @@ __all__ = [
     "asked",
     "begin",
     "check_end",
+    "check_token",
     "complete",
     "doubt",
     "exhausted",
@@ -56,116 +67,6 @@ __all__ = [
     "stage_offsets",
     "timed_out",
 ]
-
-
-class TxnState(enum.Enum):
-    EMPTY = "Empty"
-    ONGOING = "Ongoing"
-    PREPARE_COMMIT = "PrepareCommit"
-    PREPARE_ABORT = "PrepareAbort"
-    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
-    COMPLETE_COMMIT = "CompleteCommit"
-    COMPLETE_ABORT = "CompleteAbort"
-
-    @property
-    def preparing(self) -> bool:
-        """A decision is durable and being applied."""
-        return self in _PREPARING
-
-    @property
-    def complete(self) -> bool:
-        return self in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-
-    @property
-    def open(self) -> bool:
-        """Ongoing or decided but not yet applied: listed by ``GET /v1/transactions``."""
-        return self is TxnState.ONGOING or self.preparing
-
-    @property
-    def commits(self) -> bool:
-        return self in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
-
-
-_PREPARING = frozenset(
-    {TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE}
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Partition:
-    """A data partition the transaction wrote to, and where its batches lie in the
-    partition's journal: after ``journal_start`` (the journal's last position when the
-    partition joined; None: the journal was empty) and, once decided, up to
-    ``journal_end``. ``data_start`` is the data partition's last position at the
-    decision: a recovery that must look for copies looks after it.
-
-    ``journaler`` says which sidecar journaled the partition's batches: the instance
-    that joined it, or :data:`SHARED` once another one journaled a batch too (None:
-    unknown, a record written before the field existed). Only the sole journaler may
-    copy from its local copy of the batches; anyone else reads the journal."""
-
-    topic: str
-    partition: int
-    journal_start: str | None
-    journal_end: str | None = None
-    data_start: str | None = None
-    journaler: str | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.partition
-
-
-SHARED = "*"
-"""``Partition.journaler`` once more than one sidecar journaled the partition's batches."""
-
-
-@dataclass(frozen=True, slots=True)
-class Offset:
-    """A consumer-group offset staged in the transaction (sendOffsetsToTransaction)."""
-
-    group: str
-    topic: str
-    partition: int
-    offset: int
-    metadata: str = ""
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        return self.group, self.topic, self.partition
-
-
-@dataclass(frozen=True, slots=True)
-class Transaction:
-    """What the coordinator knows of one transactional id."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    state: TxnState = TxnState.EMPTY
-    ordinal: int = 0
-    """The current (or last) transaction's number for this transactional id."""
-    partitions: tuple[Partition, ...] = ()
-    offsets: tuple[Offset, ...] = ()
-    started_ms: int = 0
-    """When the current transaction began (its timeout counts from there)."""
-    updated_ms: int = 0
-    check_back_url: str | None = None
-    check_backs: int = 0
-    """Times the application was asked about this (timed-out) transaction."""
-    in_doubt: bool = False
-    """Timed out with a check-back URL: the producer is fenced and the application is
-    asked whether to commit."""
-    version: int = 0
-    """Bumped by the coordinator on every write: a reader keeps the highest."""
-    last_producer_id: int = -1
-    """The producer id before the last init (KIP-360: a retried init is recognised)."""
-    last_producer_epoch: int = -1
-    """The epoch the last init replaced when its caller named it, else -1 (KIP-360)."""
-
-    def partition(self, topic: str, partition: int) -> Partition | None:
-        return next((p for p in self.partitions if p.key == (topic, partition)), None)
 
 
 def producer_problem(
@@ -311,10 +212,14 @@ def needs_new_producer_id(txn: Transaction | None, expected: tuple[int, int] | N
     return exhausted(txn.producer_epoch) and (expected is None or expected[1] == txn.producer_epoch)
 
 
-def _begin(txn: Transaction, now_ms: int) -> Transaction:
-    """Start the next transaction if none is open (protocol v2: no separate begin call)."""
+def _begin(txn: Transaction, now_ms: int, token: str | None = None) -> Transaction:
+    """Start the next transaction if none is open (protocol v2: no separate begin
+    call), bound to ``token``; the last one's token goes to the history."""
     if txn.state is TxnState.ONGOING:
         return txn
+    history = txn.history
+    if txn.token is not None and txn.state.complete:
+        history = (*history, Completed(txn.token, txn.ordinal, txn.state.commits))[-HISTORY:]
     return replace(
         txn,
         state=TxnState.ONGOING,
@@ -324,7 +229,50 @@ def _begin(txn: Transaction, now_ms: int) -> Transaction:
         started_ms=now_ms,
         check_backs=0,
         in_doubt=False,
+        token=token,
+        history=history,
     )
+
+
+def check_token(txn: Transaction, token: str | None, commit: bool | None = None) -> EndCheck:
+    """Whether a request naming transaction ``token`` may act on the id's state
+    (``commit``: an end-txn's decision; None: a produce or a staging of offsets).
+
+    No token: PROCEED (as before tokens). The token of the open transaction (Ongoing,
+    or decided and being applied): PROCEED. A token naming a complete transaction: an
+    end-txn of the same decision is DONE (answer 0), anything else 48. Any other token:
+    48 while a transaction is open (it never joins, stages into or ends it), and for an
+    end-txn (it names no transaction); a produce or a staging PROCEEDs (it begins the
+    next transaction, once the one being applied is complete)."""
+    if token is None:
+        return EndCheck.PROCEED
+    if txn.token == token and (txn.state is TxnState.ONGOING or txn.state.preparing):
+        return EndCheck.PROCEED
+    named = _named(txn, token)
+    tid = txn.transactional_id
+    if named is not None:
+        outcome = "committed" if named.committed else "aborted"
+        if commit is not None and named.committed == commit:
+            return EndCheck.DONE
+        raise errors.InvalidTxnState(
+            f"transaction {named.ordinal} of {tid!r} (token {token!r}) is complete and was "
+            f"{outcome}" + ("" if commit is not None else ": nothing joins it any more")
+        )
+    if txn.state is TxnState.ONGOING:
+        raise errors.InvalidTxnState(
+            f"token {token!r} is not that of transaction {txn.ordinal} of {tid!r}, which is "
+            "open: a request of another transaction never acts on it"
+        )
+    if commit is not None:
+        raise errors.InvalidTxnState(f"token {token!r} names no transaction of {tid!r}")
+    return EndCheck.PROCEED
+
+
+def _named(txn: Transaction, token: str) -> Completed | None:
+    """The complete transaction ``token`` names, if the id remembers one."""
+    if txn.token == token and txn.state.complete:
+        return Completed(token, txn.ordinal, txn.state.commits)
+    return next((c for c in reversed(txn.history) if c.token == token), None)
 
 
 def begin(txn: Transaction, producer_id: int, epoch: int, *, now_ms: int) -> Transaction:
@@ -337,14 +285,22 @@ def begin(txn: Transaction, producer_id: int, epoch: int, *, now_ms: int) -> Tra
 
 
 def join(
-    txn: Transaction, producer_id: int, epoch: int, partition: Partition, *, now_ms: int
+    txn: Transaction,
+    producer_id: int,
+    epoch: int,
+    partition: Partition,
+    *,
+    now_ms: int,
+    token: str | None = None,
 ) -> Transaction:
     """A transactional batch for ``partition``: start the transaction if none is open,
-    and add the partition if it is new. Errors as Kafka's produce path answers them."""
+    and add the partition if it is new. Errors as Kafka's produce path answers them
+    (and 48 for a token of another transaction: :func:`check_token`)."""
     _check_producer(txn, producer_id, epoch, on_produce=True)
+    check_token(txn, token)
     if txn.state.preparing:
         raise _busy(txn)
-    txn = _begin(txn, now_ms)
+    txn = _begin(txn, now_ms, token)
     if txn.partition(partition.topic, partition.partition) is not None:
         return txn
     return replace(txn, partitions=(*txn.partitions, partition), updated_ms=now_ms)
@@ -361,13 +317,21 @@ def share(txn: Transaction, topic: str, partition: int) -> Transaction:
 
 
 def stage_offsets(
-    txn: Transaction, producer_id: int, epoch: int, offsets: Iterable[Offset], *, now_ms: int
+    txn: Transaction,
+    producer_id: int,
+    epoch: int,
+    offsets: Iterable[Offset],
+    *,
+    now_ms: int,
+    token: str | None = None,
 ) -> Transaction:
-    """TxnOffsetCommit: stage offsets in the transaction (the latest per partition wins)."""
+    """TxnOffsetCommit: stage offsets in the transaction (the latest per partition wins;
+    48 for a token of another transaction)."""
     _check_producer(txn, producer_id, epoch, on_produce=False)
+    check_token(txn, token)
     if txn.state.preparing:
         raise _busy(txn)
-    txn = _begin(txn, now_ms)
+    txn = _begin(txn, now_ms, token)
     staged = {o.key: o for o in txn.offsets}
     staged.update({o.key: o for o in offsets})
     return replace(txn, offsets=tuple(staged.values()), updated_ms=now_ms)
@@ -380,9 +344,13 @@ class EndCheck(enum.Enum):
     """The same decision completed already: answer 0."""
 
 
-def check_end(txn: Transaction, producer_id: int, epoch: int, commit: bool) -> EndCheck:
+def check_end(
+    txn: Transaction, producer_id: int, epoch: int, commit: bool, token: str | None = None
+) -> EndCheck:
     """EndTxn, before any I/O: may the decision be taken, or was it taken already?"""
     _check_producer(txn, producer_id, epoch, on_produce=False)
+    if check_token(txn, token, commit) is EndCheck.DONE:
+        return EndCheck.DONE
     want = "commit" if commit else "abort"
     if txn.state is TxnState.ONGOING:
         return EndCheck.PROCEED

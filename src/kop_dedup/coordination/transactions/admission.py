@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from kop_dedup import errors
 from kop_dedup.coordination.transactions.journal import PROP_TXN_ID, PROP_TXN_ORDINAL, Journal
@@ -68,8 +68,8 @@ class _Gate:
         self._event = asyncio.Event()
         self.joining = asyncio.Lock()
         """Held around a join of partitions (see ``produce``)."""
-        self.wanted: dict[PartKey, None] = {}
-        """Partitions requests of the id wait to join (an ordered set)."""
+        self.wanted: dict[PartKey, str | None] = {}
+        """Partitions requests of the id wait to join, with their requests' tokens."""
 
     def wake(self) -> None:
         self._event.set()
@@ -130,10 +130,15 @@ class ProduceAdmission:
     # -- produce ----------------------------------------------------------------------------
 
     async def produce(
-        self, transactional_id: str, batches: Sequence[KafkaBatch], deadline: float
+        self,
+        transactional_id: str,
+        batches: Sequence[KafkaBatch],
+        deadline: float,
+        token: str | None = None,
     ) -> list[ProduceAnswer]:
         """Journal transactional batches; one answer per batch, in order (see the
-        module docstring)."""
+        module docstring). ``token``: the transaction they belong to (48 when it is not
+        the open one: :func:`kop_dedup.protocol.transactions.check_token`)."""
         gate = self._gates.setdefault(transactional_id, _Gate())
         while gate.ending:
             remaining = deadline - time.monotonic()
@@ -145,24 +150,37 @@ class ProduceAdmission:
             await gate.changed(remaining)
         gate.inflight += 1
         try:
-            return await self._produce(transactional_id, batches, deadline, gate)
+            return await self._produce(transactional_id, batches, deadline, gate, token)
         finally:
             gate.inflight -= 1
             self._settle(transactional_id, gate)
 
     async def _produce(
-        self, transactional_id: str, batches: Sequence[KafkaBatch], deadline: float, gate: _Gate
+        self,
+        transactional_id: str,
+        batches: Sequence[KafkaBatch],
+        deadline: float,
+        gate: _Gate,
+        token: str | None,
     ) -> list[ProduceAnswer]:
         try:
             txn = tx.known(await self._state.read(transactional_id), transactional_id)
         except errors.KafkaError as exc:
             return [ProduceAnswer(exc) for _ in batches]
+        try:
+            tx.check_token(txn, token)
+            elsewhere = None
+        except errors.KafkaError as exc:
+            elsewhere = exc
         refused: list[ProduceAnswer | None] = []
-        wanted: dict[PartKey, None] = {}
+        wanted: dict[PartKey, str | None] = {}
         for batch in batches:
             key = (batch.topic, batch.partition)
-            problem = tx.producer_problem(
-                txn, transactional_id, batch.producer_id, batch.producer_epoch, on_produce=True
+            problem = (
+                tx.producer_problem(
+                    txn, transactional_id, batch.producer_id, batch.producer_epoch, on_produce=True
+                )
+                or elsewhere
             )
             refused.append(None if problem is None else ProduceAnswer(problem))
             # only an ongoing transaction's partitions are joined already: one being
@@ -170,17 +188,22 @@ class ProduceAdmission:
             # batch's transaction, and every partition must join the next one; a
             # partition another sidecar joined is marked shared first (its local copy
             # there no longer holds every batch)
-            if problem is None and not self._joined(txn, txn, key):
-                wanted[key] = None
+            if problem is None and not self._joined(txn, txn, key, token):
+                wanted[key] = token
         if wanted:
             try:
-                txn = await self._join_wanted(transactional_id, txn, wanted, gate)
+                txn = await self._join_wanted(transactional_id, txn, wanted, gate, token)
             except errors.KafkaError as exc:
                 return [r or ProduceAnswer(exc) for r in refused]
         return await self._journal_all(transactional_id, txn, batches, refused, deadline)
 
     async def _join_wanted(
-        self, transactional_id: str, txn: Transaction, wanted: dict[PartKey, None], gate: _Gate
+        self,
+        transactional_id: str,
+        txn: Transaction,
+        wanted: dict[PartKey, str | None],
+        gate: _Gate,
+        token: str | None,
     ) -> Transaction:
         """One join at a time per id: the batches of a transaction's first round arrive
         together; the join running takes the partitions the others wait for too
@@ -189,11 +212,17 @@ class ProduceAdmission:
         try:
             async with gate.joining:
                 now = self._state.get(transactional_id)
-                keys = [k for k in wanted if not self._joined(now, txn, k)]
+                keys = [k for k in wanted if not self._joined(now, txn, k, token)]
                 if not keys and now is not None:
                     return now
+                also = [k for k, t in gate.wanted.items() if t == token]
                 return await self.join(
-                    transactional_id, txn.producer_id, txn.producer_epoch, keys, also=gate.wanted
+                    transactional_id,
+                    txn.producer_id,
+                    txn.producer_epoch,
+                    keys,
+                    also=also,
+                    token=token,
                 )
         finally:
             for key in wanted:
@@ -226,10 +255,15 @@ class ProduceAdmission:
             answers.append(answer)
         return answers
 
-    def _joined(self, now: Transaction | None, seen: Transaction | None, key: PartKey) -> bool:
+    def _joined(
+        self, now: Transaction | None, seen: Transaction, key: PartKey, token: str | None
+    ) -> bool:
         """Whether the partition is in the ongoing transaction of the producer ``seen``
-        and needs no change in the log (this sidecar or many journal it)."""
-        if now is None or seen is None or now.state is not TxnState.ONGOING:
+        (the one ``token`` names, when given) and needs no change in the log (this
+        sidecar or many journal it)."""
+        if now is None or now.state is not TxnState.ONGOING:
+            return False
+        if token is not None and now.token != token:
             return False
         if (now.producer_id, now.producer_epoch) != (seen.producer_id, seen.producer_epoch):
             return False
@@ -260,7 +294,7 @@ class ProduceAdmission:
 
     # -- joining partitions ------------------------------------------------------------------
 
-    async def _also(self, keys: Sequence[PartKey], also: Mapping[PartKey, None]) -> list[PartKey]:
+    async def _also(self, keys: Sequence[PartKey], also: Sequence[PartKey]) -> list[PartKey]:
         """The partitions other requests wait to join that can be joined now."""
         extra = []
         for topic, partition in [k for k in also if k not in keys]:
@@ -280,6 +314,7 @@ class ProduceAdmission:
         epoch: int,
         keys: Sequence[PartKey],
         opened: list[PartKey],
+        token: str | None,
     ) -> Transaction:
         """The transaction with ``keys`` joined (``opened``: those new to it)."""
         now = now_ms()
@@ -294,6 +329,7 @@ class ProduceAdmission:
                 epoch,
                 Partition(topic, partition, start, journaler=self._instance),
                 now_ms=now,
+                token=token,
             )
             if joined is None:
                 opened.append((topic, partition))
@@ -307,14 +343,15 @@ class ProduceAdmission:
         producer_id: int,
         epoch: int,
         keys: Sequence[PartKey],
-        also: Mapping[PartKey, None] | None = None,
+        also: Sequence[PartKey] = (),
+        token: str | None = None,
     ) -> Transaction:
         """Join the partitions to the open transaction (beginning one if none is open),
         decided against the latest state: a partition is skipped only when the
         transaction it is in is ongoing; a producer fenced meanwhile is refused (47).
         ``also``: partitions other requests of the id wait to join, read when the
         decision is taken; joined too when they can be (each is the waiting request's
-        own business otherwise)."""
+        own business otherwise). ``token``: the transaction meant (48 for another)."""
         for topic, partition in keys:
             await self._partitions_of(topic)  # the data topic exists (auto-created) first
             await self._journal.ensure(topic, partition)
@@ -323,8 +360,8 @@ class ProduceAdmission:
         async def decide(current: Transaction | None) -> Transaction:
             txn = tx.known(current, transactional_id)
             opened.clear()
-            extra = await self._also(keys, also or {})
-            return await self._joining(txn, producer_id, epoch, [*keys, *extra], opened)
+            extra = await self._also(keys, also)
+            return await self._joining(txn, producer_id, epoch, [*keys, *extra], opened, token)
 
         try:
             txn = await self._state.change(transactional_id, decide)

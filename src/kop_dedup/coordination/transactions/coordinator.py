@@ -44,11 +44,14 @@ from kop_dedup.protocol.transactions import Offset, Transaction, TxnState
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.tables import KeyedWriter, PulsarClient
 
-__all__ = ["TransactionCoordinator"]
+__all__ = ["MemberCheck", "TransactionCoordinator"]
 
 log = logging.getLogger(__name__)
 
 PartKey = tuple[str, int]
+MemberCheck = Callable[[str, str | None, int | None], Awaitable[None]]
+"""``(group, member id, generation)``: raises what a stale member's commit gets (25
+UNKNOWN_MEMBER_ID, 22 ILLEGAL_GENERATION); None skips that check (KIP-447)."""
 
 
 class TransactionCoordinator:
@@ -67,9 +70,11 @@ class TransactionCoordinator:
         legacy: TransactionalIds,
         journaler: Journaler,
         partitions_of: Callable[[str], Awaitable[int]],
+        members: MemberCheck,
         settings: TxnSettings,
     ) -> None:
         self.settings = settings
+        self._members = members
         self.stats = TxnStats(local=copier.local, copier=copier)
         self._admin, self._copier, self._offsets = admin, copier, offsets
         self._allocator, self._epochs, self._legacy = allocator, epochs, legacy
@@ -288,31 +293,88 @@ class TransactionCoordinator:
         deadline: float,
         token: str | None = None,
     ) -> list[ProduceAnswer]:
-        """Journal transactional batches (see :mod:`.admission`); one answer per batch."""
-        del token  # bound to the transaction in a later step
-        return await self.admission.produce(transactional_id, batches, deadline)
+        """Journal transactional batches (see :mod:`.admission`); one answer per batch.
+        ``token``: the transaction they belong to (see the package docstring)."""
+        return await self.admission.produce(transactional_id, batches, deadline, token)
 
     # -- offsets --------------------------------------------------------------------------
 
     async def stage_offsets(self, request: StageOffsets) -> None:
         """TxnOffsetCommit: the offsets wait in the transaction for its decision; until
-        then a stable fetch of those partitions answers UNSTABLE_OFFSET_COMMIT."""
+        then a stable fetch of those partitions answers UNSTABLE_OFFSET_COMMIT.
+
+        With a member (KIP-447) the group checks it first. The pending markers are
+        written as part of the change, under the log partition's lock, once the change
+        is known to be allowed: nothing of the id (an end-txn, another staging) runs
+        between a marker and the change that records its offsets. A marker of a change
+        that then failed is removed once its transaction can no longer stage it (the
+        group store's sweep removes what is left, asking :meth:`pending_is_live`)."""
         tid, group = request.transactional_id, request.group
-        pid, epoch = request.producer_id, request.producer_epoch
-        current = tx.known(await self.state.read(tid), tid)
+        if request.member_id is not None or request.generation is not None:
+            await self._members(group, request.member_id, request.generation)
+        keys = [(o.topic, o.partition) for o in request.offsets]
         staged = [
             Offset(group, o.topic, o.partition, o.offset, o.metadata) for o in request.offsets
         ]
-        # where the transaction will be, so the pending markers name it
-        probe = tx.stage_offsets(current, pid, epoch, staged, now_ms=now_ms())
-        await self._offsets.mark_pending(
-            group, [(o.topic, o.partition) for o in request.offsets], tid, probe.ordinal
-        )
+        marked: list[int] = []
 
-        async def decide(txn: Transaction | None) -> Transaction:
-            return tx.stage_offsets(tx.known(txn, tid), pid, epoch, staged, now_ms=now_ms())
+        async def decide(current: Transaction | None) -> Transaction:
+            txn = tx.stage_offsets(
+                tx.known(current, tid),
+                request.producer_id,
+                request.producer_epoch,
+                staged,
+                now_ms=now_ms(),
+                token=request.token,
+            )
+            if not marked or marked[-1] != txn.ordinal:
+                await self._offsets.mark_pending(group, keys, tid, txn.ordinal)
+                marked.append(txn.ordinal)
+            return txn
 
-        await self.state.change(tid, decide)
+        try:
+            done = await self.state.change(tid, decide)
+        except Exception:
+            await self._unmark(tid, group, keys, marked)
+            raise
+        await self._unmark(tid, group, keys, [o for o in marked if o != done.ordinal])
+
+    async def _unmark(
+        self, transactional_id: str, group: str, keys: list[PartKey], ordinals: list[int]
+    ) -> None:
+        """Remove the markers this call wrote for transactions that did not get its
+        offsets and can no longer stage them (not Ongoing at that ordinal any more),
+        except for partitions such a transaction did stage. Only as the partition's
+        owner with nothing in doubt (else the group store's sweep does it later)."""
+        if not ordinals:
+            return
+        p = self.state.partition_of(transactional_id)
+        try:
+            async with self.state.parts.lock(p):
+                if self.state.parts.in_doubt(p) or not await self.state.parts.still_owned(p):
+                    return
+                current = self.state.get(transactional_id)
+                for ordinal in ordinals:
+                    same = current is not None and current.ordinal == ordinal
+                    if same and current is not None and current.state is TxnState.ONGOING:
+                        continue  # it may still stage them; its decision clears the rest
+                    kept = {
+                        (o.topic, o.partition)
+                        for o in (current.offsets if same and current is not None else ())
+                        if o.group == group
+                    }
+                    leaked = [k for k in keys if k not in kept]
+                    if leaked:
+                        await self._offsets.abort_transaction(
+                            group, leaked, transactional_id, ordinal
+                        )
+        except Exception as exc:  # the group store's sweep removes them later
+            log.warning(
+                "pending offsets of %r in group %r left for the sweep: %r",
+                transactional_id,
+                group,
+                exc,
+            )
 
     # -- end-txn --------------------------------------------------------------------------
 
@@ -324,21 +386,14 @@ class TransactionCoordinator:
             await self._end(request)
 
     async def _end(self, request: EndTxn) -> None:
-        tid, pid, epoch, commit = (
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            request.commit,
-        )
+        tid, commit = request.transactional_id, request.commit
 
         async def decide(current: Transaction | None) -> Transaction:
             txn = tx.known(current, tid)
-            if txn.in_doubt and txn.producer_epoch != epoch:
-                raise errors.ProducerFenced(
-                    f"transaction {txn.ordinal} of {tid!r} timed out and is being checked "
-                    "back with the application; its producer is fenced"
-                )
-            if tx.check_end(txn, pid, epoch, commit) is tx.EndCheck.DONE:
+            check = tx.check_end(
+                txn, request.producer_id, request.producer_epoch, commit, request.token
+            )
+            if check is tx.EndCheck.DONE:
                 return txn
             return tx.prepare(txn, commit, await self.applier.ends(txn, commit), now_ms=now_ms())
 
