@@ -73,6 +73,8 @@ def txn_settings(settings: Settings) -> TxnSettings:
         apply_delay_s=settings.txn_apply_delay_ms / 1000,
         expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
         decisions_retention_minutes=settings.journal_retention_minutes,
+        max_message_bytes=settings.pulsar_max_message_bytes,
+        journal_whole_batches=settings.txn_journal_whole_batches,
     )
 
 
@@ -151,6 +153,7 @@ class Runtime:
             self.naming,
             system_ns,
             retention_minutes=settings.journal_retention_minutes,
+            remembered=settings.txn_remembered_partitions,
         )
         self.transactions = TransactionCoordinator(
             self.publisher.client,
@@ -165,7 +168,9 @@ class Runtime:
                 journal,
                 prefix=settings.producer_name_prefix,
                 on_state_lost=self._copy_state_lost,
-                local=LocalCopy(settings.txn_local_copy_max_bytes),
+                local=LocalCopy(
+                    settings.txn_local_copy_max_bytes, settings.txn_local_copy_max_transactions
+                ),
                 instance=uuid.uuid4().hex[:16],
             ),
             offsets=self.offsets,

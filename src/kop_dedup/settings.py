@@ -130,6 +130,11 @@ class Settings(BaseSettings):
     """Memory for the local copy of journaled transactional batches, which commits copy
     from; past it the oldest transactions are evicted and their commits read the journal
     back (slower, same result). 0: always read the journal."""
+    txn_local_copy_max_transactions: int = Field(default=10_000, ge=1)
+    """Transactions the local copy keeps at most (the least recently used evicted)."""
+    txn_remembered_partitions: int = Field(default=10_000, ge=1)
+    """Data partitions whose journal and latest positions a sidecar remembers (the least
+    recently used forgotten: asked of the broker again when needed)."""
 
     group_session_timeout_ms: int = Field(default=30_000, ge=100)
     """A group's default sessionTimeoutMs (PUT /v1/groups/{id} sets its own)."""

@@ -108,6 +108,18 @@ def test_a_partition_journaled_by_a_second_sidecar_is_shared():
     assert tx.share(txn, "other", 0) == txn
 
 
+def test_the_local_copy_keeps_at_most_its_number_of_transactions():
+    """Entries cost nothing in bytes until a batch is kept (a partition joined here
+    whose batches another sidecar journals): the count bound holds them too."""
+    local = LocalCopy(1 << 20, max_transactions=3)
+    for ordinal in range(10):
+        local.open("app", ordinal, P)
+    assert local.to_dict()["transactions"] == 3
+    assert local.evicted == 7
+    assert local.batches("app", 9, P) == []
+    assert local.batches("app", 0, P) is None  # evicted: read the journal
+
+
 def test_the_journaler_survives_the_log():
     txn = Transaction(
         "app", 7, 0, 60_000, partitions=(Partition("orders", 0, "1:2", journaler="abc"),)

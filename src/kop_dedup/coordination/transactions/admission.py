@@ -7,6 +7,11 @@ while a decision is being applied), then journaled through the idempotent produc
 path, where every idempotence rule holds. Answer 0 means durably journaled; visible
 once the transaction commits.
 
+A batch is refused whole (10 MESSAGE_TOO_LARGE, the limit named) when its journal entry
+or its copy into the data partition could exceed the broker's maxMessageSize: the
+transaction's markers count (:func:`.copier.copy_overhead`,
+:func:`.journal.journal_overhead`), so a batch answered 0 can always be copied.
+
 A join names this sidecar the partition's journaler (and opens a local copy of its
 batches); one another sidecar joined is marked shared. Joins of one id run one at a
 time: the batches of a transaction's first round arrive together, and the join
@@ -28,13 +33,21 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from kop_dedup import errors
-from kop_dedup.coordination.transactions.journal import PROP_TXN_ID, PROP_TXN_ORDINAL, Journal
+from kop_dedup.coordination.transactions.copier import copy_overhead
+from kop_dedup.coordination.transactions.journal import (
+    PROP_TXN_ID,
+    PROP_TXN_ORDINAL,
+    Journal,
+    journal_overhead,
+)
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.coordination.transactions.requests import ProduceAnswer
+from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.coordination.transactions.state import TransactionStateManager, now_ms
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.protocol.transactions import SHARED, Partition, Transaction, TxnState
+from kop_dedup.pulsar.wire import entry_size_bound
 
 __all__ = ["Journaler", "ProduceAdmission"]
 
@@ -95,7 +108,9 @@ class ProduceAdmission:
         journaler: Journaler,
         partitions_of: Callable[[str], Awaitable[int]],
         on_busy: Callable[[str], None],
+        settings: TxnSettings,
     ) -> None:
+        self._settings = settings
         self._state, self._journal, self._local = state, journal, local
         self._instance, self._journaler, self._partitions_of = instance, journaler, partitions_of
         self._on_busy = on_busy
@@ -181,6 +196,7 @@ class ProduceAdmission:
                     txn, transactional_id, batch.producer_id, batch.producer_epoch, on_produce=True
                 )
                 or elsewhere
+                or self._too_large(transactional_id, batch)
             )
             refused.append(None if problem is None else ProduceAnswer(problem))
             # only an ongoing transaction's partitions are joined already: one being
@@ -254,6 +270,26 @@ class ProduceAdmission:
                 answer = ProduceAnswer(error, message_id, counted=True)
             answers.append(answer)
         return answers
+
+    def _too_large(self, transactional_id: str, batch: KafkaBatch) -> errors.KafkaError | None:
+        """MESSAGE_TOO_LARGE when the batch's journal entry or copy could outgrow the
+        broker's limit once the transaction's markers are on it."""
+        limit = self._settings.max_message_bytes
+        n = len(batch.records)
+        whole = self._settings.journal_whole_batches
+        markers = max(
+            copy_overhead(transactional_id, n),
+            journal_overhead(transactional_id, n, whole=whole),
+        )
+        size = entry_size_bound(batch) + markers
+        if size <= limit:
+            return None
+        return errors.MessageTooLarge(
+            f"with the transaction's markers ({markers} bytes for {n} records and a "
+            f"{len(transactional_id)}-character transactionalId) the batch's copy could reach "
+            f"{size} bytes; the broker takes at most {limit} "
+            "(KOP_DEDUP_PULSAR_MAX_MESSAGE_BYTES): split it"
+        )
 
     def _joined(
         self, now: Transaction | None, seen: Transaction, key: PartKey, token: str | None

@@ -39,6 +39,9 @@ __all__ = ["Ends", "TransactionApplier"]
 
 log = logging.getLogger(__name__)
 
+_SETTLED_AFTER_S = 5.0
+"""How long a local copy is kept before the sweep asks the log whether it is settled."""
+
 Ends = dict[tuple[str, int], tuple[str | None, str | None]]
 """(topic, partition) -> (journal end, data start): what a decision names."""
 
@@ -126,6 +129,22 @@ class TransactionApplier:
             del self._applying[transactional_id]
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("applying the decision of %r failed: %r", transactional_id, exc)
+
+    async def forget_settled_copies(self) -> None:
+        """Drop the local copies of transactions that completed elsewhere (another
+        sidecar took the id over and applied its decision) or moved on: no apply here
+        drops them. Reads only the log partitions this sidecar does not own (its own
+        view is fresh), and only for copies kept a while (an open transaction's)."""
+        kept = self._local.kept(older_than_s=_SETTLED_AFTER_S)
+        if not kept:
+            return
+        for p in {self._state.partition_of(tid) for tid, _ in kept}:
+            if not self._state.owned(p):
+                await self._state.parts.read(p)
+        for tid, ordinal in kept:
+            txn = self._state.get(tid)
+            if txn is None or txn.ordinal > ordinal or not txn.state.open:
+                self._local.drop(tid, ordinal)
 
     async def recover(self, partition: int) -> None:
         """This sidecar just took the partition: apply what was decided (in the order it

@@ -94,6 +94,7 @@ class TransactionCoordinator:
             journaler,
             partitions_of,
             on_busy=self.applier.ensure,
+            settings=settings,
         )
         self.checkbacks = CheckBacks(
             self.state, self.applier, copier, journal, self.stats, settings
@@ -437,6 +438,7 @@ class TransactionCoordinator:
         doubt (their recovery applies what was stored), apply every decision not being
         applied, time out open transactions, forget expired ids."""
         await self._copier.reap()
+        await self.applier.forget_settled_copies()
         await self.state.parts.settle_doubt()
         now = now_ms()
         for p in range(self.settings.log_partitions):

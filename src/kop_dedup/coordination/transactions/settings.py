@@ -24,3 +24,8 @@ class TxnSettings:
     """Waits between a decision and its application (fault tests use it to crash there)."""
     expiry_ms: int = 7 * 86_400_000
     decisions_retention_minutes: int = 1440
+    max_message_bytes: int = 5 * 1024 * 1024
+    """The broker's maxMessageSize: a batch whose journal entry or copy could exceed it is
+    refused at produce (MESSAGE_TOO_LARGE)."""
+    journal_whole_batches: bool = True
+    """A journal entry is one message holding the whole batch (else one per record)."""

@@ -105,6 +105,23 @@ class TransactionStateManager:
     async def read_all(self) -> None:
         await self.parts.read_all()
 
+    def owned_open(self) -> int:
+        """Open transactions in the partitions this sidecar owns (no I/O)."""
+        return sum(
+            1
+            for p in range(self.parts.count)
+            if self.parts.owned(p)
+            for t in self.view.in_partition(p)
+            if t.state.open
+        )
+
+    async def open_transactions(self) -> list[Transaction]:
+        """Every open transaction (Ongoing or decided, not yet applied), oldest first."""
+        await self.parts.read_all()
+        return sorted(
+            (t for t in self.view if t.state.open), key=lambda t: (t.started_ms, t.transactional_id)
+        )
+
     def in_partition(self, partition: int) -> list[Transaction]:
         return self.view.in_partition(partition)
 

@@ -128,6 +128,7 @@ def _describe(txn: Transaction, now_ms: int) -> dict[str, Any]:
         "producerId": txn.producer_id,
         "producerEpoch": txn.producer_epoch,
         "ordinal": txn.ordinal,
+        "transactionToken": txn.token,
         "partitions": [{"topic": p.topic, "partition": p.partition} for p in txn.partitions],
         "groups": sorted({o.group for o in txn.offsets}),
         "offsets": [
