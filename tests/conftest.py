@@ -8,21 +8,32 @@ Where the broker comes from, in order:
 
 Tests that need the broker carry the ``integration`` marker; the unit tests
 never start one. ``KOP_DEDUP_SKIP_INTEGRATION=1`` skips the integration tests.
+
+A reference Apache Kafka broker (``kafka_reference``: one KRaft node from
+``kop_dedup_tools.kafka_broker``, free ports, a fresh data dir) is started the first
+time a test asks for it and stopped and wiped when the session ends; tests that use it
+carry the ``kafka`` marker. ``conformance`` and ``observe_both`` pair it with the
+sidecar's Kafka listener (``tests/kafka_conformance.py``).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from kop_dedup_tools.kafka_broker import LocalKafka
+    from tests.kafka_conformance import Observed, Target
 
 settings.register_profile(
     "ci",
@@ -154,3 +165,49 @@ def pulsar_control(pulsar: Broker) -> Broker:
 @pytest.fixture
 def unique_topic() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def kafka_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """A real Apache Kafka broker (one KRaft node, Kafka's defaults but for one node), the
+    oracle for the Kafka listener: started at the first test that asks, stopped and wiped
+    at the end of the session (its log stays under the session's basetemp)."""
+    from kop_dedup_tools.kafka_broker import LocalKafka
+
+    local = LocalKafka.throwaway(tmp_path_factory.getbasetemp() / "kafka-logs")
+
+    def cleanup() -> None:
+        local.wipe(timeout=30)
+
+    atexit.register(cleanup)  # a session that dies mid-way still stops its broker
+    try:
+        seconds = local.start(timeout=180)  # a busy 2-core machine took 55 s
+        print(f"\nreference Kafka ready in {seconds:.1f}s (RSS {local.rss_bytes()} bytes)")
+        yield local
+    finally:
+        cleanup()
+        atexit.unregister(cleanup)
+
+
+@pytest.fixture
+def conformance(request: pytest.FixtureRequest) -> tuple[Target, Target]:
+    """(kafka, sidecar): the reference broker and the sidecar's Kafka listener as targets
+    of the same scenario; skips while no ``sidecar_kafka`` fixture exists."""
+    from tests.kafka_conformance import Target
+
+    try:  # first: no reference broker is started for a test that would skip
+        sidecar = request.getfixturevalue("sidecar_kafka")
+    except pytest.FixtureLookupError:
+        pytest.skip("no sidecar_kafka fixture: the Kafka listener provides it")
+    reference = request.getfixturevalue("kafka_reference")
+    bootstrap = sidecar if isinstance(sidecar, str) else sidecar.bootstrap
+    return Target("kafka", reference.bootstrap), Target("sidecar", bootstrap)
+
+
+@pytest.fixture
+def observe_both(conformance: tuple[Target, Target]) -> Callable[..., Observed[Any]]:
+    """``observe_both(scenario)`` runs it against both targets: ``.kafka``, ``.sidecar``."""
+    from tests.kafka_conformance import observe_both as run_both
+
+    kafka, sidecar = conformance
+    return functools.partial(run_both, kafka=kafka, sidecar=sidecar)

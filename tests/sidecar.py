@@ -28,6 +28,9 @@ class ThreadSidecar:
 
     def __init__(self, pulsar: Any, **settings: Any) -> None:
         self.port = free_port()
+        settings.setdefault(
+            "kafka_listener", "127.0.0.1:0"
+        )  # never 9092: sidecars run side by side
         self.settings = Settings(
             pulsar_service_url=pulsar.service_url,
             pulsar_admin_url=pulsar.admin_url,
@@ -72,6 +75,17 @@ class ThreadSidecar:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @property
+    def kafka(self) -> Any:
+        """The Kafka listener (None when off)."""
+        return self.app.state.kafka
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``host:port`` of the Kafka listener, for ``bootstrap.servers``."""
+        host, port = self.kafka.bound
+        return f"{host}:{port}"
 
 
 class ProcessSidecar(SidecarProcess):

@@ -1,4 +1,4 @@
-"""The ``kop-dedup`` command: serve, pulsar, audit, load, bench, registry-startup.
+"""The ``kop-dedup`` command: serve, pulsar, kafka, audit, load, bench, registry-startup.
 
 Each subcommand lives with the module that does the work and registers
 itself through an ``add_cli(subparsers)`` function; this file only wires
@@ -33,6 +33,7 @@ DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
 _COMMANDS = (
     "kop_dedup.transports.http.server",
     "kop_dedup_tools.launcher",
+    "kop_dedup_tools.kafka_broker",
     "kop_dedup.spark.cli",
     "kop_dedup_tools.load",
     "kop_dedup_tools.bench",

@@ -18,9 +18,16 @@ The tree::
     +-- NotCoordinator (16, retriable)
     +-- InvalidTopic (17)
     +-- NotEnoughReplicas (19, retriable)
+    +-- InvalidRequiredAcks (21)
     +-- IllegalGeneration (22)
     +-- UnknownMemberId (25)
     +-- TopicAuthorizationFailed (29)
+    +-- UnsupportedSaslMechanism (33)
+    +-- IllegalSaslState (34)
+    +-- UnsupportedVersion (35)
+    +-- TopicAlreadyExists (36)
+    +-- InvalidPartitions (37)
+    +-- InvalidReplicationFactor (38)
     +-- InvalidRequest (42)
     +-- PolicyViolation (44)
     +-- OutOfOrderSequenceNumber (45)
@@ -30,9 +37,12 @@ The tree::
     +-- InvalidProducerIdMapping (49)
     +-- InvalidTransactionTimeout (50)
     +-- ConcurrentTransactions (51, retriable)
+    +-- TransactionalIdAuthorizationFailed (53)
     +-- KafkaStorageError (56, retriable)
+    +-- SaslAuthenticationFailed (58)
     +-- UnknownProducerId (59)
     +-- GroupIdNotFound (69)
+    +-- UnsupportedCompressionType (76)
     +-- InvalidRecord (87)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
@@ -57,10 +67,14 @@ __all__ = [
     "DuplicateSequenceNumber",
     "GroupIdNotFound",
     "IllegalGeneration",
+    "IllegalSaslState",
+    "InvalidPartitions",
     "InvalidProducerEpoch",
     "InvalidProducerIdMapping",
     "InvalidRecord",
+    "InvalidReplicationFactor",
     "InvalidRequest",
+    "InvalidRequiredAcks",
     "InvalidTopic",
     "InvalidTransactionTimeout",
     "InvalidTxnState",
@@ -75,11 +89,17 @@ __all__ = [
     "PolicyViolation",
     "ProducerFenced",
     "RequestTimedOut",
+    "SaslAuthenticationFailed",
+    "TopicAlreadyExists",
     "TopicAuthorizationFailed",
+    "TransactionalIdAuthorizationFailed",
     "UnknownMemberId",
     "UnknownProducerId",
     "UnknownTopicOrPartition",
     "UnstableOffsetCommit",
+    "UnsupportedCompressionType",
+    "UnsupportedSaslMechanism",
+    "UnsupportedVersion",
     "error_for_code",
 ]
 
@@ -140,6 +160,10 @@ class NotEnoughReplicas(KafkaError):
     errno, name, retriable = 19, "NOT_ENOUGH_REPLICAS", True
 
 
+class InvalidRequiredAcks(KafkaError):
+    errno, name = 21, "INVALID_REQUIRED_ACKS"
+
+
 class IllegalGeneration(KafkaError):
     errno, name = 22, "ILLEGAL_GENERATION"
 
@@ -150,6 +174,30 @@ class UnknownMemberId(KafkaError):
 
 class TopicAuthorizationFailed(KafkaError):
     errno, name = 29, "TOPIC_AUTHORIZATION_FAILED"
+
+
+class UnsupportedSaslMechanism(KafkaError):
+    errno, name = 33, "UNSUPPORTED_SASL_MECHANISM"
+
+
+class IllegalSaslState(KafkaError):
+    errno, name = 34, "ILLEGAL_SASL_STATE"
+
+
+class UnsupportedVersion(KafkaError):
+    errno, name = 35, "UNSUPPORTED_VERSION"
+
+
+class TopicAlreadyExists(KafkaError):
+    errno, name = 36, "TOPIC_ALREADY_EXISTS"
+
+
+class InvalidPartitions(KafkaError):
+    errno, name = 37, "INVALID_PARTITIONS"
+
+
+class InvalidReplicationFactor(KafkaError):
+    errno, name = 38, "INVALID_REPLICATION_FACTOR"
 
 
 class InvalidRequest(KafkaError):
@@ -188,8 +236,16 @@ class ConcurrentTransactions(KafkaError):
     errno, name, retriable = 51, "CONCURRENT_TRANSACTIONS", True
 
 
+class TransactionalIdAuthorizationFailed(KafkaError):
+    errno, name = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
 class KafkaStorageError(KafkaError):
     errno, name, retriable = 56, "KAFKA_STORAGE_ERROR", True
+
+
+class SaslAuthenticationFailed(KafkaError):
+    errno, name = 58, "SASL_AUTHENTICATION_FAILED"
 
 
 class UnknownProducerId(KafkaError):
@@ -198,6 +254,10 @@ class UnknownProducerId(KafkaError):
 
 class GroupIdNotFound(KafkaError):
     errno, name = 69, "GROUP_ID_NOT_FOUND"
+
+
+class UnsupportedCompressionType(KafkaError):
+    errno, name = 76, "UNSUPPORTED_COMPRESSION_TYPE"
 
 
 class InvalidRecord(KafkaError):

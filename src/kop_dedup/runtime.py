@@ -27,6 +27,7 @@ from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.errors import KafkaError
 from kop_dedup.observability.stats import Stats
+from kop_dedup.observability.wire import WireStats
 from kop_dedup.produce.service import ProduceService
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.protocol.transactions import Partition, Transaction
@@ -118,6 +119,7 @@ class Runtime:
         self.stats = Stats(
             max_topics=settings.stats_max_topics, max_producers=settings.stats_max_producers
         )
+        self.kafka_stats = WireStats()  # the Kafka listener's requests and connections
         self.service = ProduceService(
             settings, self.publisher, self.admin, self.registry.epochs, self.stats
         )

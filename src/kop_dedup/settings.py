@@ -13,9 +13,17 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "split_address"]
 
 _MAX_QUEUE_RECORDS = 1_000_000  # the client preallocates nothing, but a bound keeps it sane
+
+
+def split_address(value: str, name: str = "address") -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) as (host, port); ValueError naming ``name``."""
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{name} must be host:port, got {value!r}")
+    return host.strip("[]"), int(port)
 
 
 class Settings(BaseSettings):
@@ -167,6 +175,29 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 
+    # -- the Kafka wire listener (kop_dedup.transports.kafka)
+    kafka_listener: str = "127.0.0.1:9092"
+    """``host:port`` Kafka clients connect to, served beside HTTP by ``kop-dedup serve``;
+    port 0 takes a free port. Empty (``KOP_DEDUP_KAFKA_LISTENER=``) turns the listener off."""
+    kafka_advertised: str | None = None
+    """``host:port`` the listener tells clients to connect back to (Metadata,
+    FindCoordinator); default: the listener's bound address."""
+    kafka_auto_create_topics: bool = True
+    """Create a topic a Metadata request names when the client allows it (Kafka's
+    ``auto.create.topics.enable``); Produce never creates one."""
+    kafka_default_partitions: int = Field(default=1, ge=1, le=10_000)
+    """Partitions of a topic created by Metadata or by CreateTopics with -1."""
+    kafka_max_request_bytes: int = Field(default=16 << 20, ge=1024)
+    """Largest request frame (Kafka's ``socket.request.max.bytes``); a larger one closes
+    its connection, as Kafka does."""
+    kafka_produce_offsets: Literal["derive", "lookup", "none"] = "derive"
+    """The base offset a Produce answer carries: ``derive`` it from the offset of the
+    entry before when this sidecar knows it (entries are dense within a ledger), else
+    ask the broker (one admin call); ``lookup``: always ask; ``none``: answer -1."""
+    kafka_tls_cert: Path | None = None
+    kafka_tls_key: Path | None = None
+    """PEM certificate chain and key: the listener speaks TLS when both are set."""
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if self.default_timeout_ms > self.max_timeout_ms:
@@ -187,6 +218,12 @@ class Settings(BaseSettings):
             )
         if self.max_batch_bytes > self.pulsar_max_message_bytes:
             raise ValueError("max_batch_bytes must not exceed pulsar_max_message_bytes")
+        if (self.kafka_tls_cert is None) != (self.kafka_tls_key is None):
+            raise ValueError("kafka_tls_cert and kafka_tls_key go together: set both or neither")
+        for name in ("kafka_listener", "kafka_advertised"):
+            value = getattr(self, name)
+            if value:
+                split_address(value, name)
         return self
 
     @property
@@ -203,6 +240,12 @@ class Settings(BaseSettings):
                 f"({shortest:g} s): entries would outlive their expiry by more than itself"
             )
         return self
+
+    def kafka_address(self) -> tuple[str, int] | None:
+        """(host, port) of the Kafka listener; None when it is off."""
+        if not self.kafka_listener.strip():
+            return None
+        return split_address(self.kafka_listener, "kafka_listener")
 
     def pulsar_token(self) -> str | None:
         """The Pulsar auth token from the setting or its file, if any."""

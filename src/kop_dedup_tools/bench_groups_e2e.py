@@ -19,9 +19,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kop_dedup.protocol.records import SEQ_MODULUS
-from kop_dedup_tools.bench import KeepAlive, _say
-from kop_dedup_tools.bench_groups import _NS, PARTITIONS, _join, _leave, _ms
+from kop_dedup_tools.bench_groups_cells import NAMESPACE, PARTITIONS, join, leave
 from kop_dedup_tools.bench_groups_results import GroupRow
+from kop_dedup_tools.bench_http import KeepAlive
+from kop_dedup_tools.bench_support import say
+from kop_dedup_tools.measure import percentile_ms
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
 
@@ -60,7 +62,7 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
     """Produce through the sidecar at ``rate`` while ``members`` members long-poll and
     commit; each record's latency is its pull's answer minus its send time."""
     group = f"bench-e2e-{uuid.uuid4().hex[:8]}"
-    assignment = _join(sc.url, group, topic, members)
+    assignment = join(sc.url, group, topic, members)
     producer = KeepAlive(sc.url)  # init-producer-id, then each partition's own below
     senders = [KeepAlive(sc.url) for _ in range(PARTITIONS)]
     turns = [asyncio.Lock() for _ in range(PARTITIONS)]
@@ -154,7 +156,7 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
         await producer.close()
         for client in [*senders, *clients.values()]:
             await client.close()
-    await asyncio.to_thread(_leave, sc.url, group, list(assignment))
+    await asyncio.to_thread(leave, sc.url, group, list(assignment))
     return _latency_summary(latencies, produced - PARTITIONS)
 
 
@@ -162,8 +164,8 @@ def _latency_summary(latencies: list[float], expected: int) -> dict[str, Any]:
     return {
         "records": len(latencies),
         "expected": expected,
-        "p50_ms": _ms(latencies, 50),
-        "p99_ms": _ms(latencies, 99),
+        "p50_ms": percentile_ms(latencies, 50),
+        "p99_ms": percentile_ms(latencies, 99),
         "max_ms": round(max(latencies, default=0.0) * 1000, 2),
     }
 
@@ -183,7 +185,7 @@ def _e2e_direct(  # noqa: C901, PLR0915 - one timed scenario, read top to bottom
     sub = f"bench-e2e-direct-{uuid.uuid4().hex[:8]}"
     consumers = [
         client.subscribe(
-            [f"{_NS}/{topic}-partition-{p}" for p in parts],
+            [f"{NAMESPACE}/{topic}-partition-{p}" for p in parts],
             sub,
             consumer_type=pulsar.ConsumerType.Exclusive,
             initial_position=pulsar.InitialPosition.Latest,
@@ -192,7 +194,7 @@ def _e2e_direct(  # noqa: C901, PLR0915 - one timed scenario, read top to bottom
     ]
     producers = [
         client.create_producer(
-            f"{_NS}/{topic}-partition-{p}",
+            f"{NAMESPACE}/{topic}-partition-{p}",
             batching_enabled=True,
             batching_max_messages=E2E_BATCH,
             batching_max_publish_delay_ms=10,
@@ -277,7 +279,7 @@ def end_to_end(
     topic = f"bench-e2e-{uuid.uuid4().hex[:8]}"
     create_topic(args.pulsar_admin_url, topic, partitions=PARTITIONS)
     sidecar = asyncio.run(_e2e_sidecar(sc, topic, members, rate, args.seconds, args.value_size))
-    _say(
+    say(
         f"bench: groups end to end at {rate:,.0f} rec/s, {members} members: direct p50 "
         f"{direct['p50_ms']:.1f} ms p99 {direct['p99_ms']:.1f} ms; sidecar p50 "
         f"{sidecar['p50_ms']:.1f} ms p99 {sidecar['p99_ms']:.1f} ms"

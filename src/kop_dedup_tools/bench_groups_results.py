@@ -4,13 +4,20 @@ table, the plot and ``groups.json``."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kop_dedup_tools.bench import _machine
-from kop_dedup_tools.bench_results import AGGREGATION, Compared, Timed, best_of, reps_label
+from kop_dedup_tools.bench_report import (
+    AGGREGATION,
+    Compared,
+    Timed,
+    best_of,
+    pyplot,
+    reps_label,
+    save_figure,
+    write_json,
+)
 
 __all__ = [
     "GroupCell",
@@ -72,7 +79,7 @@ class GroupRow(Compared):
 
 def summarize_groups(cells: list[GroupCell]) -> list[GroupRow]:
     """The one aggregation (table, plot, JSON): per (members, pull size) and side, the
-    repetition with the most records/s (:func:`~kop_dedup_tools.bench_results.best_of`)."""
+    repetition with the most records/s (:func:`~kop_dedup_tools.bench_report.best_of`)."""
     return [
         GroupRow(members, size, reps, best.get("direct"), best.get("sidecar"))
         for (members, size), reps, best in best_of(cells, lambda c: (c.members, c.pull_records))
@@ -126,9 +133,7 @@ def render_groups_table(rows: list[GroupRow]) -> str:
 
 def plot_groups(rows: list[GroupRow], e2e: dict[str, Any], path: Path) -> None:
     """records/s per members count (both sides), and the end-to-end latencies."""
-    from kop_dedup_tools.bench_results import _pyplot  # noqa: PLC0415
-
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     xs = list(range(len(rows)))
     for offset, mode in ((-0.2, "direct"), (0.2, "sidecar")):
@@ -160,9 +165,7 @@ def plot_groups(rows: list[GroupRow], e2e: dict[str, Any], path: Path) -> None:
         f"(same broker, same topics, same run; {_reps_label(rows)})",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def write_group_results(
@@ -175,16 +178,15 @@ def write_group_results(
 ) -> str:
     """groups.json and groups.png from one aggregation of ``cells``; the report to print."""
     rows = summarize_groups(cells)
-    results = {
-        "machine": _machine(),
-        "broker": broker,
-        "aggregation": AGGREGATION.replace("mode", "side"),
-        "partitions": partitions,
-        "summary": groups_summary_json(rows),
-        "cells": [c.to_dict() for c in cells],
-        "end_to_end": e2e,
-    }
-    (out / "groups.json").write_text(json.dumps(results, indent=2))
+    write_json(
+        out / "groups.json",
+        broker,
+        aggregation=AGGREGATION.replace("mode", "side"),
+        partitions=partitions,
+        summary=groups_summary_json(rows),
+        cells=[c.to_dict() for c in cells],
+        end_to_end=e2e,
+    )
     plot_groups(rows, e2e, out / "groups.png")
     report = [render_groups_table(rows)]
     if e2e:

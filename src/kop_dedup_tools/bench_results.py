@@ -1,12 +1,12 @@
-"""What ``kop-dedup bench`` measured and how it is shown: one aggregation for the table,
-the plot and the JSON, so the three always agree.
+"""What ``kop-dedup bench`` (the matrix: batch sizes x producers) measured and how it is
+shown: one aggregation for the table, the plot and the JSON, so the three always agree.
 
 A :class:`Cell` is one timed run of one mode (``direct`` or ``sidecar``) at one batch
 size and producer count. Each combination runs ``--reps`` times per mode; the figures
 shown are the **best repetition by records/s, chosen for each mode on its own**
-(:func:`summarize`), and the ratio is sidecar over direct of those two. Best-of-N is the
-usual benchmark convention (the least disturbed run of each side on a shared machine);
-every repetition is kept in the JSON's ``cells`` for whoever wants a median.
+(:func:`summarize`, the rule of every mode: :mod:`kop_dedup_tools.bench_report`), and
+the ratio is sidecar over direct of those two. Every repetition is kept in the JSON's
+``cells`` for whoever wants a median.
 
 >>> rows = summarize(cells)
 >>> print(render_table(rows))           # the header says "best of N by records/s"
@@ -16,10 +16,19 @@ every repetition is kept in the JSON's ``cells`` for whoever wants a median.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any
+
+from kop_dedup_tools.bench_report import (
+    AGGREGATION,
+    Compared,
+    Timed,
+    best_of,
+    reps_label,
+    save_figure,
+)
+from kop_dedup_tools.bench_report import pyplot as _pyplot  # the name callers know
 
 __all__ = [
     "AGGREGATION",
@@ -33,65 +42,6 @@ __all__ = [
     "summarize",
     "summary_json",
 ]
-
-AGGREGATION = "best repetition by records/s, chosen for each mode on its own"
-
-
-class Timed:
-    """What a timed cell derives from its counts (a mixin of the frozen cell dataclasses
-    of every benchmark mode)."""
-
-    __slots__ = ()
-    mode: str
-    records: int
-    seconds: float
-
-    @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds if self.seconds else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The cell's fields and records/s (a mode adds its own rates)."""
-        return {**asdict(self), "records_per_s": round(self.records_per_s, 1)}  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        """The inverse of ``to_dict`` (derived fields are dropped)."""
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-class Compared:
-    """A row's ratio of its two sides' best repetitions (a mixin of the row dataclasses)."""
-
-    __slots__ = ()
-    reps: int
-    direct: Timed | None
-    sidecar: Timed | None
-
-    def sides_json(self) -> dict[str, Any]:
-        """What every mode's JSON summary row holds besides its own keys."""
-        return {
-            "reps": self.reps,
-            "direct": self.direct.to_dict() if self.direct else None,
-            "sidecar": self.sidecar.to_dict() if self.sidecar else None,
-            "ratio": self.shown_ratio,
-        }
-
-    @property
-    def ratio(self) -> float | None:
-        """Sidecar records/s over direct records/s; None when either is missing."""
-        d, s = self.direct, self.sidecar
-        if d is None or s is None or not d.records_per_s:
-            return None
-        return s.records_per_s / d.records_per_s
-
-    @property
-    def shown_ratio(self) -> float | None:
-        """The ratio as the JSON stores it (3 decimals), which tables and plots format
-        too: rounding the raw ratio separately made a table say 0.32 where the JSON's
-        0.325 says 0.33."""
-        return None if self.ratio is None else round(self.ratio, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,37 +79,6 @@ class Row(Compared):
     """Repetitions the best was chosen from (the fewer of the two modes')."""
     direct: Cell | None
     sidecar: Cell | None
-
-
-C = TypeVar("C", bound=Timed)
-
-
-def best_of(
-    cells: Iterable[C], key: Callable[[C], tuple[int, ...]]
-) -> list[tuple[tuple[int, ...], int, dict[str, C]]]:
-    """The one aggregation rule of every mode: per key (sorted) and side, the repetition
-    with the most records/s, and how many repetitions it was chosen from (the fewer of
-    the sides')."""
-    groups: dict[tuple[int, ...], dict[str, list[C]]] = {}
-    for c in cells:
-        groups.setdefault(key(c), {}).setdefault(c.mode, []).append(c)
-    return [
-        (
-            k,
-            min(len(runs) for runs in sides.values()),
-            {side: max(runs, key=lambda c: c.records_per_s) for side, runs in sides.items()},
-        )
-        for k, sides in sorted(groups.items())
-    ]
-
-
-def reps_label(reps: Iterable[int], side: str = "mode") -> str:
-    """What a table's figures are: one repetition, or the best of how many."""
-    counts = sorted(set(reps))
-    if counts == [1]:
-        return f"one repetition per {side}"
-    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    return f"best of {n} repetitions by records/s, each {side} on its own"
 
 
 def summarize(cells: list[Cell]) -> list[Row]:
@@ -228,21 +147,6 @@ def plot_series(rows: list[Row]) -> dict[str, list[tuple[int, float, float]]]:
     return series
 
 
-def _pyplot() -> Any:
-    """matplotlib's pyplot on the file-only backend; a clear error when it is missing."""
-    try:
-        import matplotlib as mpl  # noqa: PLC0415 - only the plot needs it
-
-        mpl.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(
-            "the benchmark's plot needs matplotlib: pip install 'kop-dedup[bench]' "
-            "(or pip install matplotlib)"
-        ) from exc
-    return plt
-
-
 def plot(rows: list[Row], path: Path) -> None:
     """records/s and p99 against batch size, per mode and producer count."""
     plt = _pyplot()
@@ -263,6 +167,4 @@ def plot(rows: list[Row], path: Path) -> None:
         f"kop-dedup sidecar vs direct Pulsar producer (same broker, same run; {_reps_label(rows)})",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)

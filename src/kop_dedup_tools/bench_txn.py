@@ -22,7 +22,7 @@ record; a record's value starts with ``<client>:<round>:``, which is how a read 
 counted to its round (:class:`Visibility`). The JSON keeps every repetition; the table
 shows the best repetition by records/s of each mode, and the ratio of transactions to
 idempotent records/s (the issue's target: at least 0.5, since the data is written
-twice: to the journal, then copied).
+twice: to the journal, then copied): :mod:`kop_dedup_tools.bench_txn_results`.
 """
 
 from __future__ import annotations
@@ -41,26 +41,36 @@ from pathlib import Path
 from typing import Any
 
 from kop_dedup.protocol.records import SEQ_MODULUS
-from kop_dedup_tools.bench_results import Timed, best_of
-from kop_dedup_tools.measure import percentile
+from kop_dedup_tools.bench_http import KeepAlive
+from kop_dedup_tools.bench_support import BenchMode, say, start_sidecar, step
+from kop_dedup_tools.bench_txn_results import (
+    BATCHES_PER_ROUND,
+    PARTITIONS,
+    RECORDS_PER_BATCH,
+    TxnCell,
+    plot_txn,
+    render_txn_table,
+    summarize_txn,
+    write_txn_results,
+)
+from kop_dedup_tools.measure import percentile_ms
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
 
 __all__ = [
     "BATCHES_PER_ROUND",
+    "MODE",
     "PARTITIONS",
     "RECORDS_PER_BATCH",
     "TxnCell",
     "Visibility",
+    "plot_txn",
     "render_txn_table",
     "round_values",
     "run_transactions",
     "summarize_txn",
 ]
 
-BATCHES_PER_ROUND = 10
-RECORDS_PER_BATCH = 100
-PARTITIONS = 2
 MODES = ("idempotent", "transactions")
 _STATE_POLL_S = 0.002
 _READ_WAIT_MS = 200
@@ -124,86 +134,6 @@ class Visibility:
         """Rounds ended whose records were not all read (yet)."""
         with self._lock:
             return sum(1 for k in self._ended if k not in self._complete)
-
-
-@dataclass(frozen=True, slots=True)
-class TxnCell(Timed):
-    """One timed run of one mode with ``producers`` clients."""
-
-    mode: str
-    producers: int
-    rounds: int
-    records: int
-    seconds: float
-    produce_p50_ms: float
-    produce_p99_ms: float
-    visible_p50_ms: float
-    visible_p99_ms: float
-    end_p50_ms: float | None = None
-    end_p99_ms: float | None = None
-    applied_p50_ms: float | None = None
-    applied_p99_ms: float | None = None
-    cpu_pct: float | None = None
-    unread_rounds: int = 0
-    """Rounds whose records were not all read within the reader's grace period."""
-
-    @property
-    def rounds_per_s(self) -> float:
-        return self.rounds / self.seconds if self.seconds else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**Timed.to_dict(self), "rounds_per_s": round(self.rounds_per_s, 2)}
-
-
-def summarize_txn(cells: list[TxnCell]) -> list[dict[str, Any]]:
-    """Per producer count: each mode's best repetition by records/s (the rule of every
-    benchmark mode, :func:`~kop_dedup_tools.bench_results.best_of`), and the ratio of
-    transactions to idempotent records/s."""
-    rows = []
-    for (producers,), _reps, best in best_of(cells, lambda c: (c.producers,)):
-        idem, txn = best.get("idempotent"), best.get("transactions")
-        ratio = (
-            txn.records_per_s / idem.records_per_s
-            if idem is not None and txn is not None and idem.records_per_s
-            else None
-        )
-        rows.append(
-            {
-                "producers": producers,
-                "idempotent": idem.to_dict() if idem else None,
-                "transactions": txn.to_dict() if txn else None,
-                "ratio": None if ratio is None else round(ratio, 2),
-            }
-        )
-    return rows
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
-
-
-def render_txn_table(rows: list[dict[str, Any]]) -> str:
-    """The transactions table (best repetition by records/s of each mode)."""
-    head = (
-        f"transactions of {BATCHES_PER_ROUND} batches x {RECORDS_PER_BATCH} records over "
-        f"{PARTITIONS} partitions, against the same rounds produced idempotently; best "
-        "repetition by records/s; latencies in ms\n"
-        "prod | idem rec/s    p99 visible p99 | txn rec/s commits/s end-txn p50    p99 "
-        "applied p50    p99 visible p50    p99 | ratio"
-    )
-    lines = [head, "-" * len(head.splitlines()[-1])]
-    for r in rows:
-        i, t = r["idempotent"] or {}, r["transactions"] or {}
-        lines.append(
-            f"{r['producers']:>4} | {i.get('records_per_s', 0):>10,.0f} "
-            f"{_ms(i.get('produce_p99_ms')):>6} {_ms(i.get('visible_p99_ms')):>11} | "
-            f"{t.get('records_per_s', 0):>9,.0f} {t.get('rounds_per_s', 0):>9.1f} "
-            f"{_ms(t.get('end_p50_ms')):>11} {_ms(t.get('end_p99_ms')):>6} "
-            f"{_ms(t.get('applied_p50_ms')):>11} {_ms(t.get('applied_p99_ms')):>6} "
-            f"{_ms(t.get('visible_p50_ms')):>11} {_ms(t.get('visible_p99_ms')):>6} | "
-            f"{'-' if r['ratio'] is None else format(r['ratio'], '.2f'):>5}"
-        )
-    return "\n".join(lines)
 
 
 # -- the run ---------------------------------------------------------------------------
@@ -348,10 +278,6 @@ class _Client:
             round_no += 1
 
 
-def _p(values: list[float], q: float) -> float:
-    return round(percentile(values, q) * 1000, 2)
-
-
 async def _cell(
     sc: SidecarProcess,
     admin_url: str,
@@ -361,8 +287,6 @@ async def _cell(
     seconds: float,
     value_size: int,
 ) -> TxnCell:
-    from kop_dedup_tools.bench import KeepAlive  # noqa: PLC0415 - bench imports this module
-
     topic = f"bench-txn-{uuid.uuid4().hex[:8]}"
     create_topic(admin_url, topic, partitions=PARTITIONS)
     seen = Visibility(BATCHES_PER_ROUND * RECORDS_PER_BATCH)
@@ -391,14 +315,14 @@ async def _cell(
         samples.rounds,
         samples.rounds * BATCHES_PER_ROUND * RECORDS_PER_BATCH,
         elapsed,
-        _p(samples.produce, 50),
-        _p(samples.produce, 99),
-        _p(visible, 50),
-        _p(visible, 99),
-        end_p50_ms=_p(samples.end, 50) if samples.end else None,
-        end_p99_ms=_p(samples.end, 99) if samples.end else None,
-        applied_p50_ms=_p(applied, 50) if applied else None,
-        applied_p99_ms=_p(applied, 99) if applied else None,
+        percentile_ms(samples.produce, 50),
+        percentile_ms(samples.produce, 99),
+        percentile_ms(visible, 50),
+        percentile_ms(visible, 99),
+        end_p50_ms=percentile_ms(samples.end, 50) if samples.end else None,
+        end_p99_ms=percentile_ms(samples.end, 99) if samples.end else None,
+        applied_p50_ms=percentile_ms(applied, 50) if applied else None,
+        applied_p99_ms=percentile_ms(applied, 99) if applied else None,
         cpu_pct=round(100 * cpu / elapsed, 1) if elapsed else None,
         unread_rounds=seen.incomplete(),
     )
@@ -437,77 +361,25 @@ def run_transactions(
     return cells, summarize_txn(cells)
 
 
-def write_txn_results(
-    out: Path, cells: list[TxnCell], rows: list[dict[str, Any]], context: dict[str, Any]
-) -> str:
-    """transactions.json (every repetition and the summary); the table to print."""
-    (out / "transactions.json").write_text(
-        json.dumps(
-            {
-                **context,
-                "round": {
-                    "batches": BATCHES_PER_ROUND,
-                    "records_per_batch": RECORDS_PER_BATCH,
-                    "partitions": PARTITIONS,
-                },
-                "aggregation": "best repetition by records/s, chosen for each mode on its own",
-                "summary": rows,
-                "cells": [c.to_dict() for c in cells],
-            },
-            indent=2,
-        )
-    )
-    plot_txn(rows, out / "transactions.png")
-    return (
-        f"{render_txn_table(rows)}\n\nwrote {out / 'transactions.json'} and "
-        f"{out / 'transactions.png'}"
+def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
+    """``kop-dedup bench --transactions``: one sidecar for the run, stopped at the end."""
+    sc = start_sidecar(args)
+    try:
+        with step("the transactions run", sc):
+            cells, rows = run_transactions(args, sc, say)
+    finally:
+        sc.stop()
+    print(write_txn_results(out, cells, rows, broker))
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """``--transactions`` (with bench's --producers, --reps, --seconds, --value-size)."""
+    p.add_argument(
+        "--transactions",
+        action="store_true",
+        help="transactions of 10 batches x 100 records over 2 partitions against the same "
+        "records produced idempotently, per --producers count (transactions.json)",
     )
 
 
-def plot_txn(rows: list[dict[str, Any]], path: Path) -> None:
-    """Records/s of both modes per producer count (the ratio on top), and the commit's
-    latencies: end-txn answered, applied (CompleteCommit) and visible, p50 and p99."""
-    from kop_dedup_tools.bench_results import _pyplot  # noqa: PLC0415 - only the plot
-
-    plt = _pyplot()
-    fig, (rate, lat) = plt.subplots(1, 2, figsize=(12, 4.5))
-    xs = list(range(len(rows)))
-    for offset, mode in ((-0.2, "idempotent"), (0.2, "transactions")):
-        rate.bar(
-            [x + offset for x in xs],
-            [(r[mode] or {}).get("records_per_s", 0) for r in rows],
-            width=0.4,
-            label=mode,
-        )
-    for x, r in zip(xs, rows, strict=True):
-        if r["ratio"] is not None:
-            rate.annotate(f"{r['ratio']:.2f}x", (x + 0.2, 0), ha="center", va="bottom")
-    rate.set_xticks(xs, [f"{r['producers']} producers" for r in rows])
-    rate.set_title("records/s (ratio: transactions / idempotent)")
-    rate.legend(fontsize=8)
-    rate.grid(alpha=0.3, axis="y")
-    names = [("end-txn", "end"), ("applied", "applied"), ("visible", "visible")]
-    width = 0.8 / len(rows) if rows else 0.8
-    for i, r in enumerate(rows):
-        txn = r["transactions"] or {}
-        for j, q in enumerate(("p50", "p99")):
-            lat.bar(
-                [k + (i - (len(rows) - 1) / 2) * width + (j - 0.5) * width / 2 for k in range(3)],
-                [txn.get(f"{key}_{q}_ms") or 0 for _, key in names],
-                width=width / 2,
-                label=f"{r['producers']} producers {q}",
-            )
-    lat.set_xticks(range(3), [label for label, _ in names])
-    lat.set_yscale("log")
-    lat.set_title("after end-txn is sent: answered, applied, visible (ms)")
-    lat.legend(fontsize=8)
-    lat.grid(alpha=0.3, axis="y")
-    fig.suptitle(
-        f"kop-dedup transactions of {BATCHES_PER_ROUND} batches x {RECORDS_PER_BATCH} "
-        f"records over {PARTITIONS} partitions vs the same records produced idempotently "
-        "(best repetition by records/s)",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+MODE = BenchMode(("transactions",), add_options, run)

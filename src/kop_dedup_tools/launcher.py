@@ -1,6 +1,8 @@
 """A real Apache Pulsar standalone broker on loopback, from Maven Central.
 
-``kop-dedup pulsar start|stop|status|wipe|fetch`` drives :class:`LocalPulsar`:
+``kop-dedup pulsar start|stop|status|wipe|fetch`` drives :class:`LocalPulsar`, a
+:class:`~kop_dedup_tools.processes.ProcessGroup` (the process control) over a
+distribution unpacked once (:mod:`kop_dedup_tools.distribution`):
 
 * ``fetch`` resolves ``org.apache.pulsar:pulsar-server-distribution:<v>:tar.gz:bin``
   with Maven (into ``~/.m2``, through the packaged ``kop_dedup/resources/maven-settings.xml``, which
@@ -26,27 +28,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kop_dedup import resources
 from kop_dedup.resources import cache_dir
+from kop_dedup_tools.distribution import fetch_artifact, maven_file, unpack_once
+from kop_dedup_tools.processes import BrokerError, ProcessGroup, free_port
 
 __all__ = [
     "DEFAULT_VERSION",
@@ -86,17 +84,6 @@ _OVERRIDES = {
 }
 
 
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class BrokerError(RuntimeError):
-    """The broker could not be fetched, started or stopped; the message says why."""
-
-
 def broker_ready(admin_url: str, timeout: float = 2.0, cluster: str | None = None) -> bool:
     """The admin API at ``admin_url`` answers (listing ``cluster``, when given) and the
     broker can store: its health check (a round trip through a heartbeat topic) passes.
@@ -121,19 +108,8 @@ def broker_ready(admin_url: str, timeout: float = 2.0, cluster: str | None = Non
         return False
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 @dataclass
-class LocalPulsar:
+class LocalPulsar(ProcessGroup):
     broker_port: int = 6650
     web_port: int = 8080
     version: str = DEFAULT_VERSION
@@ -220,47 +196,22 @@ class LocalPulsar:
         return "zookeeper"
 
     def tarball(self) -> Path:
-        m2 = Path(os.environ.get("MAVEN_REPO") or Path.home() / ".m2" / "repository")
-        name = f"pulsar-server-distribution-{self.version}-bin.tar.gz"
-        return m2 / "org/apache/pulsar/pulsar-server-distribution" / self.version / name
+        return maven_file(
+            "org.apache.pulsar", "pulsar-server-distribution", self.version, "tar.gz", "bin"
+        )
 
     # -- fetch -------------------------------------------------------------------
 
     def ensure_distribution(self) -> Path:
         """The unpacked distribution, downloading and unpacking it at most once."""
-        marker = self.home / ".unpacked"
-        if marker.exists():
-            return self.home
-        with _file_lock(self.cache / "pulsar" / ".lock"):
-            if marker.exists():
-                return self.home
-            tarball = self.tarball()
-            if not tarball.exists():
-                self._download()
-            started = time.monotonic()
-            target = self.home.parent
-            if self.home.exists():
-                shutil.rmtree(self.home)
-            with tarfile.open(tarball) as tar:
-                tar.extractall(target, filter="tar")
-            marker.write_text(str(tarball))
-            log.info("unpacked %s in %.1fs", tarball.name, time.monotonic() - started)
-        return self.home
+        return unpack_once(
+            self.tarball(), self.home, lock=self.cache / "pulsar" / ".lock", fetch=self._download
+        )
 
     def _download(self) -> None:
         artifact = f"org.apache.pulsar:pulsar-server-distribution:{self.version}:tar.gz:bin"
         print(f"fetching {artifact} from Maven Central (about 245 MB)...", file=sys.stderr)
-        try:
-            resources.run_maven(
-                "dependency:get",
-                f"-Dartifact={artifact}",
-                "-Dtransitive=false",
-                what=f"fetch {artifact}",
-            )
-        except resources.MavenError as exc:
-            raise BrokerError(str(exc)) from exc
-        if not self.tarball().exists():
-            raise BrokerError(f"Maven fetched {artifact} but {self.tarball()} is not there")
+        fetch_artifact(artifact, self.tarball())
 
     # -- configure ---------------------------------------------------------------
 
@@ -289,19 +240,6 @@ class LocalPulsar:
 
     # -- run ---------------------------------------------------------------------
 
-    def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            return pid
-        return pid
-
     def is_ready(self, timeout: float = 2.0) -> bool:
         """See :func:`broker_ready` (this broker's cluster is ``standalone``)."""
         return broker_ready(self.admin_url, timeout, cluster="standalone")
@@ -313,7 +251,6 @@ class LocalPulsar:
             return 0.0
         home = self.ensure_distribution()
         conf = self.write_config()
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
             "PULSAR_MEM": f"-Xms256m -Xmx{self.heap} -XX:MaxDirectMemorySize=512m",
@@ -342,120 +279,28 @@ class LocalPulsar:
             )
             store_args = ["--metadata-dir", str(self.data / "metadata")]
         started = time.monotonic()
-        with self.log_file.open("ab") as out:
-            proc = subprocess.Popen(  # noqa: S603 - the distribution's own launcher script
-                [
-                    str(home / "bin" / "pulsar"),
-                    "standalone",
-                    "-nfw",
-                    "-nss",
-                    "--config",
-                    str(conf),
-                    "-a",
-                    "127.0.0.1",
-                    "--bookkeeper-dir",
-                    str(self.data / "bookkeeper"),
-                    *store_args,
-                ],
-                cwd=self.data,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(str(proc.pid))
-        self._proc = proc  # kept (and reaped by stop/kill): a dropped Popen of a live child warns
-        deadline = started + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise BrokerError(
-                    f"Pulsar exited with {proc.returncode} before it was ready; "
-                    f"log tail ({self.log_file}):\n{self.log_tail()}"
-                )
-            if self.is_ready():
-                return time.monotonic() - started
-            time.sleep(0.5)
-        self.stop()
-        raise BrokerError(
-            f"Pulsar was not ready within {timeout:.0f}s; log tail ({self.log_file}):\n"
-            f"{self.log_tail()}"
+        proc = self.spawn(
+            [
+                str(home / "bin" / "pulsar"),
+                "standalone",
+                "-nfw",
+                "-nss",
+                "--config",
+                str(conf),
+                "-a",
+                "127.0.0.1",
+                "--bookkeeper-dir",
+                str(self.data / "bookkeeper"),
+                *store_args,
+            ],
+            cwd=self.data,
+            env=env,
         )
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def _signal(self, sig: signal.Signals) -> bool:
-        pid = self.pid()
-        if pid is None:
-            return False
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-        return True
-
-    def stop(self, timeout: float = 60.0) -> bool:
-        """SIGTERM, then SIGKILL after ``timeout``; True when something was running."""
-        pid = self.pid()
-        if pid is None:
-            return False
-        self._signal(signal.SIGCONT)  # a paused broker cannot shut down
-        self._signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._alive(pid):
-            time.sleep(0.2)
-        if self._alive(pid):
-            self._signal(signal.SIGKILL)
-            while self._alive(pid):
-                time.sleep(0.1)
-        self.pid_file.unlink(missing_ok=True)
-        return True
-
-    def _alive(self, pid: int) -> bool:
-        proc = self._proc
-        if proc is not None and proc.pid == pid:
-            return proc.poll() is None  # reaps our own child, and Popen knows it ended
-        with contextlib.suppress(ChildProcessError):
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done == pid:
-                return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-    def kill(self) -> None:
-        """SIGKILL the broker's process group, as a crash would."""
-        pid = self.pid()
-        self._signal(signal.SIGKILL)
-        while pid is not None and self._alive(pid):
-            time.sleep(0.05)
-        self.pid_file.unlink(missing_ok=True)
-
-    def pause(self) -> None:
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
+        return self.wait_ready(proc, started, timeout, self.is_ready, name="Pulsar")
 
     def restart(self, timeout: float = 180.0) -> float:
         self.stop()
         return self.start(timeout)
-
-    def rss_bytes(self) -> int | None:
-        pid = self.pid()
-        if pid is None:
-            return None
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-        return None
 
     def status(self) -> dict[str, Any]:
         pid = self.pid()

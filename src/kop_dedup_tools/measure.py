@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["latency_summary_ms", "percentile"]
+__all__ = ["latency_summary_ms", "percentile", "percentile_ms"]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -20,6 +20,15 @@ def percentile(values: Sequence[float], q: float) -> float:
     k = (len(ordered) - 1) * q / 100
     lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def percentile_ms(seconds: Sequence[float], q: float) -> float:
+    """The q-th percentile of latencies given in seconds, in milliseconds (0.01 ms).
+
+    >>> percentile_ms([0.001, 0.002, 0.003, 0.004], 50)
+    2.5
+    """
+    return round(percentile(seconds, q) * 1000, 2)
 
 
 def latency_summary_ms(seconds: Sequence[float]) -> dict[str, float]:

@@ -3,7 +3,7 @@ tests that kill, stop or restart a sidecar.
 
 >>> sc = SidecarProcess("pulsar://127.0.0.1:6650", "http://127.0.0.1:8080", log_dir=out)
 >>> sc.start()          # waits for /readyz; SidecarError with the log's tail if it exits
->>> sc.url, sc.log_path
+>>> sc.url, sc.kafka_bootstrap, sc.log_path   # HTTP, and the Kafka listener's host:port
 >>> sc.kill()           # SIGKILL, as a crash; sc.start() again comes back on the same port
 >>> sc.stop()           # SIGTERM (graceful), SIGKILL after a bound
 
@@ -26,7 +26,7 @@ from typing import Any, Self
 
 import httpx
 
-from kop_dedup_tools.launcher import free_port
+from kop_dedup_tools.processes import free_port
 
 __all__ = ["SidecarError", "SidecarProcess", "log_tail", "wait_ready"]
 
@@ -88,17 +88,22 @@ class SidecarProcess:
         *,
         log_dir: Path,
         port: int | None = None,
+        kafka_port: int | None = None,
         log_level: str = "WARNING",
         **settings: Any,
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # a free port of its own, kept across restarts (never 9092: sidecars run side by side)
+        self.kafka_port = kafka_port or free_port()
+        self.kafka_bootstrap = f"127.0.0.1:{self.kafka_port}"
         self.log_path = Path(log_dir) / f"sidecar-{self.port}.log"
         self.env = {
             "KOP_DEDUP_PULSAR_SERVICE_URL": service_url,
             "KOP_DEDUP_PULSAR_ADMIN_URL": admin_url,
             "KOP_DEDUP_HOST": "127.0.0.1",
             "KOP_DEDUP_PORT": str(self.port),
+            "KOP_DEDUP_KAFKA_LISTENER": self.kafka_bootstrap,
             "KOP_DEDUP_LOG_FORMAT": "json",
             "KOP_DEDUP_LOG_LEVEL": log_level,
             **{f"KOP_DEDUP_{k.upper()}": str(v) for k, v in settings.items()},

@@ -34,6 +34,13 @@ def sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
         yield sc
 
 
+@pytest.fixture(scope="session")
+def sidecar_kafka(sidecar: ThreadSidecar) -> str:
+    """``host:port`` of the session sidecar's Kafka listener (a free port), for
+    ``bootstrap.servers``."""
+    return sidecar.kafka_bootstrap
+
+
 @pytest.fixture
 def api(sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=sidecar.url, timeout=60) as client:

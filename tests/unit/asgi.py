@@ -17,6 +17,7 @@ from kop_dedup import errors
 from kop_dedup.coordination.transactions.requests import InitProducerId, ProducerIdAndEpoch
 from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.observability.stats import Stats
+from kop_dedup.observability.wire import WireStats
 from kop_dedup.produce.service import BatchResult
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.settings import Settings
@@ -87,6 +88,7 @@ class StubTransactions:
 class StubRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings, self.service, self.stats = settings, StubService(), Stats()
+        self.kafka_stats = WireStats()
         self.registry = StubRegistry()
         self.transactions = StubTransactions(settings)
 

@@ -21,6 +21,7 @@ import json, kop_dedup, kop_dedup_tools
 from kop_dedup import resources
 from kop_dedup.cli import build_parser
 from kop_dedup.spark.jars import _POM, CONNECTOR_VERSION
+from kop_dedup_tools import kafka_jars
 commands = build_parser()._subparsers._group_actions[0].choices
 print(json.dumps({
     "kop_dedup": kop_dedup.__file__,
@@ -28,6 +29,8 @@ print(json.dumps({
     "settings": str(resources.path("maven-settings.xml")),
     "pom": str(_POM),
     "connector": CONNECTOR_VERSION,
+    "kafka_pom": str(kafka_jars.pom()),
+    "kafka": kafka_jars.KAFKA_VERSION,
     "commands": sorted(commands),
 }))
 """
@@ -58,6 +61,9 @@ def test_the_wheel_holds_the_resources_and_the_tools_but_not_the_tests(wheel):
         "kop_dedup_tools/py.typed",
         "kop_dedup_tools/bench.py",
         "kop_dedup_tools/launcher.py",
+        "kop_dedup_tools/kafka_broker.py",
+        "kop_dedup_tools/kafka_jars.py",
+        "kop_dedup_tools/kafka-jars-pom.xml",
         "kop_dedup_tools/load.py",
         "kop_dedup_tools/sidecar.py",
     } <= names
@@ -89,12 +95,13 @@ def test_installed_elsewhere_it_reads_its_files_from_the_install(wheel, tmp_path
         text=True,
     )
     found = json.loads(proc.stdout)
-    for key in ("kop_dedup", "tools", "settings", "pom"):
+    for key in ("kop_dedup", "tools", "settings", "pom", "kafka_pom"):
         path = Path(found[key])
         assert path.is_relative_to(site), f"{key} resolved to {path}, not inside {site}"
         assert path.exists()
     assert found["connector"]
-    assert {"serve", "pulsar", "load", "bench", "audit"} <= set(found["commands"])
+    assert found["kafka"].startswith("4.1.")
+    assert {"serve", "pulsar", "kafka", "load", "bench", "audit"} <= set(found["commands"])
 
 
 def test_the_cli_and_the_benchmark_import_without_the_test_extras():

@@ -185,6 +185,28 @@ class PulsarAdmin:
         await self._request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
         self._partitions.pop(topic, None)
 
+    async def topics(self) -> list[str]:
+        """The Kafka topics of the data namespace: its partitioned topics, by name."""
+        path = f"/admin/v2/persistent/{self._naming.namespace_path}/partitioned"
+        prefix = self._naming.topic("")
+        return [str(t).removeprefix(prefix) for t in (await self._request("GET", path)).json()]
+
+    async def delete_topic(self, topic: str) -> None:
+        """Delete a Kafka topic (every partition; producers on it are disconnected).
+        UnknownTopicOrPartition when there is none."""
+        path = self._naming.topic(topic).removeprefix("persistent://")
+        self._partitions.pop(topic, None)
+        try:
+            await self._request(
+                "DELETE", f"/admin/v2/persistent/{path}/partitions", params={"force": "true"}
+            )
+        except AdminError as exc:
+            if exc.status == 404:
+                raise errors.UnknownTopicOrPartition(f"topic {topic!r} does not exist") from exc
+            raise
+        finally:
+            self._partitions.pop(topic, None)
+
     async def topic_stats(self, topic: str) -> dict[str, Any]:
         """The broker's partitioned stats for a Kafka topic ({} when it does not exist)."""
         path = self._naming.topic(topic).removeprefix("persistent://")

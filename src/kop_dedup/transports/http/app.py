@@ -3,8 +3,10 @@
 >>> app = create_app(Settings(pulsar_service_url="pulsar://127.0.0.1:6650"))
 
 The lifespan starts a :class:`~kop_dedup.runtime.Runtime` (which refuses to
-start when deduplication is off) and closes it on shutdown, after uvicorn has
-stopped taking requests and finished the ones in flight.
+start when deduplication is off), then the Kafka listener on it
+(``KOP_DEDUP_KAFKA_LISTENER``, unless empty; ``app.state.kafka``), and on shutdown,
+after uvicorn has stopped taking requests and finished the ones in flight, closes
+the listener first and the runtime last.
 
 ``POST /v1/produce`` is a plain ASGI endpoint (produce.py) that the app serves
 ahead of FastAPI's middleware (``_App``), behind the body limit; every other
@@ -35,6 +37,7 @@ from kop_dedup.transports.http.groups import router as groups_router
 from kop_dedup.transports.http.produce import PATH, ProduceEndpoint, openapi_paths
 from kop_dedup.transports.http.routes import router
 from kop_dedup.transports.http.transactions import router as transactions_router
+from kop_dedup.transports.kafka.listener import KafkaListener
 
 __all__ = ["create_app"]
 
@@ -129,9 +132,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await runtime.close()
             raise
         app.state.runtime = runtime
+        kafka: KafkaListener | None = None
         try:
+            if settings.kafka_address() is not None:
+                kafka = KafkaListener(runtime, runtime.kafka_stats)
+                await kafka.start()
+            app.state.kafka = kafka
             yield
         finally:
+            if kafka is not None:  # first: no Kafka request may reach a closing runtime
+                await kafka.close()
             await runtime.close()
 
     app = _App(

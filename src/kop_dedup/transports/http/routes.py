@@ -224,9 +224,15 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     }
     gauges["open_transactions_owned"] = float(runtime.transactions.owned_open())
     gauges["group_pulls_in_flight"] = float(runtime.groups.pulls_in_flight)
+    gauges["kafka_connections"] = float(runtime.kafka_stats.open_connections)
     lag = group_gauges(runtime.group_lag.rows, runtime.settings.group_metrics_max_series)
     return PlainTextResponse(
-        render(runtime.stats, gauges, runtime.transactions.stats.counters(), lag),
+        render(
+            runtime.stats,
+            gauges,
+            [*runtime.transactions.stats.counters(), *runtime.kafka_stats.counters()],
+            lag,
+        ),
         media_type=CONTENT_TYPE,
     )
 

@@ -1,0 +1,45 @@
+"""The table of every API the listener serves: the handler modules' ``APIS``, by key.
+
+To serve a new API: write a module with its handler(s) and ``APIS = (Api(...),)``
+(see :mod:`kop_dedup.transports.kafka.registry`), and add the module here. ApiVersions
+advertises whatever is in the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kop_dedup.transports.kafka import (
+    metadata,
+    pending,
+    produce,
+    producer_ids,
+    sasl,
+    topics,
+    versions,
+)
+from kop_dedup.transports.kafka.registry import Api
+
+__all__ = ["API_TABLE", "build_table"]
+
+
+def build_table(*groups: tuple[Api, ...]) -> Mapping[int, Api]:
+    """The table by API key; ValueError when two modules declare one key."""
+    table: dict[int, Api] = {}
+    for group in groups:
+        for api in group:
+            if api.key in table:
+                raise ValueError(f"API key {api.key} ({api.name}) is declared twice")
+            table[api.key] = api
+    return table
+
+
+API_TABLE = build_table(
+    versions.APIS,
+    sasl.APIS,
+    metadata.APIS,
+    topics.APIS,
+    producer_ids.APIS,
+    produce.APIS,
+    pending.APIS,
+)

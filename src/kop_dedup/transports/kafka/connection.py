@@ -1,0 +1,289 @@
+"""One client connection: frames in, answers out in request order.
+
+A frame is a 4-byte big-endian size and that many bytes. The reader takes frames one
+by one; each request gets a place in the answer queue as it is read, so answers leave
+in request order whatever order they are ready in (the Java client fails a connection
+whose answer to its oldest request is not the next one). Requests of an API marked
+``concurrent`` (Produce) are handled side by side; any other request waits until every
+earlier request of the connection is handled, and the next ones wait for it (Kafka
+mutes a connection while it handles a request). At most ``max_in_flight`` requests are
+read and not yet answered: past that the reader stops reading (TCP pushes back).
+
+Where Kafka closes the connection, so does this one, after the answers to earlier
+requests and logging the reason once (``SocketServer`` closes on a frame over
+``socket.request.max.bytes``, a header or body that does not parse, an unknown API key
+or a version it does not serve; ``KafkaApis`` on a Produce with acks=0 that failed).
+Nothing one connection sends reaches another: each has its own reader, queue and
+tasks, and an unexpected exception in a handler answers UNKNOWN_SERVER_ERROR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kop_dedup import errors
+from kop_dedup.transports.kafka import codec
+from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
+from kop_dedup.transports.kafka.sasl import raw_token
+
+__all__ = ["API_VERSIONS_KEY", "Connection"]
+
+log = logging.getLogger("kop_dedup.kafka")
+
+API_VERSIONS_KEY = 18
+_SIZE = 4
+_GONE = (ConnectionError, asyncio.IncompleteReadError)  # the client went away
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    frame: bytes | None
+    """The framed answer; None: nothing to write (acks=0, or a close without answer)."""
+    close: tuple[str, str] | None = None
+    """(kind, reason): close the connection after writing ``frame``."""
+
+
+class Connection:
+    def __init__(
+        self,
+        session: Session,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        max_request_bytes: int,
+        max_in_flight: int = 5,
+        idle_timeout_s: float = 600.0,
+    ) -> None:
+        self.session = session
+        self._reader, self._writer = reader, writer
+        self._max_bytes = max_request_bytes
+        self._idle_s = idle_timeout_s
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._answers: asyncio.Queue[asyncio.Future[_Outcome] | None] = asyncio.Queue()
+        self._running: set[asyncio.Future[_Outcome]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self._between_requests = False
+        self._reading: asyncio.Task[None] | None = None
+        self.closed_because = "client"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Serve until the client leaves, a request closes it or :meth:`stop`."""
+        stats = self.session.shared.stats
+        stats.connection_opened()
+        writing = asyncio.create_task(self._write_answers())
+        reading = self._reading = asyncio.create_task(self._read_requests())
+        try:
+            await asyncio.wait({reading})
+            exc = None if reading.cancelled() else reading.exception()
+            if exc is not None and not isinstance(exc, _GONE):
+                log.error(
+                    "kafka connection failed", exc_info=exc, extra={"peer": self.session.peer}
+                )
+        finally:
+            reading.cancel()
+            self._answers.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await writing
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+            stats.connection_closed(self.closed_because)
+
+    def stop(self) -> None:
+        """Read no further request; answer those read, then close."""
+        self._stopping = True
+        self.closed_because = "shutdown"
+        if self._between_requests and self._reading is not None:
+            self._reading.cancel()
+
+    async def drain_tasks(self) -> None:
+        """Wait for the requests being handled (their batches are Pulsar's by now)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def _read_frame(self) -> bytes | None:
+        self._between_requests = True
+        try:
+            head = await asyncio.wait_for(self._reader.readexactly(_SIZE), self._idle_s)
+        except TimeoutError:
+            self._refuse("idle", f"no request for {self._idle_s:g} s")
+            return None
+        except asyncio.IncompleteReadError:
+            return None
+        finally:
+            self._between_requests = False
+        size = int.from_bytes(head, "big", signed=True)
+        if size < 0 or size > self._max_bytes:
+            self._refuse(
+                "oversized",
+                f"a frame of {size} bytes; the limit is {self._max_bytes} "
+                "(KOP_DEDUP_KAFKA_MAX_REQUEST_BYTES)",
+            )
+            return None
+        return await self._reader.readexactly(size)
+
+    async def _read_requests(self) -> None:
+        apis = self.session.shared.apis
+        while not self._stopping:
+            frame = await self._read_frame()
+            if frame is None:
+                return
+            await self._slots.acquire()
+            if self.session.raw_sasl:
+                try:
+                    answer = await raw_token(self.session, frame)
+                except CloseConnection as exc:
+                    self._refuse(exc.kind, exc.reason)
+                    return
+                self._queue(_Outcome(len(answer).to_bytes(4, "big") + answer))
+                continue
+            ids = codec.peek_ids(frame)
+            api = apis.get(ids[0]) if ids is not None else None
+            if ids is None or api is None:
+                key = "none" if ids is None else str(ids[0])
+                self._refuse("unsupported", f"unknown API key {key}")
+                return
+            if not api.serves(ids[1]) and api.key != API_VERSIONS_KEY:
+                self._refuse(
+                    "unsupported",
+                    f"{api.name} v{ids[1]} is not served (versions "
+                    f"{api.served_from or api.versions[0]}..{api.versions[1]})",
+                )
+                return
+            if not await self._dispatch(api, frame):
+                return
+
+    async def _dispatch(self, api: Api, frame: bytes) -> bool:
+        """Decode one request and start it; False when the connection must close."""
+        version = codec.peek_ids(frame)[1]  # type: ignore[index]
+        supported = api.serves(version)  # False only for ApiVersions: answered v0, error 35
+        try:
+            flexible = supported and bool(api.request.flexible_version_q(version))
+            if api.key == API_VERSIONS_KEY and not supported:
+                flexible = version >= 3  # a newer ApiVersions still sends header v2
+            header = codec.parse_header(frame, flexible)
+            body = codec.decode_body(api.request, frame, header) if supported else None
+        except codec.FrameError as exc:
+            self._refuse("malformed", str(exc))
+            return False
+        self.session.client_id = header.client_id
+        if self.session.auth_required and not self.session.authenticated and not api.before_auth:
+            error = errors.SaslAuthenticationFailed(
+                f"{api.name} before SASL authentication: authenticate with SASL/PLAIN, "
+                "the sidecar's token as the password"
+            )
+            answer = api.error_answer(body, version, error)
+            self._queue(self._encoded(api, header, answer, ("auth", error.message)))
+            return False
+        future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+        self._answers.put_nowait(future)
+        if not api.concurrent:
+            if self._running:
+                await asyncio.wait(set(self._running))
+            future.set_result(await self._handle(api, header, body))
+            return future.result().close is None
+        self._running.add(future)
+        future.add_done_callback(self._running.discard)
+        task = asyncio.create_task(self._settle(future, api, header, body))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _settle(
+        self, future: asyncio.Future[_Outcome], api: Api, header: codec.Header, body: Any
+    ) -> None:
+        outcome = await self._handle(api, header, body)
+        if not future.done():
+            future.set_result(outcome)
+
+    async def _handle(self, api: Api, header: codec.Header, body: Any) -> _Outcome:
+        session, version = self.session, header.api_version
+        started = time.perf_counter()
+        close: tuple[str, str] | None = None
+        try:
+            answer = await api.handle(session, body, version)
+        except CloseConnection as exc:
+            answer, close = exc.answer, (exc.kind, exc.reason)
+        except errors.KafkaError as exc:
+            answer = api.error_answer(body, version, exc)
+        except Exception as exc:
+            log.exception(
+                "kafka request failed",
+                extra={"api": api.name, "version": version, "peer": session.peer},
+            )
+            answer = api.error_answer(body, version, errors.KafkaError(f"{exc!r}"))
+        outcome = self._encoded(api, header, answer, close)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "kafka request",
+                extra={
+                    "api": api.name,
+                    "version": version,
+                    "correlation_id": header.correlation_id,
+                    "client_id": header.client_id,
+                    "peer": session.peer,
+                    "errors": sorted(set(codec.error_codes(answer))) if answer else [],
+                    "latency_ms": round((time.perf_counter() - started) * 1000, 2),
+                },
+            )
+        return outcome
+
+    def _encoded(
+        self, api: Api, header: codec.Header, answer: Any, close: tuple[str, str] | None
+    ) -> _Outcome:
+        """The framed answer (counted), and whether to close after it."""
+        if answer is None:
+            self.session.shared.stats.answered(api.name, [])
+            return _Outcome(None, close)
+        version = header.api_version if api.serves(header.api_version) else 0
+        try:
+            frame = codec.encode_answer(answer, version, header.correlation_id)
+        except Exception:
+            log.exception("kafka answer did not encode", extra={"api": api.name})
+            return _Outcome(None, ("malformed", f"the answer to {api.name} did not encode"))
+        self.session.shared.stats.answered(api.name, codec.error_codes(answer))
+        return _Outcome(frame, close)
+
+    def _queue(self, outcome: _Outcome) -> None:
+        future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+        future.set_result(outcome)
+        self._answers.put_nowait(future)
+
+    def _refuse(self, kind: str, reason: str) -> None:
+        """Close after the answers to earlier requests, as Kafka closes for this input."""
+        self._queue(_Outcome(None, (kind, reason)))
+
+    # -- writing -----------------------------------------------------------------------
+
+    async def _write_answers(self) -> None:
+        writer = self._writer
+        while (future := await self._answers.get()) is not None:
+            outcome = await future
+            self._slots.release()
+            if outcome.frame is not None and not writer.is_closing():
+                writer.write(outcome.frame)
+                try:
+                    await writer.drain()
+                except ConnectionError:
+                    self._stopping = True
+            if outcome.close is not None:
+                kind, reason = outcome.close
+                self.closed_because = kind
+                log.info(
+                    "kafka connection closed: %s",
+                    reason,
+                    extra={"peer": self.session.peer, "client_id": self.session.client_id},
+                )
+                self._stopping = True
+                writer.close()
+                return

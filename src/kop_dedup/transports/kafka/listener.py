@@ -1,0 +1,168 @@
+"""The Kafka listener: a TCP (or TLS) server whose connections share one Runtime.
+
+>>> listener = KafkaListener(runtime)         # runtime started; settings from it
+>>> await listener.start()                    # binds KAFKA_LISTENER (port 0: a free one)
+>>> listener.bound, listener.node.host, listener.node.port
+>>> await listener.close()                    # stop accepting, finish what was read, close
+
+``kop-dedup serve`` starts it after the runtime is ready and closes it before the
+runtime (the HTTP app's lifespan does both), so that no request reaches a
+coordinator that is closing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import socket
+import ssl
+import uuid
+
+from kop_dedup.observability.wire import WireStats
+from kop_dedup.pulsar.produced import ProducedOffsets
+from kop_dedup.runtime import Runtime
+from kop_dedup.settings import split_address
+from kop_dedup.transports.kafka.apis import API_TABLE
+from kop_dedup.transports.kafka.connection import Connection
+from kop_dedup.transports.kafka.registry import Node, Session, Shared
+
+__all__ = ["KafkaListener", "ListenerError"]
+
+log = logging.getLogger("kop_dedup.kafka")
+
+_UNSPECIFIED = {"", "0.0.0.0", "::"}  # noqa: S104 - names an address, binds nothing
+
+
+class ListenerError(RuntimeError):
+    """The listener cannot start (its address is taken or not this host's)."""
+
+
+def cluster_id(tenant: str, namespace: str) -> str:
+    """The same id on every sidecar serving one data namespace (22 characters, as
+    Kafka's)."""
+    raw = uuid.uuid5(uuid.NAMESPACE_URL, f"kop-dedup:{tenant}/{namespace}").bytes
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+class KafkaListener:
+    def __init__(self, runtime: Runtime, stats: WireStats | None = None) -> None:
+        settings = runtime.settings
+        address = settings.kafka_address()
+        if address is None:
+            raise ValueError("the Kafka listener is off (KOP_DEDUP_KAFKA_LISTENER is empty)")
+        self.runtime, self.settings, self.address = runtime, settings, address
+        self.stats = stats or WireStats()
+        self._server: asyncio.Server | None = None
+        self._connections: set[Connection] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        self.bound: tuple[str, int] = address
+        self.node = Node(0, address[0], address[1], cluster_id(settings.tenant, settings.namespace))
+        self._shared: Shared | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The loop it serves on (set by :meth:`start`; tests inspect it)."""
+
+    def _tls(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if s.kafka_tls_cert is None or s.kafka_tls_key is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(s.kafka_tls_cert), str(s.kafka_tls_key))
+        return context
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        host, port = self.address
+        try:
+            self._server = await asyncio.start_server(
+                self._accept,
+                host or None,
+                port,
+                ssl=self._tls(),
+                reuse_address=True,
+                limit=1 << 16,
+            )
+        except OSError as exc:
+            raise ListenerError(
+                f"the Kafka listener cannot listen on {host}:{port} ({exc.strerror or exc}): "
+                "set KOP_DEDUP_KAFKA_LISTENER to another host:port, or to nothing to turn "
+                "the listener off"
+            ) from exc
+        sock = self._server.sockets[0].getsockname()
+        self.bound = (str(sock[0]), int(sock[1]))
+        if self.settings.kafka_advertised:
+            adv_host, adv_port = split_address(self.settings.kafka_advertised, "kafka_advertised")
+        else:
+            adv_host = host if host not in _UNSPECIFIED else socket.getfqdn()
+            adv_port = self.bound[1]
+        self.node = Node(0, adv_host, adv_port, self.node.cluster_id)
+        self._shared = Shared(
+            runtime=self.runtime,
+            settings=self.settings,
+            node=self.node,
+            apis=API_TABLE,
+            offsets=ProducedOffsets(self.runtime.admin, mode=self.settings.kafka_produce_offsets),
+            stats=self.stats,
+            tokens=self.settings.http_tokens(),
+        )
+        log.info(
+            "kafka listener on %s:%d, advertised as %s:%d%s%s",
+            *self.bound,
+            self.node.host,
+            self.node.port,
+            " (TLS)" if self._tls() is not None else "",
+            " (SASL/PLAIN)" if self._shared.tokens else "",
+        )
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        shared = self._shared
+        if shared is None:  # closing
+            writer.close()
+            return
+        peer = writer.get_extra_info("peername")
+        with contextlib.suppress(OSError):
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = Connection(
+            Session(shared, peer=f"{peer[0]}:{peer[1]}" if peer else "?"),
+            reader,
+            writer,
+            max_request_bytes=self.settings.kafka_max_request_bytes,
+        )
+        self._connections.add(connection)
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            await connection.serve()
+        finally:
+            self._connections.discard(connection)
+            if task is not None:
+                self._handlers.discard(task)
+
+    @property
+    def connections(self) -> int:
+        return len(self._connections)
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Stop accepting; answer what was read (bounded by ``grace_s``); close."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        for connection in list(self._connections):
+            connection.stop()
+        pending = [c.drain_tasks() for c in list(self._connections)]
+        handlers = set(self._handlers)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*pending, *handlers, return_exceptions=True), grace_s
+            )
+        for task in handlers:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server.wait_closed(), 1.0)
+        self._shared = None
+        log.info("kafka listener closed")

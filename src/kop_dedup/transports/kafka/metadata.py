@@ -1,0 +1,204 @@
+"""Metadata and FindCoordinator: this sidecar is the whole cluster.
+
+The cluster has one broker, this node at its advertised address, which leads every
+partition and coordinates every group and transactional id (any sidecar serves any
+of them: their state is in Pulsar). Topics are the partitioned topics of the Kafka
+namespace (``KOP_DEDUP_NAMESPACE``). A Metadata request naming a topic that does not
+exist creates it with ``KAFKA_DEFAULT_PARTITIONS`` when ``KAFKA_AUTO_CREATE_TOPICS``
+is on and the client allows it (v4+), and answers it at once (Kafka answers
+LEADER_NOT_AVAILABLE first and lets the client ask again); otherwise
+UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a name Kafka (or the
+mapping to Pulsar) refuses. Topic ids are not served: they are zero, so clients keep
+to names (Produce and Fetch are capped at v12).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+
+from kop_dedup import errors
+from kop_dedup.pulsar.failures import translate
+from kop_dedup.pulsar.naming import validate_topic
+from kop_dedup.transports.kafka.registry import Api, Session
+
+__all__ = ["APIS", "find_coordinator", "metadata"]
+
+_Topic = MetadataResponse.MetadataResponseTopic
+_Partition = _Topic.MetadataResponsePartition
+_COORDINATOR_KEY_TYPES = (0, 1)  # group, transaction
+
+
+def _topic(name: str | None, error: errors.KafkaError | None, partitions: int = 0) -> Any:
+    return _Topic(
+        error_code=errors.NONE_ERRNO if error is None else error.errno,
+        name=name,
+        topic_id=None,
+        is_internal=False,
+        partitions=[
+            _Partition(
+                error_code=errors.NONE_ERRNO,
+                partition_index=i,
+                leader_id=0,
+                leader_epoch=0,
+                replica_nodes=[0],
+                isr_nodes=[0],
+                offline_replicas=[],
+            )
+            for i in range(partitions)
+        ],
+        authorized_operations=None,
+    )
+
+
+async def _describe(session: Session, name: str | None, create: bool) -> Any:
+    if name is None:  # a topic asked for by id: not served
+        return _topic(None, errors.UnknownTopicOrPartition("topic ids are not served"))
+    try:
+        validate_topic(name)
+    except errors.InvalidTopic as exc:
+        return _topic(name, exc)
+    s = session.settings
+    try:
+        count = await session.runtime.admin.partitions(
+            name, create_with=s.kafka_default_partitions if create else None
+        )
+    except errors.KafkaError as exc:
+        return _topic(name, exc)
+    except Exception as exc:
+        return _topic(name, translate(exc, f"describing topic {name}"))
+    return _topic(name, None, count)
+
+
+def _answer(session: Session | None, version: int, topics: list[Any]) -> Any:
+    node = None if session is None else session.shared.node
+    brokers = (
+        []
+        if node is None
+        else [
+            MetadataResponse.MetadataResponseBroker(
+                node_id=node.node_id, host=node.host, port=node.port, rack=None
+            )
+        ]
+    )
+    return MetadataResponse(
+        version=version,
+        throttle_time_ms=0,
+        brokers=brokers,
+        cluster_id=None if node is None else node.cluster_id,
+        controller_id=0 if node is None else node.node_id,
+        topics=topics,
+        authorized_operations=None,
+        error_code=errors.NONE_ERRNO,
+    )
+
+
+async def metadata(session: Session, request: Any, version: int) -> Any:
+    everything = request.topics is None or (version == 0 and not request.topics)
+    if everything:
+        names: list[str | None] = []
+        for name in await session.runtime.admin.topics():
+            try:
+                validate_topic(name)
+            except errors.InvalidTopic:
+                continue  # a Pulsar topic Kafka cannot name: not a Kafka topic
+            names.append(name)
+        create = False
+    else:
+        names = list(dict.fromkeys(t.name for t in request.topics))
+        create = session.settings.kafka_auto_create_topics and (
+            version < 4 or bool(request.allow_auto_topic_creation)
+        )
+    described = await asyncio.gather(*(_describe(session, n, create) for n in names))
+    if everything:  # a topic deleted between the listing and now is just gone
+        described = [t for t in described if t.error_code != errors.UnknownTopicOrPartition.errno]
+    return _answer(session, version, list(described))
+
+
+def _metadata_error(request: Any, version: int, error: errors.KafkaError) -> Any:
+    topics = [] if request is None or request.topics is None else request.topics
+    answer = _answer(None, version, [_topic(t.name, error) for t in topics])
+    if version >= 13:
+        answer.error_code = error.errno
+    return answer
+
+
+# -- FindCoordinator ----------------------------------------------------------------------
+
+
+def _coordinator(session: Session | None, key_type: int) -> tuple[Any, ...]:
+    """(error, node id, host, port) for a key (any key: this node coordinates all)."""
+    if session is None:
+        return errors.KafkaError(), -1, "", -1
+    if key_type not in _COORDINATOR_KEY_TYPES:
+        return errors.InvalidRequest(f"unknown coordinator key type {key_type}"), -1, "", -1
+    node = session.shared.node
+    return None, node.node_id, node.host, node.port
+
+
+async def find_coordinator(session: Session, request: Any, version: int) -> Any:
+    return _find_answer(session, request, version, None)
+
+
+def _find_answer(
+    session: Session | None, request: Any, version: int, forced: errors.KafkaError | None
+) -> Any:
+    key_type = 0 if version < 1 else request.key_type
+    if version < 4:
+        error, node_id, host, port = _coordinator(session, key_type)
+        error = forced or error
+        return FindCoordinatorResponse(
+            version=version,
+            throttle_time_ms=0,
+            error_code=errors.NONE_ERRNO if error is None else error.errno,
+            error_message=None if error is None else error.message,
+            node_id=node_id,
+            host=host,
+            port=port,
+        )
+    coordinators = []
+    for key in request.coordinator_keys:
+        error, node_id, host, port = _coordinator(session, key_type)
+        error = forced or error
+        coordinators.append(
+            FindCoordinatorResponse.Coordinator(
+                key=key,
+                node_id=node_id,
+                host=host,
+                port=port,
+                error_code=errors.NONE_ERRNO if error is None else error.errno,
+                error_message=None if error is None else error.message,
+            )
+        )
+    return FindCoordinatorResponse(version=version, throttle_time_ms=0, coordinators=coordinators)
+
+
+def _find_error(request: Any, version: int, error: errors.KafkaError) -> Any:
+    return _find_answer(None, request, version, error)
+
+
+APIS = (
+    Api(
+        key=3,
+        name="Metadata",
+        request=MetadataRequest,
+        versions=(0, 12),
+        handle=metadata,
+        error_answer=_metadata_error,
+    ),
+    Api(
+        key=10,
+        name="FindCoordinator",
+        request=FindCoordinatorRequest,
+        versions=(0, 4),
+        handle=find_coordinator,
+        error_answer=_find_error,
+    ),
+)

@@ -1,0 +1,165 @@
+"""SASL/PLAIN: SaslHandshake and SaslAuthenticate, the sidecar's tokens as passwords.
+
+When tokens are configured (``KOP_DEDUP_AUTH_TOKENS``/``_FILE``, the HTTP ones) a
+connection must authenticate before any request other than ApiVersions and the SASL
+ones; the user name may be anything, the password must be a token. As Kafka's
+``SaslServerAuthenticator``: an unknown mechanism answers UNSUPPORTED_SASL_MECHANISM,
+wrong credentials SASL_AUTHENTICATION_FAILED with a message, and both then close the
+connection; a request before authentication is answered SASL_AUTHENTICATION_FAILED
+and the connection closed (the connection does that), so a client without SASL
+fails at once instead of hanging. Without tokens both APIs answer ILLEGAL_SASL_STATE,
+as Kafka does on a listener without SASL. SaslHandshake v0 is followed by a bare
+token (no request header), answered with a bare (empty) token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+from kop_dedup import errors
+from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
+
+__all__ = ["APIS", "MECHANISMS", "raw_token"]
+
+log = logging.getLogger("kop_dedup.kafka")
+
+MECHANISMS = ("PLAIN",)
+
+
+def _check_plain(session: Session, token: bytes) -> str:
+    """The user name of a valid PLAIN token (``authzid NUL user NUL password``);
+    SaslAuthenticationFailed otherwise."""
+    parts = token.split(b"\0")
+    if len(parts) != 3:
+        raise errors.SaslAuthenticationFailed(
+            "Authentication failed: invalid SASL/PLAIN response: expected 3 tokens"
+        )
+    authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
+    if not user:
+        raise errors.SaslAuthenticationFailed("Authentication failed: username not specified")
+    if authzid and authzid != user:
+        raise errors.SaslAuthenticationFailed(
+            "Authentication failed: Client requested an authorization id that is different "
+            "from username"
+        )
+    if not any(hmac.compare_digest(password, t) for t in session.shared.tokens):
+        raise errors.SaslAuthenticationFailed("Authentication failed: Invalid username or password")
+    return user
+
+
+def _authenticated(session: Session, user: str) -> None:
+    session.authenticated, session.user = True, user
+    log.debug("kafka client authenticated", extra={"peer": session.peer, "user": user})
+
+
+# -- SaslHandshake ------------------------------------------------------------------------
+
+
+def _handshake_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
+    return SaslHandshakeResponse(version=version, error_code=error.errno, mechanisms=[])
+
+
+async def handshake(session: Session, request: Any, version: int) -> Any:
+    if not session.auth_required:
+        return _handshake_error(request, version, errors.IllegalSaslState())
+    if session.authenticated or session.mechanism is not None:
+        raise CloseConnection(
+            "a second SaslHandshake on one connection (re-authentication is not offered)",
+            kind="auth",
+            answer=_handshake_error(request, version, errors.IllegalSaslState()),
+        )
+    if request.mechanism not in MECHANISMS:
+        raise CloseConnection(
+            f"SASL mechanism {request.mechanism!r} is not offered (only PLAIN)",
+            kind="auth",
+            answer=SaslHandshakeResponse(
+                version=version,
+                error_code=errors.UnsupportedSaslMechanism.errno,
+                mechanisms=list(MECHANISMS),
+            ),
+        )
+    session.mechanism = request.mechanism
+    session.raw_sasl = version == 0
+    return SaslHandshakeResponse(
+        version=version, error_code=errors.NONE_ERRNO, mechanisms=list(MECHANISMS)
+    )
+
+
+# -- SaslAuthenticate ---------------------------------------------------------------------
+
+
+def _authenticate_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
+    return SaslAuthenticateResponse(
+        version=version, error_code=error.errno, error_message=error.message, auth_bytes=b""
+    )
+
+
+async def authenticate(session: Session, request: Any, version: int) -> Any:
+    if not session.auth_required:
+        return _authenticate_error(
+            request, version, errors.IllegalSaslState("SASL is off on this listener")
+        )
+    if session.mechanism is None or session.authenticated:
+        raise CloseConnection(
+            "SaslAuthenticate without a SaslHandshake first",
+            kind="auth",
+            answer=_authenticate_error(
+                request, version, errors.IllegalSaslState("SaslHandshake first")
+            ),
+        )
+    try:
+        user = _check_plain(session, bytes(request.auth_bytes))
+    except errors.SaslAuthenticationFailed as exc:
+        raise CloseConnection(
+            exc.message, kind="auth", answer=_authenticate_error(request, version, exc)
+        ) from exc
+    _authenticated(session, user)
+    return SaslAuthenticateResponse(
+        version=version,
+        error_code=errors.NONE_ERRNO,
+        error_message=None,
+        auth_bytes=b"",
+        session_lifetime_ms=0,
+    )
+
+
+async def raw_token(session: Session, token: bytes) -> bytes:
+    """The answer to the bare token after SaslHandshake v0 (Kafka 0.10 framing)."""
+    session.raw_sasl = False
+    try:
+        user = _check_plain(session, token)
+    except errors.SaslAuthenticationFailed as exc:
+        raise CloseConnection(exc.message, kind="auth") from exc
+    _authenticated(session, user)
+    return b""
+
+
+APIS = (
+    Api(
+        key=17,
+        name="SaslHandshake",
+        request=SaslHandshakeRequest,
+        versions=(0, 1),
+        handle=handshake,
+        error_answer=_handshake_error,
+        before_auth=True,
+    ),
+    Api(
+        key=36,
+        name="SaslAuthenticate",
+        request=SaslAuthenticateRequest,
+        versions=(0, 2),
+        handle=authenticate,
+        error_answer=_authenticate_error,
+        before_auth=True,
+    ),
+)
