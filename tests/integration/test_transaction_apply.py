@@ -246,3 +246,46 @@ def test_a_staging_that_fails_after_marking_leaves_no_pending_marker(pulsar):
     else:  # refused: nothing of it left
         assert isinstance(staged, errors.ConcurrentTransactions), staged
         assert answer is None or answer.error is None, answer
+
+
+def test_a_marker_a_failed_staging_left_is_removed_once_its_transaction_cannot_stage_it(pulsar):
+    """The rule a staging whose change failed after its marker applies: the marker
+    stays while its transaction is open (a later staging may still record it), and
+    goes once the transaction is decided without it; a marker of a partition the
+    transaction did stage is left to its decision."""
+    tid, group, source, topic = uniq("tx"), uniq("g"), uniq("src"), uniq("a")
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        runtime = Runtime(settings(pulsar))
+        await runtime.start()
+        try:
+            c = runtime.transactions
+            ids = await c.init_producer_id(InitProducerId(tid))
+            pid, epoch = ids.producer_id, ids.producer_epoch
+            kb = KafkaBatch(topic, 0, pid, epoch, 0, 0, (rec(b"x"),))
+            await c.produce(tid, [kb], time.monotonic() + 30)
+            staged = (TxnOffset(source, 1, 7),)
+            await c.stage_offsets(StageOffsets(tid, pid, epoch, group, staged))
+            leaked = [(source, 0), (source, 1)]
+            await runtime.offsets.mark_pending(group, leaked, tid, 1)
+            await c._unmark(tid, group, leaked, [1])
+            while_open = await fetch(runtime, group, source)
+            await c.end(EndTxn(tid, pid, epoch, commit=True))
+
+            async def complete() -> bool:
+                txn = await c.describe(tid)
+                return txn is not None and txn.state is TxnState.COMPLETE_COMMIT
+
+            await until("the commit to complete", complete)
+            await c._unmark(tid, group, leaked, [1])
+            answers = await runtime.offsets.fetch(group, require_stable=True)
+            by_partition = {a.partition: a for a in answers if a.topic == source}
+            return while_open, by_partition.get(0), by_partition.get(1)
+        finally:
+            await runtime.close()
+
+    while_open, zero, one = asyncio.run(scenario())
+    assert isinstance(while_open.error, errors.UnstableOffsetCommit)  # kept while open
+    assert zero is None or zero.error is None, zero  # removed once decided without it
+    assert one is not None
+    assert (one.offset, one.error) == (7, None)  # staged: its decision applied it

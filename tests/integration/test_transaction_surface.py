@@ -190,3 +190,28 @@ def test_an_exhausted_epoch_moves_the_id_to_a_new_producer_id(pulsar):
         assert isinstance(answer.error, errors.InvalidProducerIdMapping)
 
     run(pulsar, scenario)
+
+
+def test_pending_is_live_while_its_transaction_may_stage_and_not_once_it_ended(pulsar):
+    """What the group store's leak sweep asks about a pending-offset marker."""
+    tid = uniq("tx")
+
+    async def scenario(runtime: Runtime) -> None:
+        c = runtime.transactions
+        now = int(time.time() * 1000)
+        assert not await c.pending_is_live(uniq("nobody"), 1, now)
+        ids = await c.init_producer_id(InitProducerId(tid))
+        pid, epoch = ids.producer_id, ids.producer_epoch
+        # not begun yet: a staging may be between its marker and its change
+        assert await c.pending_is_live(tid, 1, now)
+        assert not await c.pending_is_live(tid, 1, now - c.settings.max_timeout_ms - 1)
+        await c.add_offsets(tid, pid, epoch, "g")
+        assert await c.pending_is_live(tid, 1, now)
+        await c.end(EndTxn(tid, pid, epoch, commit=False))
+        await until_state(runtime, tid, TxnState.COMPLETE_ABORT)
+        assert not await c.pending_is_live(tid, 1, now)
+        await c.add_offsets(tid, pid, epoch, "g")
+        assert not await c.pending_is_live(tid, 1, now)  # superseded by transaction 2
+        assert await c.pending_is_live(tid, 2, now)
+
+    run(pulsar, scenario)
