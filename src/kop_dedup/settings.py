@@ -138,6 +138,11 @@ class Settings(BaseSettings):
     """Memory for the local copy of journaled transactional batches, which commits copy
     from; past it the oldest transactions are evicted and their commits read the journal
     back (slower, same result). 0: always read the journal."""
+    txn_local_copy_max_transactions: int = Field(default=10_000, ge=1)
+    """Transactions the local copy keeps at most (the least recently used evicted)."""
+    txn_remembered_partitions: int = Field(default=10_000, ge=1)
+    """Data partitions whose journal and latest positions a sidecar remembers (the least
+    recently used forgotten: asked of the broker again when needed)."""
 
     group_session_timeout_ms: int = Field(default=30_000, ge=100)
     """A group's default sessionTimeoutMs (PUT /v1/groups/{id} sets its own)."""
@@ -154,6 +159,9 @@ class Settings(BaseSettings):
     group_metrics_max_series: int = Field(default=1_000, ge=1, le=100_000)
     """Group partition rows exported one by one in /metrics (the most lagging first);
     the others are summed under group="~other"."""
+    group_retention_check_interval_ms: int = Field(default=60_000, ge=10)
+    """How often the owner of a groups partition looks for pending-offset markers whose
+    transaction ended without removing them."""
     group_pull_answer_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between recording a pull and answering it."""
     max_pull_records: int = Field(default=10_000, ge=1, le=100_000)

@@ -656,9 +656,9 @@ def test_a_transaction_copied_before_the_oldest_decision_kept_is_checked_by_its_
         "publish_time timestamp",
     )
     decisions = spark.createDataFrame(
-        [("other", 1, "COMMIT", 3_000, "elsewhere", 0, 4)],
-        "txn_id string, txn_ordinal long, decision string, at long, topic string, "
-        "partition int, records long",
+        [("other", 99, 1, "COMMIT", 3_000, "elsewhere", 0, 4)],
+        "txn_id string, producer_id long, txn_ordinal long, decision string, at long, "
+        "topic string, partition int, records long",
     )
     summary = check_transactions(records, decisions, {"t"}, source="decisions")
     assert summary.decision_expired == 2

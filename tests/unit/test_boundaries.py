@@ -144,7 +144,6 @@ OVERSIZED = {
     # being split on their own branches (issue 17, "Shape"); an entry whose module is
     # back under the limit fails the test below, so this list only shrinks
     "kop_dedup/coordination/groups/coordinator.py",
-    "kop_dedup/coordination/transactions/coordinator.py",
 }
 
 

@@ -289,3 +289,22 @@ def test_string_lengths_are_the_schemas(where, field, limit):
         raw = _set(json.loads(VALID), where, field, "é" * length)  # characters, not bytes
         assert (fast(raw) is not None) is accepted, length
         assert whole(raw) == reference(raw)
+
+
+def test_a_transaction_token_comes_with_its_transactional_id_on_both_decoders():
+    good = json.loads(VALID)
+    with_id = json.dumps({**good, "transactionalId": "app", "transactionToken": "t1"}).encode()
+    _, _, txn = decode(with_id)
+    assert txn is not None
+    assert (txn.transactional_id, txn.token) == ("app", "t1")
+    alone = json.dumps({**good, "transactionToken": "t1"}).encode()
+    with pytest.raises(InvalidBody) as refused:
+        decode(alone)
+    assert refused.value.problems[0]["loc"] == ("body", "transactionToken")
+    # the slow path (a body the fast decoder refuses) says the same
+    slow = json.dumps({**good, "transactionToken": "t1", "timeoutMs": 1.5}).encode()
+    with pytest.raises(InvalidBody):
+        decode(slow)
+    too_long = json.dumps({**good, "transactionalId": "app", "transactionToken": "x" * 257})
+    with pytest.raises(InvalidBody):
+        decode(too_long.encode())

@@ -203,13 +203,18 @@ class PulsarProducer:
         return int(self._producer.last_sequence_id())
 
     def send_batch(  # noqa: C901, PLR0912 - one loop on the hot path: no call per record
-        self, batch: KafkaBatch, sequence_id: int, extra: Mapping[str, str] | None = None
+        self,
+        batch: KafkaBatch,
+        sequence_id: int,
+        extra: Mapping[str, str] | None = None,
+        head: Mapping[str, str] | None = None,
     ) -> asyncio.Future[BatchReceipt]:
         """Enqueue every record and flush, in one loop step; the future answers the batch.
 
         ``sequence_id`` is the entry's Pulsar sequence id (that of the batch's last
         record), set on every record; ignored for non-idempotent batches. ``extra``
-        properties go on every record (a transaction's markers). Raises
+        properties go on every record, ``head`` ones on the first only (a transaction's
+        markers: what names the transaction, and what it says once per batch). Raises
         :class:`~kop_dedup.pulsar.failures.SendFailed` when the client refuses the
         first record (nothing was enqueued) and :class:`PartialBatch` when it refuses
         the last after the first was taken; the future fails when the entry fails.
@@ -264,6 +269,8 @@ class PulsarProducer:
             if idempotent:
                 props[PROP_SEQUENCE] = str((base + i) % SEQ_MODULUS)
                 builder.sequence_id(sequence_id)
+            if i == 0 and head:
+                props.update(head)
             builder.properties(props)
             if i == last:
                 callback = waiter.on_last

@@ -319,7 +319,7 @@ def check(
         .agg(
             F.count("*").alias("copies"),
             F.collect_list("message_id").alias("message_ids"),
-            F.max(F.col("txn_id").isNotNull().cast("int")).alias("transactional"),
+            F.max(F.col("txn_ordinal").isNotNull().cast("int")).alias("transactional"),
         )
         .cache()
     )

@@ -1,17 +1,19 @@
 """The transactional half of the audit: committed = wholly visible once, aborted = invisible.
 
 A committed transaction's records are copied into the data topics with markers (see
-:mod:`kop_dedup.coordination.transactions.copier`): the transactional id and ordinal
-that name the transaction, the batch's index, the transaction's record count in that
-partition and its partition count. The coordinator also appends every decision, keyed
-``<transactionalId>/<ordinal>``, as JSON to ``<tenant>/<system namespace>/
+:mod:`kop_dedup.coordination.transactions.copier`): every record carries the
+transaction's ordinal, which with its producer id (one transactional id's alone) names
+the transaction; the first record of each batch (a batch is stored whole or not at all)
+also carries the transactional id, the batch's index, the transaction's record count in
+that partition and its partition count. The coordinator also appends every decision,
+keyed ``<transactionalId>/<ordinal>``, as JSON to ``<tenant>/<system namespace>/
 transaction-decisions`` (written once the decision is applied, before CompleteCommit).
 
 >>> decisions = read_decisions(spark, service_url=..., admin_url=...)  # None: no topic
 >>> summary = check_transactions(records, decisions, topics={"orders"})
 >>> summary.incomplete, summary.aborted_visible, summary.undecided_visible
 
-What is checked, per transaction (id, ordinal) that touches an audited topic:
+What is checked, per transaction (producer id, ordinal) that touches an audited topic:
 
 * every audited partition holds exactly its records, counted once (distinct
   idempotence keys, so a duplicated copy is a duplicate, not an incomplete
@@ -66,7 +68,8 @@ DECISIONS_TOPIC = "transaction-decisions"
 """The decisions topic's name in the system namespace (as kop_dedup.runtime names it)."""
 
 TXN_COLUMNS = ["txn_id", "txn_ordinal", "txn_batch", "txn_records", "txn_partitions"]
-IDS = ["txn_id", "txn_ordinal"]
+IDS = ["producer_id", "txn_ordinal"]
+"""What names a transaction: its producer id (one transactional id's) and ordinal."""
 _EXAMPLES = 10
 
 _DECISION_SCHEMA = (
@@ -154,14 +157,16 @@ def read_decisions(
         raw.select(doc.alias("d"))
         .where(F.col("d.transactionalId").isNotNull() & F.col("d.ordinal").isNotNull())
         .select(
-            F.col("d.transactionalId").alias("txn_id"),
+            F.col("d.producerId").alias("producer_id"),
             F.col("d.ordinal").alias("txn_ordinal"),
+            F.col("d.transactionalId").alias("txn_id"),
             F.col("d.decision").alias("decision"),
             F.col("d.at").alias("at"),
             F.explode_outer("d.partitions").alias("p"),
         )
         .select(
             *IDS,
+            "txn_id",
             "decision",
             "at",
             F.col("p.topic").alias("topic"),
@@ -178,9 +183,10 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     parts = (
-        records.where(F.col("txn_id").isNotNull())
+        records.where(F.col("txn_ordinal").isNotNull())
         .groupBy(*IDS, "topic", "partition")
         .agg(
+            F.first("txn_id", ignorenulls=True).alias("txn_id"),
             F.count("*").alias("rows"),
             F.countDistinct("producer_id", "epoch", "sequence").alias("visible"),
             F.max("txn_records").alias("marked_records"),
@@ -200,6 +206,7 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
         )
     audited = F.col("topic").isin(sorted(topics))
     per_txn = decisions.groupBy(*IDS).agg(
+        F.first("txn_id", ignorenulls=True).alias("decided_id"),
         F.first("decision", ignorenulls=True).alias("decision"),
         F.count("topic").alias("decided_partitions"),
         F.sum(F.when(audited, 1).otherwise(0)).alias("decided_audited"),
@@ -214,6 +221,8 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
         parts.join(decided, [*IDS, "topic", "partition"], "full_outer")
         .join(per_txn, IDS, "left")
         .crossJoin(horizon)
+        .withColumn("txn_id", F.coalesce(F.col("decided_id"), F.col("txn_id")))
+        .drop("decided_id")
     )
 
 
@@ -236,6 +245,7 @@ def check_transactions(
     )
     parts = _per_partition(records, decisions, topics).select(
         *IDS,
+        "txn_id",
         "topic",
         "partition",
         "decision",
@@ -252,6 +262,7 @@ def check_transactions(
         "horizon",
     )
     txns = parts.groupBy(*IDS).agg(
+        F.first("txn_id", ignorenulls=True).alias("txn_id"),
         F.first("decision", ignorenulls=True).alias("decision"),
         F.sum("rows").alias("rows"),
         F.sum("visible").alias("visible"),
@@ -303,6 +314,7 @@ def check_transactions(
     names = {kind: kind.replace("-", "_") for kind in kinds}
     flags = txns.select(
         *IDS,
+        "txn_id",
         "decision",
         "rows",
         "visible",
@@ -324,7 +336,7 @@ def check_transactions(
     w = Window.partitionBy("kind").orderBy(*IDS)
     flagged = any(row[c] for c in names.values())
     examples = (
-        flags.select(kind.alias("kind"), *IDS, "decision", "visible", "partitions")
+        flags.select(kind.alias("kind"), *IDS, "txn_id", "decision", "visible", "partitions")
         .withColumn("n", F.row_number().over(w))
         .where(F.col("n") <= _EXAMPLES)
         .orderBy("kind", *IDS)
@@ -344,6 +356,7 @@ def check_transactions(
             {
                 "kind": r["kind"],
                 "transactionalId": r["txn_id"],
+                "producerId": r["producer_id"],
                 "ordinal": r["txn_ordinal"],
                 "decision": r["decision"],
                 "visible": r["visible"],

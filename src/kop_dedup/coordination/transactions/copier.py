@@ -10,9 +10,21 @@ name is per producer id and epoch, not per transaction, because the broker remem
 most ``brokerDeduplicationMaxNumberOfProducers`` names per topic.
 
 Each copied record keeps the original's properties (producer id, epoch, sequence, key,
-headers, timestamp) and gains the transaction's markers: its id and ordinal, the
-batch's index in it, the transaction's record count in this partition and its
-partition count, which is what the audit checks a transaction against.
+headers, timestamp) and gains the transaction's ordinal, which with its producer id
+names the transaction; the first record of each batch also carries the transactional
+id, the batch's index, the transaction's record count in this partition and its
+partition count (what the audit checks a transaction against; once per batch, since a
+batch entry is stored whole or not at all). :func:`copy_overhead` is what a copy adds
+to a batch's entry: the produce path refuses a batch whose copy could not be stored.
+
+**Every batch verified.** A batch counts as copied only when this copy stored it (a
+receipt) or the data partition shows it (read after the decision's data start): the
+copy producer's high-water mark, or a -1/-1 receipt, says only that *some* later batch
+of the name was stored, and a batch that failed (the broker refused its entry) can sit
+below a later one that did not. Such a batch is copied again through a repair producer
+of its own (``<prefix>-txn-<pid>-<epoch>-r<ordinal>``, sequence id = index + 1, one
+batch at a time), so :meth:`Copier.copy` returns only once every batch of the
+partition is in it.
 
 Copy producers stay open between transactions (closed after ``idle_s`` unused, when
 this sidecar loses the log partition of the transactional id that used them, or when
@@ -38,11 +50,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from kop_dedup import errors
 from kop_dedup.coordination.transactions.journal import (
+    NUMBER_BYTES,
     PROP_TXN_ID,
     PROP_TXN_ORDINAL,
     PROP_TXN_PARTITIONS,
     PROP_TXN_RECORDS,
+    PROPERTY_BYTES,
     Journal,
 )
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
@@ -53,13 +68,15 @@ from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import BatchReceipt, Publisher, PulsarProducer
 from kop_dedup.pulsar.tables import PulsarClient
+from kop_dedup.pulsar.wire import PROP_PRODUCER_ID
 
-__all__ = ["PROP_TXN_BATCH", "Copier"]
+__all__ = ["PROP_TXN_BATCH", "Copier", "copy_overhead"]
 
 log = logging.getLogger(__name__)
 
 PROP_TXN_BATCH = "kafka.txn.batch"
-"""On a copied record: the index of its batch among the transaction's in this partition."""
+"""On the first record of a copied batch: the batch's index among the transaction's in
+this partition."""
 
 _ORDINAL_SHIFT = 1 << 32
 _MAX_QUEUE = 100_000
@@ -72,6 +89,30 @@ CopyStateLost = Callable[[Transaction, Partition, int], None]
 def copy_sequence_id(ordinal: int, index: int) -> int:
     """The Pulsar sequence id of the copy of a transaction's ``index``-th batch."""
     return ordinal * _ORDINAL_SHIFT + index + 1
+
+
+def copy_overhead(transactional_id: str, records: int) -> int:
+    """Bytes the copy of a batch of ``records`` records adds to what the batch's own
+    entry holds (:func:`kop_dedup.pulsar.wire.entry_size_bound`): the ordinal on every
+    record, the transaction's facts on the first."""
+    per_record = len(PROP_TXN_ORDINAL) + NUMBER_BYTES + PROPERTY_BYTES
+    head = len(PROP_TXN_ID) + len(transactional_id.encode()) + PROPERTY_BYTES
+    head += sum(
+        len(k) + NUMBER_BYTES + PROPERTY_BYTES
+        for k in (PROP_TXN_BATCH, PROP_TXN_RECORDS, PROP_TXN_PARTITIONS)
+    )
+    return records * per_record + head
+
+
+async def _outcome(future: asyncio.Future[BatchReceipt]) -> BatchReceipt | BaseException:
+    try:
+        return await future
+    except Exception as exc:
+        return exc
+
+
+class CopyIncomplete(errors.KafkaStorageError):
+    """A batch of the copy is not in the data partition yet (copied again next time)."""
 
 
 @dataclass(slots=True)
@@ -111,8 +152,10 @@ class Copier:
         """Copy producers created (reused ones are not counted again)."""
 
     def _picks(self, txn: Transaction) -> Callable[[Mapping[str, str]], bool]:
-        tid, ordinal = txn.transactional_id, str(txn.ordinal)
-        return lambda p: p.get(PROP_TXN_ID) == tid and p.get(PROP_TXN_ORDINAL) == ordinal
+        """Whether a journaled or copied record is the transaction's: its producer id
+        (one transactional id's alone) and ordinal."""
+        pid, ordinal = str(txn.producer_id), str(txn.ordinal)
+        return lambda p: p.get(PROP_PRODUCER_ID) == pid and p.get(PROP_TXN_ORDINAL) == ordinal
 
     async def journaled(self, txn: Transaction, part: Partition) -> list[StoredBatch]:
         """The transaction's batches in the partition's journal, in order."""
@@ -204,30 +247,109 @@ class Copier:
             present = await self._already_copied(txn, part)
             if present:
                 self._on_state_lost(txn, part, len(present))
-        extra = {
-            PROP_TXN_ID: txn.transactional_id,
-            PROP_TXN_ORDINAL: str(txn.ordinal),
-            PROP_TXN_RECORDS: str(total),
-            PROP_TXN_PARTITIONS: str(len(txn.partitions)),
-        }
-        pending: list[asyncio.Future[BatchReceipt]] = []
-        receipts: list[BatchReceipt] = []
-        highest = last
-        for index, batch in enumerate(batches):
-            sequence_id = copy_sequence_id(txn.ordinal, index)
-            if sequence_id <= last or index in present:
-                continue
-            while pending and producer.room < len(batch.records):
-                receipts.append(await pending.pop(0))
-            batch_extra = {**extra, PROP_TXN_BATCH: str(index)}
-            pending.append(producer.send_batch(batch, sequence_id, batch_extra))
-            highest = sequence_id
-        receipts.extend(await asyncio.gather(*pending))
-        pooled.last = max(pooled.last, highest)
-        stored = [r for r in receipts if not r.duplicate]
+        finished, unsure, highest = await self._send_all(
+            txn, batches, total, producer, last, present
+        )
+        stored = [r for _, r in finished if isinstance(r, BatchReceipt) and not r.duplicate]
+        unsure.update(i for i, r in finished if isinstance(r, BatchReceipt) and r.duplicate)
         if stored:
             last_receipt = max(stored, key=lambda r: (r.ledger_id, r.entry_id))
             self._journal.note(producer.topic, (last_receipt.ledger_id, last_receipt.entry_id))
+        failure = next((r for _, r in finished if isinstance(r, BaseException)), None)
+        if failure is not None:
+            raise failure
+        pooled.last = max(pooled.last, highest)
+        if unsure:
+            await self._verify(txn, part, batches, total, unsure)
+
+    async def _send_all(
+        self,
+        txn: Transaction,
+        batches: list[KafkaBatch],
+        total: int,
+        producer: PulsarProducer,
+        last: int,
+        present: set[int],
+    ) -> tuple[list[tuple[int, BatchReceipt | BaseException]], set[int], int]:
+        """Send the batches above the mark (nothing more after a failure): (each sent
+        batch's outcome, the batches at or below the mark, the highest sequence id sent)."""
+        pending: list[tuple[int, asyncio.Future[BatchReceipt]]] = []
+        finished: list[tuple[int, BatchReceipt | BaseException]] = []
+        below: set[int] = set()
+        highest = last
+        for index, batch in enumerate(batches):
+            sequence_id = copy_sequence_id(txn.ordinal, index)
+            if index in present:
+                continue
+            if sequence_id <= last:
+                below.add(index)
+                continue
+            while pending and producer.room < len(batch.records):
+                waited, future = pending.pop(0)
+                finished.append((waited, await _outcome(future)))
+            if any(isinstance(r, BaseException) for _, r in finished):
+                break
+            future = producer.send_batch(batch, sequence_id, *self._markers(txn, index, total))
+            pending.append((index, future))
+            highest = sequence_id
+        results = await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
+        finished.extend(zip((i for i, _ in pending), results, strict=True))
+        return finished, below, highest
+
+    @staticmethod
+    def _markers(txn: Transaction, index: int, total: int) -> tuple[dict[str, str], dict[str, str]]:
+        """(on every record, on the batch's first record) of a copied batch."""
+        head = {
+            PROP_TXN_ID: txn.transactional_id,
+            PROP_TXN_BATCH: str(index),
+            PROP_TXN_RECORDS: str(total),
+            PROP_TXN_PARTITIONS: str(len(txn.partitions)),
+        }
+        return {PROP_TXN_ORDINAL: str(txn.ordinal)}, head
+
+    async def _verify(
+        self,
+        txn: Transaction,
+        part: Partition,
+        batches: list[KafkaBatch],
+        total: int,
+        unsure: set[int],
+    ) -> None:
+        """Make sure the batches this send did not store are in the data partition;
+        copy the missing ones again through the repair producer (see the module
+        docstring). Raises :class:`CopyIncomplete` when one is still missing."""
+        missing = sorted(unsure - await self._already_copied(txn, part))
+        if not missing:
+            return
+        head = batches[0]
+        name = f"{self._prefix}-txn-{head.producer_id}-{head.producer_epoch}-r{txn.ordinal}"
+        ptopic = self._naming.partition_topic(part.topic, part.partition)
+        log.error(
+            "transaction %d of %r: %d batches of its copy into %s-%d are missing (a copy "
+            "failed below a later one stored); copying them again through %s",
+            txn.ordinal,
+            txn.transactional_id,
+            len(missing),
+            part.topic,
+            part.partition,
+            name,
+        )
+        producer = await self._create(ptopic, name, _MAX_QUEUE)
+        again = False
+        try:
+            for index in missing:  # one at a time: a failure leaves nothing stored after it
+                batch = batches[index]
+                receipt = await producer.send_batch(
+                    batch, index + 1, *self._markers(txn, index, total)
+                )
+                again = again or receipt.duplicate
+        finally:
+            await producer.close()
+        if again and set(missing) - await self._already_copied(txn, part):
+            raise CopyIncomplete(
+                f"batches of transaction {txn.ordinal} of {txn.transactional_id!r} are not "
+                f"in {part.topic}-{part.partition} yet; copying them again"
+            )
 
     async def _create(self, ptopic: str, name: str, capacity: int) -> PulsarProducer:
         """The copy producer; a name still held elsewhere (a copy by a previous owner
@@ -251,11 +373,15 @@ class Copier:
         return len(self._pool)
 
     async def reap(self) -> None:
-        """Close copy producers unused for ``idle_s``."""
+        """Close copy producers unused for ``idle_s``, and forget the locks of names no
+        copy holds (one whose producer was discarded while its copy held the lock)."""
         cutoff = time.monotonic() - self._idle_s
         for key in [k for k, p in self._pool.items() if p.last_used < cutoff]:
             if not self._locks[key].locked():
                 await self._discard(key)
+        for key in [k for k, lock in self._locks.items() if k not in self._pool]:
+            if not self._locks[key].locked():
+                del self._locks[key]
 
     async def release(self, owner: int) -> None:
         """This sidecar lost log partition ``owner``: close its idle copy producers now,

@@ -20,11 +20,21 @@ from __future__ import annotations
 import logging
 import time
 
+from kop_dedup.bounded import BoundedMap
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
 from kop_dedup.pulsar.entries import Position, encode_position
 from kop_dedup.pulsar.naming import Naming
 
-__all__ = ["PROP_TXN_ID", "PROP_TXN_ORDINAL", "PROP_TXN_PARTITIONS", "PROP_TXN_RECORDS", "Journal"]
+__all__ = [
+    "NUMBER_BYTES",
+    "PROPERTY_BYTES",
+    "PROP_TXN_ID",
+    "PROP_TXN_ORDINAL",
+    "PROP_TXN_PARTITIONS",
+    "PROP_TXN_RECORDS",
+    "Journal",
+    "journal_overhead",
+]
 
 log = logging.getLogger(__name__)
 
@@ -32,23 +42,54 @@ _RECENT_S = 30.0
 """How old a position seen in a receipt may be to serve as a lower bound of a topic's end."""
 
 PROP_TXN_ID = "kafka.txn.id"
+"""The transactional id: on a journal entry, and on the first record of a copied batch."""
 PROP_TXN_ORDINAL = "kafka.txn.ordinal"
-"""The transaction's number for its transactional id: (id, ordinal) names it for good."""
+"""The transaction's number for its transactional id, on every journaled and copied
+record: with the record's producer id (``kafka.producer.id``, one transactional id's
+alone) it names the transaction for good."""
 PROP_TXN_RECORDS = "kafka.txn.records"
-"""On a copied record: the transaction's records in this partition (the audit counts them)."""
+"""On the first record of a copied batch: the transaction's records in this partition
+(the audit counts them)."""
 PROP_TXN_PARTITIONS = "kafka.txn.partitions"
-"""On a copied record: how many partitions the transaction wrote to."""
+"""On the first record of a copied batch: how many partitions the transaction wrote to."""
+
+PROPERTY_BYTES = 16
+"""What one Pulsar message property costs besides its key and value (protobuf framing)."""
+NUMBER_BYTES = 20
+"""The longest decimal text of a property holding a number."""
+
+
+def journal_overhead(transactional_id: str, records: int, *, whole: bool) -> int:
+    """Bytes a journal entry of ``records`` records adds to what the batch's own entry
+    holds (:func:`kop_dedup.pulsar.wire.entry_size_bound`): the transaction's id and
+    ordinal, once for a whole-batch entry, else on every record."""
+    per = (
+        len(PROP_TXN_ID)
+        + len(transactional_id.encode())
+        + len(PROP_TXN_ORDINAL)
+        + NUMBER_BYTES
+        + 2 * PROPERTY_BYTES
+    )
+    return per if whole else per * records
 
 
 class Journal:
     def __init__(
-        self, admin: PulsarAdmin, naming: Naming, system_namespace: str, *, retention_minutes: int
+        self,
+        admin: PulsarAdmin,
+        naming: Naming,
+        system_namespace: str,
+        *,
+        retention_minutes: int,
+        remembered: int = 10_000,
     ) -> None:
         self._admin, self._naming = admin, naming
         self._base = f"persistent://{system_namespace}"
         self._retention = retention_minutes
-        self._ready: set[tuple[str, int]] = set()
-        self._seen: dict[str, tuple[Position, float]] = {}
+        self._ready: BoundedMap[tuple[str, int], None] = BoundedMap(remembered)
+        """Journals created (with their retention) by this sidecar, the latest ``remembered``."""
+        self._seen: BoundedMap[str, tuple[Position, float]] = BoundedMap(remembered)
+        """The last position a receipt showed per topic, and when (the latest ``remembered``)."""
 
     def topic(self, topic: str, partition: int) -> str:
         """The journal's partitioned topic for a Kafka topic and partition."""
@@ -67,7 +108,7 @@ class Journal:
             await self._admin.set_topic_retention(journal, self._retention)
         except AdminError as exc:  # topic-level policies off: the namespace's retention holds
             log.warning("could not set the retention of %s: %s", journal, exc)
-        self._ready.add((topic, partition))
+        self._ready[topic, partition] = None
 
     def note(self, ptopic: str, position: Position) -> None:
         """A receipt: ``ptopic`` (a journal or data partition topic) holds ``position``."""

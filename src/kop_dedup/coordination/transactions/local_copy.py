@@ -12,8 +12,11 @@ it; a duplicate this copy does not hold was stored earlier). An entry that is mi
 reads the journal instead: batches are only ever added to an open entry, so a
 partition evicted half-way cannot look complete later.
 
-Memory is bounded in bytes (``KOP_DEDUP_TXN_LOCAL_COPY_MAX_BYTES``): past the bound the
-oldest transactions are evicted whole. 0 keeps nothing (every copy reads the journal).
+Memory is bounded in bytes (``KOP_DEDUP_TXN_LOCAL_COPY_MAX_BYTES``) and in transactions
+(``KOP_DEDUP_TXN_LOCAL_COPY_MAX_TRANSACTIONS``): past either bound the least recently
+used transactions are evicted whole. 0 bytes keeps nothing (every copy reads the
+journal). An entry is dropped when this sidecar completes its transaction, and by the
+coordinator's sweep once the log shows it complete elsewhere (:meth:`LocalCopy.kept`).
 
 >>> from kop_dedup.protocol.records import KafkaBatch, rec
 >>> local = LocalCopy(max_bytes=1 << 20)
@@ -25,6 +28,7 @@ oldest transactions are evicted whole. 0 keeps nothing (every copy reads the jou
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -55,20 +59,22 @@ class _Part:
 class _Txn:
     parts: dict[PartKey, _Part] = field(default_factory=dict)
     size: int = 0
+    opened: float = field(default_factory=time.monotonic)
 
 
 class LocalCopy:
     """The batches this sidecar journaled, per transaction and data partition."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, max_transactions: int = 10_000) -> None:
         self.max_bytes = max_bytes
+        self.max_transactions = max_transactions
         self.bytes = 0
         self.hits = 0
         """Copies served from memory."""
         self.misses = 0
         """Copies that had to read the journal (no complete local copy)."""
         self.evicted = 0
-        """Transactions evicted under the memory bound."""
+        """Transactions evicted under the bounds."""
         self._txns: OrderedDict[tuple[str, int], _Txn] = OrderedDict()
 
     def open(self, transactional_id: str, ordinal: int, part: PartKey) -> None:
@@ -77,6 +83,8 @@ class LocalCopy:
             return
         txn = self._txns.setdefault((transactional_id, ordinal), _Txn())
         txn.parts.setdefault(part, _Part())
+        self._txns.move_to_end((transactional_id, ordinal))
+        self._bound()
 
     def add(
         self, transactional_id: str, ordinal: int, batch: KafkaBatch, position: Position
@@ -92,7 +100,12 @@ class LocalCopy:
         txn.size += cost
         self.bytes += cost
         self._txns.move_to_end((transactional_id, ordinal))
-        while self.bytes > self.max_bytes and self._txns:
+        self._bound()
+
+    def _bound(self) -> None:
+        while self._txns and (
+            self.bytes > self.max_bytes or len(self._txns) > self.max_transactions
+        ):
             _, victim = self._txns.popitem(last=False)
             self.bytes -= victim.size
             self.evicted += 1
@@ -126,6 +139,11 @@ class LocalCopy:
         if entry is None:
             return None
         return sorted(entry.batches, key=lambda pb: pb[0])
+
+    def kept(self, older_than_s: float) -> list[tuple[str, int]]:
+        """(transactional id, ordinal) of the transactions kept at least that long."""
+        cutoff = time.monotonic() - older_than_s
+        return [k for k, t in self._txns.items() if t.opened <= cutoff]
 
     def drop(self, transactional_id: str, ordinal: int) -> None:
         """The transaction is complete: forget its batches."""

@@ -1,0 +1,220 @@
+"""A committed transaction is visible whole, or its batch is refused whole at produce:
+what a copy writes into a data partition is sized at produce, and a copy that failed
+is never skipped by the copy producer's high-water mark (real broker)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from kop_dedup import errors
+from tests.helpers import b64, delete_namespace, read_all, uniq, wait_until
+from tests.sidecar import ThreadSidecar
+
+pytestmark = pytest.mark.integration
+
+NS = "persistent://public/kafka"
+
+
+@pytest.fixture(scope="module")
+def limits_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
+    with ThreadSidecar(pulsar, txn_sweep_interval_ms=100) as sc:
+        yield sc
+
+
+def post(api: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = api.post(path, json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def init(api: httpx.Client, tid: str) -> tuple[int, int]:
+    body = post(api, "/v1/init-producer-id", {"transactionalId": tid})
+    assert body["errorCode"] == 0, body
+    return body["producerId"], body["producerEpoch"]
+
+
+def sized_batch(topic: str, pid: int, epoch: int, base: int, n: int, size: int) -> dict[str, Any]:
+    """``n`` records of ``size`` bytes each (the value names its sequence)."""
+    return {
+        "topic": topic,
+        "partition": 0,
+        "producerId": pid,
+        "producerEpoch": epoch,
+        "baseSequence": base,
+        "lastSequence": base + n - 1,
+        "records": [{"value": b64(f"{base + i}:".encode().ljust(size, b"x"))} for i in range(n)],
+    }
+
+
+def state(api: httpx.Client, tid: str) -> str:
+    return str(api.get(f"/v1/transactions/{tid}").json()["state"])
+
+
+def visible(client: Any, topic: str) -> list[int]:
+    """The sequences the visible records name, in topic order."""
+    return [int(m.data().split(b":")[0]) for m in read_all(client, f"{NS}/{topic}-partition-0")]
+
+
+def long_id(length: int) -> str:
+    return uniq("tx").ljust(length, "x")
+
+
+def test_a_commit_of_a_long_transactional_id_is_visible_whole_once(
+    limits_sidecar, pulsar_reader_client
+):
+    """The issue's example: a 3,000-character transactionalId, a batch of 2,000 records
+    of 100 bytes and one of 1 record to the same partition, commit. Each copied record
+    used to carry the id: the first copy outgrew the broker's maxMessageSize, the second
+    was stored, and the retry skipped the first (below the copy producer's high-water
+    mark): CompleteCommit with 1 record of 2,001 visible."""
+    tid, topic = long_id(3000), uniq("a")
+    with httpx.Client(base_url=limits_sidecar.url, timeout=60) as api:
+        pid, epoch = init(api, tid)
+        first = post(
+            api,
+            "/v1/produce",
+            {"transactionalId": tid, "batches": [sized_batch(topic, pid, epoch, 0, 2000, 100)]},
+        )["results"][0]
+        if first["errorCode"] != 0:  # refused whole: the limit named, nothing visible
+            assert first["errorCode"] == 10, first
+            assert "5242880" in first["errorMessage"], first
+            assert post(
+                api,
+                "/v1/end-txn",
+                {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch, "commit": True},
+            )["errorCode"] in {0, 48}
+            assert visible(pulsar_reader_client, topic) == []
+            return
+        second = post(
+            api,
+            "/v1/produce",
+            {"transactionalId": tid, "batches": [sized_batch(topic, pid, epoch, 2000, 1, 100)]},
+        )["results"][0]
+        assert second["errorCode"] == 0, second
+        end = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch, "commit": True}
+        assert post(api, "/v1/end-txn", end)["errorCode"] == 0
+        wait_until("the commit to complete", lambda: state(api, tid) == "CompleteCommit", 60)
+    assert visible(pulsar_reader_client, topic) == list(range(2001))
+
+
+def test_a_batch_whose_copy_could_not_be_stored_is_refused_at_produce_naming_the_limit(
+    pulsar, pulsar_reader_client
+):
+    """The copy of a batch adds the transaction's markers to what the batch's own entry
+    holds: a batch under the limit alone, but not with them, is refused with 10
+    MESSAGE_TOO_LARGE before it is journaled, and the limit is in the message."""
+    tid, topic = long_id(3000), uniq("a")
+    limit = 64 * 1024
+    with (
+        ThreadSidecar(pulsar, pulsar_max_message_bytes=limit, max_batch_bytes=limit) as sc,
+        httpx.Client(base_url=sc.url, timeout=60) as api,
+    ):
+        pid, epoch = init(api, tid)
+        # 150 records of 100 bytes: the batch's own entry is under 60 KB, its copy not
+        big = sized_batch(topic, pid, epoch, 0, 150, 100)
+        answer = post(api, "/v1/produce", {"transactionalId": tid, "batches": [big]})
+        [result] = answer["results"]
+        assert result["errorCode"] == 10, result
+        assert str(limit) in result["errorMessage"], result
+        # nothing was journaled: the same sequences in a smaller batch are the first
+        small = sized_batch(topic, pid, epoch, 0, 20, 100)
+        answer = post(api, "/v1/produce", {"transactionalId": tid, "batches": [small]})
+        assert answer["results"][0]["errorCode"] == 0, answer
+        end = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch, "commit": True}
+        assert post(api, "/v1/end-txn", end)["errorCode"] == 0
+        wait_until("the commit to complete", lambda: state(api, tid) == "CompleteCommit", 60)
+    assert visible(pulsar_reader_client, topic) == list(range(20))
+
+
+def test_a_copy_that_failed_is_never_skipped_by_a_later_one_stored(pulsar, pulsar_reader_client):
+    """A sidecar told the broker takes 8 MiB entries (it takes 5 MiB): the copy of a
+    6 MB batch fails at the broker's limit while the copy of the next batch of the same
+    partition is stored. The transaction must not complete with the first batch missing
+    (the retry used to take the copy producer's high-water mark, past the failed batch,
+    as proof that it was stored)."""
+    namespace = uniq("kop-dedup-limits")
+    tid, topic = uniq("tx"), uniq("a")
+    try:
+        with (
+            ThreadSidecar(
+                pulsar,
+                system_namespace=namespace,
+                pulsar_max_message_bytes=8 * 1024 * 1024,
+                max_batch_bytes=4 * 1024 * 1024,
+                txn_sweep_interval_ms=100,
+            ) as sc,
+            httpx.Client(base_url=sc.url, timeout=60) as api,
+        ):
+            pid, epoch = init(api, tid)
+            # 10,000 records of 400 bytes: a 4 MB journal entry, a 6 MB copy
+            batches = [
+                sized_batch(topic, pid, epoch, 0, 10_000, 400),
+                sized_batch(topic, pid, epoch, 10_000, 1, 400),
+            ]
+            for b in batches:
+                answer = post(api, "/v1/produce", {"transactionalId": tid, "batches": [b]})
+                assert answer["results"][0]["errorCode"] == 0, answer
+            end = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch}
+            assert post(api, "/v1/end-txn", {**end, "commit": True})["errorCode"] == 0
+
+            def settled() -> bool:
+                stats = api.get("/v1/stats").json()["transactions"]
+                return stats.get("applyRetries", 0) >= 3 or state(api, tid) == "CompleteCommit"
+
+            wait_until("the copy to be retried (or the commit to complete)", settled, 60)
+            assert state(api, tid) == "PrepareCommit"  # never completed with records missing
+            assert post(api, "/v1/end-txn", {**end, "commit": True})["errorCode"] == 51
+    finally:
+        delete_namespace(pulsar.admin_url, f"public/{namespace}")
+    assert 0 not in visible(pulsar_reader_client, topic)
+
+
+def test_a_batch_whose_copy_failed_below_a_stored_one_is_copied_again_and_lands_once(
+    pulsar, pulsar_reader_client
+):
+    """The first batch's copy entry is lost (its send fails; injected at the copy
+    producer) while the second batch's is stored: the copy producer's high-water mark
+    passes the first. The commit must still complete whole: the missing batch is found
+    by reading the data partition and copied again through a repair producer."""
+    tid, topic = uniq("tx"), uniq("a")
+    with (
+        ThreadSidecar(pulsar, txn_sweep_interval_ms=100) as sc,
+        httpx.Client(base_url=sc.url, timeout=60) as api,
+    ):
+        publisher = sc.runtime.publisher
+        create, lost = publisher.create, []
+
+        async def create_losing_one(ptopic: str, name: str | None, **kw: Any) -> Any:
+            producer = await create(ptopic, name, **kw)
+            if name and name.startswith(f"{sc.settings.producer_name_prefix}-txn-"):
+                send = producer.send_batch
+
+                def send_batch(batch: Any, sequence_id: int, *args: Any) -> Any:
+                    if lost or batch.base_sequence != 0:
+                        return send(batch, sequence_id, *args)
+                    lost.append(sequence_id)
+                    failed = asyncio.get_running_loop().create_future()
+                    failed.set_exception(errors.KafkaStorageError("entry lost (injected)"))
+                    return failed
+
+                producer.send_batch = send_batch
+            return producer
+
+        publisher.create = create_losing_one
+        pid, epoch = init(api, tid)
+        for b in (
+            sized_batch(topic, pid, epoch, 0, 3, 10),
+            sized_batch(topic, pid, epoch, 3, 2, 10),
+        ):
+            answer = post(api, "/v1/produce", {"transactionalId": tid, "batches": [b]})
+            assert answer["results"][0]["errorCode"] == 0, answer
+        end = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch, "commit": True}
+        assert post(api, "/v1/end-txn", end)["errorCode"] == 0
+        wait_until("the commit to complete", lambda: state(api, tid) == "CompleteCommit", 60)
+        assert len(lost) == 1
+    assert sorted(visible(pulsar_reader_client, topic)) == list(range(5))  # each once
