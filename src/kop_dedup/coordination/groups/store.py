@@ -39,7 +39,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from kop_dedup import errors
@@ -125,6 +125,11 @@ class GroupStore:
         owner need not send deliveries again) within ``timeout_s``, then close."""
         await self._clean.mark_all(timeout_s)
         await self.parts.close()
+
+    def unclean(self, p: int) -> None:
+        """A pull recorded on ``p`` was not answered and could not be put back: this
+        sidecar must not mark ``p`` closed cleanly (its next owner recovers it)."""
+        self._clean.unclean.add(p)
 
     def on_orphan(self, hook: Callable[[int], Awaitable[None]]) -> None:
         """Run ``hook(partition)`` as the new owner of a partition whose previous owner
@@ -295,6 +300,16 @@ class GroupStore:
         self._send(p, self.parts.write(p, k, json.dumps(doc, separators=(",", ":")).encode()))
         self._view.put(p, k, doc)
         return doc
+
+    async def write_all(self, p: int, writes: Sequence[tuple[str, Doc]]) -> list[Doc]:
+        """Store several keys in one change (as the owner, inside :meth:`owned`), each
+        at most once: every write is on its way when this returns, and the state writer
+        batches what is sent together, so :meth:`owned` waits about one round trip to
+        the broker for all of them instead of one per key. What was written, in order."""
+        keys = [k for k, _ in writes]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"a key written twice at once: {keys}")
+        return [await self.write(p, k, doc) for k, doc in writes]
 
     async def remove(self, p: int, k: str) -> None:
         """Remove a key (as the owner, inside :meth:`owned`)."""
