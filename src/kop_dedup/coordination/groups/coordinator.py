@@ -55,7 +55,7 @@ from kop_dedup.pulsar.naming import Naming, validate_topic
 from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.tables import PulsarClient
 
-__all__ = ["GroupCoordinator", "GroupSettings"]
+__all__ = ["GroupCoordinator", "GroupSettings", "StaleMember"]
 
 log = logging.getLogger(__name__)
 
