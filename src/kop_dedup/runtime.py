@@ -263,7 +263,7 @@ class Runtime:
         """A stop was asked for (SIGTERM): the shutdown budget starts now; nothing new
         is taken, long polls answer what they have."""
         if self._stopping_at is None:
-            self._stopping_at = time.monotonic()
+            self._stopping_at = _clock()
         self.service.begin_shutdown()
         self.groups.begin_shutdown()
 
@@ -274,7 +274,7 @@ class Runtime:
         budget = total - min(_EXIT_MARGIN_S, 0.1 * total)
         if self._stopping_at is None:
             return budget
-        return max(0.0, self._stopping_at + budget - time.monotonic())
+        return max(0.0, self._stopping_at + budget - _clock())
 
     async def close(self) -> None:
         """Stop every part within what is left of ``shutdown_timeout_ms``, whatever the
@@ -284,12 +284,12 @@ class Runtime:
         when it was answered); a coordinator partition that could not be marked closed
         cleanly is recovered by its next owner (uncommitted deliveries come again)."""
         self.begin_shutdown()
-        deadline = time.monotonic() + self.shutdown_left_s()
+        deadline = _clock() + self.shutdown_left_s()
 
         async def groups() -> None:
             await self.groups.close()
             # half of what is left to mark the partitions clean: the rest closes after
-            await self.offsets.close(timeout_s=0.5 * (deadline - time.monotonic()))
+            await self.offsets.close(timeout_s=0.5 * (deadline - _clock()))
 
         phases: list[list[tuple[str, Callable[[], Awaitable[None]]]]] = [
             [("transactions", self.transactions.close), ("consumer groups", groups)],
@@ -301,12 +301,17 @@ class Runtime:
             await _within(deadline, phase, self.settings.shutdown_timeout_ms)
 
 
+def _clock() -> float:
+    """The event loop's clock (monotonic): the shutdown budget's."""
+    return asyncio.get_running_loop().time()
+
+
 async def _within(
     deadline: float, parts: list[tuple[str, Callable[[], Awaitable[None]]]], budget_ms: int
 ) -> None:
     """Close ``parts`` at once, abandoning those still closing at ``deadline``."""
     tasks = {asyncio.ensure_future(close()): name for name, close in parts}
-    done, late = await asyncio.wait(tasks, timeout=max(deadline - time.monotonic(), _LAST_CHANCE_S))
+    done, late = await asyncio.wait(tasks, timeout=max(deadline - _clock(), _LAST_CHANCE_S))
     for task in late:
         task.cancel()
         log.warning(
