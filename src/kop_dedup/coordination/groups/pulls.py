@@ -336,8 +336,8 @@ class Pulls:
         """Whether this sidecar has seen the group move since the plan (a rebalance or a
         reset made here): a long poll stops waiting then. The owner's check when
         recording is the one that counts."""
-        group = self._groups.group(group_id)
-        if group is None or group.generation != planned.generation:
+        doc = self._groups.store.doc(group_id, "g")  # every 20 ms of a long poll: not parsed
+        if doc is None or int(doc["generation"]) != planned.generation:
             return True
         return any(self._reset_seen(group_id, member, plan.tp) != plan.reset_seen for plan in plans)
 
