@@ -6,7 +6,7 @@ import json
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import pytest
@@ -222,6 +222,12 @@ class PullInFlight:
     def hang_up(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()  # closed already when answered or hung up
+
     def result(self) -> dict[str, Any]:
         raw = b""
         while chunk := self.sock.recv(65536):
@@ -255,18 +261,18 @@ def test_an_empty_commit_racing_the_next_pull_commits_only_what_was_answered(pul
         configure(api, group)
         member = join(api, group, [topic])["memberId"]
         assert offsets(pull(api, group, member, 10)) == list(range(10))
-        racing = PullInFlight(sc.url, group, member, 10)
-        poll("the next pull to be recorded", lambda: recorded(api, group, topic, 20))
-        done = commit(api, group, member)
-        assert done.json()["committed"] == [{"topic": topic, "partition": 0, "offset": 10}]
-        if client == "waits for it":
-            assert offsets(racing.result()) == list(range(10, 20))
-            assert commit(api, group, member).json()["committed"][0]["offset"] == 20
-        else:
-            racing.hang_up()
-            poll("the pull to be put back", lambda: recorded(api, group, topic, 10))
-            assert committed(api, group, topic) == 10
-            assert offsets(pull(api, group, member, 10)) == list(range(10, 20))
+        with PullInFlight(sc.url, group, member, 10) as racing:
+            poll("the next pull to be recorded", lambda: recorded(api, group, topic, 20))
+            done = commit(api, group, member)
+            assert done.json()["committed"] == [{"topic": topic, "partition": 0, "offset": 10}]
+            if client == "waits for it":
+                assert offsets(racing.result()) == list(range(10, 20))
+                assert commit(api, group, member).json()["committed"][0]["offset"] == 20
+            else:
+                racing.hang_up()
+                poll("the pull to be put back", lambda: recorded(api, group, topic, 10))
+                assert committed(api, group, topic) == 10
+                assert offsets(pull(api, group, member, 10)) == list(range(10, 20))
 
 
 def test_a_pull_not_answered_is_not_left_committed_by_a_commit_through_another_sidecar(pulsar, g):
@@ -279,11 +285,11 @@ def test_a_pull_not_answered_is_not_left_committed_by_a_commit_through_another_s
     member = join(g, group, [topic])["memberId"]
     assert offsets(pull(g, group, member, 10)) == list(range(10))
     with ThreadSidecar(pulsar, group_pull_answer_delay_ms=6_000) as slow:
-        racing = PullInFlight(slow.url, group, member, 10)
-        poll("the pull to be recorded", lambda: recorded(g, group, topic, 20))
-        assert commit(g, group, member).status_code == 200
-        racing.hang_up()
-        poll("the pull to be put back", lambda: recorded(g, group, topic, 10))
+        with PullInFlight(slow.url, group, member, 10) as racing:
+            poll("the pull to be recorded", lambda: recorded(g, group, topic, 20))
+            assert commit(g, group, member).status_code == 200
+            racing.hang_up()
+            poll("the pull to be put back", lambda: recorded(g, group, topic, 10))
     assert committed(g, group, topic) == 10
     join(g, group, [topic], member=member)  # a rewind: back to the committed offset
     assert offsets(pull(g, group, member, 10)) == list(range(10, 20))
