@@ -8,8 +8,10 @@ registry, and only then lets the API serve.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 
 from kop_dedup.coordination.expiry import Bounds
 from kop_dedup.coordination.groups.coordinator import (
@@ -18,6 +20,7 @@ from kop_dedup.coordination.groups.coordinator import (
     StaleMember,
 )
 from kop_dedup.coordination.groups.lag import GroupLag
+from kop_dedup.coordination.groups.retention import GroupRetention
 from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.registry import Registry, RegistryBounds
 from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator
@@ -39,6 +42,11 @@ from kop_dedup.settings import Settings
 __all__ = ["DeduplicationOff", "Runtime", "registry_bounds", "txn_settings"]
 
 log = logging.getLogger(__name__)
+
+_EXIT_MARGIN_S = 1.0
+"""Of the shutdown budget, what is kept for the process to exit after closing."""
+_LAST_CHANCE_S = 0.05
+"""What a part gets to close once the shutdown budget is spent (a quick close, no wait)."""
 
 
 class DeduplicationOff(RuntimeError):
@@ -142,6 +150,7 @@ class Runtime:
                 cursor_interval_s=settings.group_cursor_interval_ms / 1000,
                 sweep_interval_s=settings.group_sweep_interval_ms / 1000,
                 lag_interval_s=settings.group_lag_interval_ms / 1000,
+                reader_idle_s=settings.group_reader_idle_ms / 1000,
                 default_session_timeout_ms=settings.group_session_timeout_ms,
                 default_broadcast_expire_ms=settings.group_broadcast_expire_ms,
                 max_pull_records=settings.max_pull_records,
@@ -150,6 +159,10 @@ class Runtime:
             ),
         )
         self.group_lag = GroupLag(self.groups, self.admin)
+        self.group_retention = GroupRetention(
+            self.groups, retention_ms=settings.group_retention_ms, forgotten=self.group_lag.forget
+        )
+        self._stopping_at: float | None = None
         journal = Journal(
             self.admin,
             self.naming,
@@ -245,7 +258,7 @@ class Runtime:
             (gs.cursor_interval_s, self.group_lag.follow_cursors, "group-cursors"),
             (
                 s.group_retention_check_interval_ms / 1000,
-                self.offsets.sweep,
+                self.group_retention.sweep,
                 "group-retention",
             ),
         )
@@ -261,11 +274,67 @@ class Runtime:
             return False, f"Pulsar admin unreachable: {exc}"
         return True, "ok"
 
+    def begin_shutdown(self) -> None:
+        """A stop was asked for (SIGTERM): the shutdown budget starts now; nothing new
+        is taken, long polls answer what they have."""
+        if self._stopping_at is None:
+            self._stopping_at = _clock()
+        self.service.begin_shutdown()
+        self.groups.begin_shutdown()
+
+    def shutdown_left_s(self) -> float:
+        """What is left of the shutdown budget for closing (all of it before a stop
+        began), less a margin for the process to exit."""
+        total = self.settings.shutdown_timeout_ms / 1000
+        budget = total - min(_EXIT_MARGIN_S, 0.1 * total)
+        if self._stopping_at is None:
+            return budget
+        return max(0.0, self._stopping_at + budget - _clock())
+
     async def close(self) -> None:
-        await self.transactions.close()
-        await self.groups.close()
-        await self.offsets.close()
-        await self.service.close()
-        await self.registry.close()
-        await self.publisher.close()
-        await self.admin.close()
+        """Stop every part within what is left of ``shutdown_timeout_ms``, whatever the
+        broker does: the parts close in phases (the coordinators, then produce, then the
+        registry, then the clients), each phase within the time left, a part still
+        closing at the end of it abandoned. Nothing acknowledged is lost (it was durable
+        when it was answered); a coordinator partition that could not be marked closed
+        cleanly is recovered by its next owner (uncommitted deliveries come again)."""
+        self.begin_shutdown()
+        deadline = _clock() + self.shutdown_left_s()
+
+        async def groups() -> None:
+            await self.groups.close()
+            # half of what is left to mark the partitions clean: the rest closes after
+            await self.offsets.close(timeout_s=0.5 * (deadline - _clock()))
+
+        phases: list[list[tuple[str, Callable[[], Awaitable[None]]]]] = [
+            [("transactions", self.transactions.close), ("consumer groups", groups)],
+            [("produce", self.service.close)],
+            [("registry", self.registry.close)],
+            [("Pulsar client", self.publisher.close), ("admin client", self.admin.close)],
+        ]
+        for phase in phases:
+            await _within(deadline, phase, self.settings.shutdown_timeout_ms)
+
+
+def _clock() -> float:
+    """The event loop's clock (monotonic): the shutdown budget's."""
+    return asyncio.get_running_loop().time()
+
+
+async def _within(
+    deadline: float, parts: list[tuple[str, Callable[[], Awaitable[None]]]], budget_ms: int
+) -> None:
+    """Close ``parts`` at once, abandoning those still closing at ``deadline``."""
+    tasks = {asyncio.ensure_future(close()): name for name, close in parts}
+    done, late = await asyncio.wait(tasks, timeout=max(deadline - _clock(), _LAST_CHANCE_S))
+    for task in late:
+        task.cancel()
+        log.warning(
+            "stopping: %s did not close within the shutdown timeout (%d ms); left behind "
+            "(the next owner recovers what it had not handed over)",
+            tasks[task],
+            budget_ms,
+        )
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("stopping: closing %s failed: %r", tasks[task], task.exception())

@@ -159,13 +159,27 @@ class Settings(BaseSettings):
     group_metrics_max_series: int = Field(default=1_000, ge=1, le=100_000)
     """Group partition rows exported one by one in /metrics (the most lagging first);
     the others are summed under group="~other"."""
+    group_retention_ms: int = Field(default=7 * 24 * 3_600_000, ge=1_000)
+    """A group with no members, no offsets pending in a transaction and nothing done
+    (no commit, no join or leave, no reset, no pull) for this long is forgotten, its
+    offsets and its Pulsar subscription with it (Kafka's offsets.retention.minutes: 7
+    days)."""
     group_retention_check_interval_ms: int = Field(default=60_000, ge=10)
-    """How often the owner of a groups partition looks for pending-offset markers whose
+    """How often the owner of a groups partition looks for groups past their retention,
+    departed broadcast members past broadcastExpireMs, and pending-offset markers whose
     transaction ended without removing them."""
+    group_reader_idle_ms: int = Field(default=60_000, ge=100)
+    """A member's partition reader kept between pulls closes after this long unused."""
     group_pull_answer_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between recording a pull and answering it."""
     max_pull_records: int = Field(default=10_000, ge=1, le=100_000)
     max_pull_wait_ms: int = Field(default=60_000, ge=0)
+
+    shutdown_timeout_ms: int = Field(default=20_000, ge=100)
+    """A stop (SIGTERM) ends within this long whatever the broker does (under
+    Kubernetes' 30 s grace): requests in flight get this long to finish, then every
+    part closes within what is left. Nothing acknowledged is lost; what could not be
+    handed over cleanly is recovered by the next owner."""
 
     # -- HTTP
     host: str = "127.0.0.1"

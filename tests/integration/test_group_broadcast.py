@@ -156,3 +156,49 @@ def test_a_group_minimum_deleted_by_retention_is_clamped_to_the_earliest_and_the
         # said once: the next pull goes on from there
         assert commit(api, group, first).status_code == 200
         assert pull(api, group, first, 100, wait_ms=0)["clamped"] == []
+
+
+def test_a_second_reset_of_a_partition_for_one_member_keeps_the_first_pending_for_the_others(g):
+    """A reset for every member, then another of the same partition for one member: the
+    others still apply the first (the second does not replace it for them), the one
+    member applies the second; the status lists both."""
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 10)
+    configure(g, group, mode="broadcast")
+    for m in ("a", "b", "c"):
+        join(g, group, [topic], member=m)
+    for m in ("a", "b", "c"):
+        assert offsets(pull(g, group, m, 100)) == list(range(10))
+    for m in ("a", "b", "c"):
+        assert commit(g, group, m).status_code == 200
+    assert g.delete(f"/v1/groups/{group}/members/c").status_code == 200  # c is offline
+    first = g.post(f"/v1/groups/{group}/reset", json={"topic": topic, "to": "offset", "value": 2})
+    assert first.status_code == 200, first.text
+    second = g.post(
+        f"/v1/groups/{group}/reset",
+        json={"topic": topic, "to": "offset", "value": 6, "members": ["a"]},
+    )
+    assert second.status_code == 200, second.text
+    statuses = {
+        (r["epoch"], r["offset"]): r["members"]
+        for r in g.get(f"/v1/groups/{group}/reset").json()["resets"]
+    }
+    assert statuses == {
+        (1, 2): {"b": "pending", "c": "pending"},
+        (2, 6): {"a": "pending"},
+    }
+    b = pull(g, group, "b", 100)
+    assert (b["resetApplied"][0]["offset"], offsets(b)) == (2, list(range(2, 10)))
+    a = pull(g, group, "a", 100)
+    assert (a["resetApplied"][0]["offset"], offsets(a)) == (6, [6, 7, 8, 9])
+    join(g, group, [topic], member="c")
+    c = pull(g, group, "c", 100)
+    assert (c["resetApplied"][0]["offset"], offsets(c)) == (2, list(range(2, 10)))
+    statuses = {
+        (r["epoch"], r["offset"]): r["members"]
+        for r in g.get(f"/v1/groups/{group}/reset").json()["resets"]
+    }
+    assert statuses == {
+        (1, 2): {"b": "applied", "c": "applied"},
+        (2, 6): {"a": "applied"},
+    }

@@ -224,3 +224,39 @@ def test_a_reset_survives_a_sidecar_sigkill_and_is_applied_once_per_member_offli
                 assert status == {"off": "applied", "on": "applied"}
         finally:
             a.stop()
+
+
+def test_a_reset_applied_before_a_crash_is_where_the_next_owner_sends_deliveries_back_to(
+    pulsar, tmp_path
+):
+    """100 records pulled and committed, a reset to the earliest, 10 pulled, and the
+    sidecar that served it all is killed: the next owner sends the uncommitted
+    deliveries back to the reset's target (0), not to the 100 committed before it."""
+    topic, group = uniq("gf"), uniq("g")
+    victim = ProcessSidecar(pulsar, tmp_path, **FAST)
+    with ThreadSidecar(pulsar, **FAST) as other, httpx.Client(base_url=other.url, timeout=60) as b:
+        try:
+            victim.start()
+            with httpx.Client(base_url=victim.url, timeout=60) as api:
+                produce(api, topic, 100, per_batch=10)
+                configure(api, group)
+                join(api, group, [topic], member="m")
+                got: list[int] = []
+                while len(got) < 100:
+                    got += offsets(pull(api, group, "m", 100 - len(got)))
+                assert commit(api, group, "m").json()["committed"][0]["offset"] == 100
+                r = api.post(f"/v1/groups/{group}/reset", json={"topic": topic, "to": "earliest"})
+                assert r.status_code == 200, r.text
+                assert offsets(pull(api, group, "m", 10)) == list(range(10))
+                mine = store_writers(pulsar.admin_url, group)
+                assert mine
+            victim.kill()
+        finally:
+            victim.stop()
+        poll(
+            "the broker to drop the victim's writer",
+            lambda: not mine & store_writers(pulsar.admin_url, group),
+        )
+        again = pull(b, group, "m", 10)
+        assert again["resetApplied"] == []
+        assert offsets(again) == list(range(10))

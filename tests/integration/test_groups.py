@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
+from typing import Any, Self
 
 import httpx
 import pytest
 
 from kop_dedup_tools.topics import create_topic
 from tests.helpers import uniq
-from tests.integration.groups import commit, configure, join, lag, produce, pull, values
+from tests.integration.groups import (
+    commit,
+    configure,
+    join,
+    lag,
+    member_lag,
+    offsets,
+    poll,
+    produce,
+    pull,
+    values,
+)
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -161,3 +175,121 @@ def test_check_member_raises_what_a_stale_members_commit_gets(g, groups_sidecar)
     assert check("nobody", generation - 1) == 25  # the member first, as Kafka checks
     assert check(None, generation + 1) == 22
     assert check("m", None, uniq("none")) == check("m", 0, uniq("none")) == 25  # no such group
+
+
+@pytest.mark.parametrize("mode", ["clustering", "broadcast"])
+def test_inflight_before_the_first_commit_counts_from_where_the_member_started(g, mode):
+    """A fresh group pulls 30 of 100 from earliest: inflight 30, ready 70 (committed and
+    lag stay unknown); one starting at the latest offset counts from there."""
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 100, per_batch=10)
+    configure(g, group, mode=mode)
+    member = join(g, group, [topic])["memberId"]
+    got = 0
+    while got < 30:
+        got += len(pull(g, group, member, 30 - got)["records"])
+    rows = lag(g, group) if mode == "clustering" else member_lag(g, group, member)
+    row = rows[(topic, 0)]
+    assert (row["end"], row["committed"], row["pulled"]) == (100, None, 30)
+    assert (row["ready"], row["inflight"], row["lag"]) == (70, 30, None)
+    assert row["oldestInflightMs"] is not None
+    late = uniq("g")
+    configure(g, late, mode=mode, autoOffsetReset="latest")
+    other = join(g, late, [topic])["memberId"]
+    assert pull(g, late, other, 10, wait_ms=0)["records"] == []
+    produce(g, topic, 4, per_batch=4)
+    assert len(pull(g, late, other, 10)["records"]) == 4
+    rows = lag(g, late) if mode == "clustering" else member_lag(g, late, other)
+    row = rows[(topic, 0)]
+    assert (row["end"], row["pulled"], row["ready"], row["inflight"]) == (104, 104, 0, 4)
+
+
+class PullInFlight:
+    """A pull sent on a raw connection, so the test decides when its client goes away
+    (:meth:`hang_up`) whatever the machine's speed, or reads its answer (:meth:`result`)."""
+
+    def __init__(self, url: str, group: str, member: str, n: int) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"maxRecords": n, "waitMs": 0}).encode()
+        self.sock = socket.create_connection((host, int(port)), timeout=60)
+        self.sock.sendall(
+            f"POST /v1/groups/{group}/members/{member}/pull HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + body
+        )
+
+    def hang_up(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()  # closed already when answered or hung up
+
+    def result(self) -> dict[str, Any]:
+        raw = b""
+        while chunk := self.sock.recv(65536):
+            raw += chunk
+        self.sock.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), raw[:300]
+        return dict(json.loads(body))
+
+
+def committed(api: httpx.Client, group: str, topic: str) -> int:
+    body = api.get(f"/v1/groups/{group}/offsets").json()
+    return {o["topic"]: o["offset"] for o in body["offsets"]}[topic]
+
+
+def recorded(api: httpx.Client, group: str, topic: str, pulled: int) -> bool:
+    return bool(lag(api, group)[(topic, 0)]["pulled"] == pulled)
+
+
+@pytest.mark.parametrize("client", ["waits for it", "goes away"])
+def test_an_empty_commit_racing_the_next_pull_commits_only_what_was_answered(pulsar, client):
+    """The member's next pull is recorded but not answered yet (answers wait 6 s) when
+    its empty-body commit lands: the commit names what the earlier pull answered, and
+    the pull then answers (or, its client gone, its records stay ready)."""
+    topic, group = uniq("gt"), uniq("g")
+    with (
+        ThreadSidecar(pulsar, group_pull_answer_delay_ms=6_000) as sc,
+        httpx.Client(base_url=sc.url, timeout=60) as api,
+    ):
+        produce(api, topic, 20, per_batch=5)
+        configure(api, group)
+        member = join(api, group, [topic])["memberId"]
+        assert offsets(pull(api, group, member, 10)) == list(range(10))
+        with PullInFlight(sc.url, group, member, 10) as racing:
+            poll("the next pull to be recorded", lambda: recorded(api, group, topic, 20))
+            done = commit(api, group, member)
+            assert done.json()["committed"] == [{"topic": topic, "partition": 0, "offset": 10}]
+            if client == "waits for it":
+                assert offsets(racing.result()) == list(range(10, 20))
+                assert commit(api, group, member).json()["committed"][0]["offset"] == 20
+            else:
+                racing.hang_up()
+                poll("the pull to be put back", lambda: recorded(api, group, topic, 10))
+                assert committed(api, group, topic) == 10
+                assert offsets(pull(api, group, member, 10)) == list(range(10, 20))
+
+
+def test_a_pull_not_answered_is_not_left_committed_by_a_commit_through_another_sidecar(pulsar, g):
+    """The same race through two sidecars: the commit through the other sidecar cannot
+    know the pull was not answered; when the pull's client is gone, its records stay
+    ready and the committed offset goes back to what was answered."""
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 20, per_batch=5)
+    configure(g, group)
+    member = join(g, group, [topic])["memberId"]
+    assert offsets(pull(g, group, member, 10)) == list(range(10))
+    with ThreadSidecar(pulsar, group_pull_answer_delay_ms=6_000) as slow:
+        with PullInFlight(slow.url, group, member, 10) as racing:
+            poll("the pull to be recorded", lambda: recorded(g, group, topic, 20))
+            assert commit(g, group, member).status_code == 200
+            racing.hang_up()
+            poll("the pull to be put back", lambda: recorded(g, group, topic, 10))
+    assert committed(g, group, topic) == 10
+    join(g, group, [topic], member=member)  # a rewind: back to the committed offset
+    assert offsets(pull(g, group, member, 10)) == list(range(10, 20))

@@ -3,15 +3,21 @@ producers close, the process exits 0, and what was acknowledged is in Pulsar."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pulsar as pulsar_client
 import pytest
 
+from kop_dedup.coordination.partitions import partition_of
+from kop_dedup.settings import Settings
 from tests.helpers import batch, new_pid, read_all, uniq, wait_until, waiting_batches
-from tests.sidecar import ProcessSidecar
+from tests.integration.groups import commit, configure, join, offsets, produce, pull
+from tests.sidecar import ProcessSidecar, ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
@@ -47,3 +53,124 @@ def test_sigterm_answers_held_batches_retriably_and_exits_cleanly(
     read_all(pulsar_reader_client, f"persistent://public/kafka/{topic}-partition-0", expect=2)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{sc.url}/healthz", timeout=2)
+
+
+def test_sigterm_while_the_broker_does_not_answer_stops_within_the_shutdown_timeout(
+    pulsar_control, pulsar_reader_client, tmp_path
+):
+    """The broker is paused (SIGSTOP) when the sidecar is told to stop: it exits within
+    shutdown_timeout_ms all the same. Nothing acknowledged is lost, and the next owner
+    of its consumer-group partitions, which were not marked closed cleanly, sends the
+    records answered but not committed again."""
+    budget_s = 8.0
+    sc = ProcessSidecar(
+        pulsar_control,
+        tmp_path,
+        shutdown_timeout_ms=int(budget_s * 1000),
+        coordinator_adopt_interval_ms=300,
+        log_level="INFO",
+    ).start()
+    topic, group = uniq("stop"), uniq("g")
+    try:
+        with httpx.Client(base_url=sc.url, timeout=30) as api:
+            produce(api, topic, 10, per_batch=5)
+            configure(api, group, sessionTimeoutMs=120_000)
+            join(api, group, [topic], member="m")
+            assert offsets(pull(api, group, "m", 4)) == [0, 1, 2, 3]
+            assert commit(api, group, "m").json()["committed"][0]["offset"] == 4
+            assert offsets(pull(api, group, "m", 3)) == [4, 5, 6]  # answered, not committed
+        assert sc.proc is not None
+        pulsar_control.pause()
+        try:
+            signalled = time.monotonic()
+            sc.proc.send_signal(signal.SIGTERM)
+            try:
+                exit_code: int | None = sc.proc.wait(timeout=budget_s + 10)
+            except subprocess.TimeoutExpired:
+                exit_code = None
+            stopped_in = time.monotonic() - signalled
+        finally:
+            pulsar_control.resume()
+    finally:
+        sc.stop()
+    print(f"\nstopped {stopped_in:.1f} s after SIGTERM (budget {budget_s:.0f} s)")
+    assert exit_code == 0, sc.log_tail()
+    assert stopped_in < budget_s + 2  # the budget, and the interpreter's own exit
+    read_all(pulsar_reader_client, f"persistent://public/kafka/{topic}-partition-0", expect=10)
+    # the "closed cleanly" marker may still reach the broker from the socket's buffer
+    # when it resumes: then the records answered (4-6) are with the client and not sent
+    # again; when it did not, the next owner recovers the partition and sends them again
+    clean = closed_cleanly(pulsar_reader_client, group)
+    with ThreadSidecar(pulsar_control, coordinator_adopt_interval_ms=300) as nxt:
+        with httpx.Client(base_url=nxt.url, timeout=60) as api:
+            stored = api.get(f"/v1/groups/{group}/offsets").json()["offsets"]
+            assert [(o["topic"], o["offset"]) for o in stored] == [(topic, 4)]
+            again = offsets(pull(api, group, "m", 10))
+    print(f"marked closed cleanly: {clean}; pulled after: {again}")
+    assert again == ([7, 8, 9] if clean else [4, 5, 6, 7, 8, 9])
+
+
+def closed_cleanly(client: pulsar_client.Client, group: str) -> bool:
+    """Whether the last owner of the group's store partition marked it closed cleanly."""
+    partition = partition_of(group, Settings().offsets_partitions)
+    topic = f"persistent://public/{Settings().system_namespace}/consumer-groups"
+    reader = client.create_reader(
+        f"{topic}-partition-{partition}", pulsar_client.MessageId.earliest
+    )
+    marker: dict[str, object] = {}
+    try:
+        while reader.has_message_available():
+            msg = reader.read_next(10_000)
+            if msg.partition_key() == '["c",""]' and msg.data():
+                marker = json.loads(msg.data())
+    finally:
+        reader.close()
+    return bool(marker.get("clean"))
+
+
+def test_a_pull_cut_off_by_a_stop_is_sent_again_by_the_next_owner(pulsar, tmp_path):
+    """A pull recorded but not answered yet when the sidecar is told to stop (its answer
+    waits 60 s, longer than the stop may take): the stop cuts it off within the
+    shutdown timeout, does not hand the group's partition over as closed cleanly, and
+    the next owner sends those records again."""
+    budget_s = 6.0
+    sc = ProcessSidecar(
+        pulsar,
+        tmp_path,
+        shutdown_timeout_ms=int(budget_s * 1000),
+        group_pull_answer_delay_ms=60_000,
+        log_level="INFO",
+    ).start()
+    topic, group = uniq("stop"), uniq("g")
+    try:
+        with httpx.Client(base_url=sc.url, timeout=30) as api:
+            produce(api, topic, 6, per_batch=3)
+            configure(api, group, sessionTimeoutMs=120_000)
+            join(api, group, [topic], member="m")
+            with ThreadPoolExecutor(1) as pool:
+                cut = pool.submit(
+                    httpx.post,
+                    f"{sc.url}/v1/groups/{group}/members/m/pull",
+                    json={"maxRecords": 10},
+                    timeout=90,
+                )
+
+                def recorded() -> bool:
+                    rows = api.get(f"/v1/groups/{group}/lag").json()["partitions"]
+                    return bool(rows and rows[0]["pulled"] == 6)
+
+                wait_until("the pull to be recorded", recorded)
+                assert sc.proc is not None
+                signalled = time.monotonic()
+                sc.proc.send_signal(signal.SIGTERM)
+                exit_code = sc.proc.wait(timeout=budget_s + 10)
+                stopped_in = time.monotonic() - signalled
+                with pytest.raises(httpx.HTTPError):
+                    cut.result(timeout=30).raise_for_status()
+    finally:
+        sc.stop()
+    print(f"\nstopped {stopped_in:.1f} s after SIGTERM (budget {budget_s:.0f} s)")
+    assert exit_code == 0, sc.log_tail()
+    assert stopped_in < budget_s + 2
+    with ThreadSidecar(pulsar) as nxt, httpx.Client(base_url=nxt.url, timeout=60) as api:
+        assert offsets(pull(api, group, "m", 10)) == [0, 1, 2, 3, 4, 5]

@@ -452,6 +452,19 @@ class PulsarAdmin:
             if exc.status != 409:
                 raise
 
+    async def delete_subscription(self, topic: str, subscription: str) -> None:
+        """Delete a durable subscription, even with consumers on it (gone already: done)."""
+        path = topic.removeprefix("persistent://")
+        try:
+            await self._request(
+                "DELETE",
+                f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}",
+                params={"force": "true"},
+            )
+        except AdminError as exc:
+            if exc.status != 404:
+                raise
+
     async def move_subscription(
         self, topic: str, subscription: str, ledger: int, entry: int, batch_index: int
     ) -> None:

@@ -9,9 +9,11 @@ answered. Not when the owner went away cleanly: a sidecar that stops gracefully 
 answered every request first, and writes ``["c", ""]`` with ``"clean": true`` on each
 partition it owns as it closes (:meth:`CleanClose.mark_all`, within a deadline: a
 partition not marked in time is recovered by its next owner, which costs duplicates,
-never a loss); the next owner reads it, writes ``"clean": false`` before anything else,
-and runs no hook. Taking a partition from a live owner (two sidecars taking turns
-behind a load balancer) runs no hook either: the live owner answers what it recorded.
+never a loss; a partition with a pull recorded and neither answered nor put back, e.g.
+cancelled by the stop, is never marked); the next owner reads it, writes ``"clean":
+false`` before anything else, and runs no hook. Taking a partition from a live owner
+(two sidecars taking turns behind a load balancer) runs no hook either: the live owner
+answers what it recorded.
 """
 
 from __future__ import annotations
@@ -20,12 +22,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
+from kop_dedup.coordination.groups.access import StoreAccess
 from kop_dedup.coordination.groups.view import NO_GROUP, key
-
-if TYPE_CHECKING:
-    from kop_dedup.coordination.groups.store import GroupStore
 
 __all__ = ["CLEAN", "CleanClose"]
 
@@ -43,13 +42,15 @@ def _now_ms() -> int:
 class CleanClose:
     """The clean-close protocol of one store (see the module docstring)."""
 
-    def __init__(self, store: GroupStore) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
         self.hooks: list[Callable[[int], Awaitable[None]]] = []
         self.fresh: set[int] = set()
         """Partitions taken whose clean-close marker was not read yet."""
         self.unrecovered: set[int] = set()
         """Partitions taken from an owner that went away, not recovered yet."""
+        self.unclean: set[int] = set()
+        """Partitions with a pull recorded here and never answered nor put back."""
 
     def taken(self, p: int, *, orphan: bool) -> None:
         """This sidecar just took ``p``; ``orphan``: its previous owner went away."""
@@ -85,7 +86,7 @@ class CleanClose:
         owned = [
             p
             for p in range(store.parts.count)
-            if store.parts.owned(p) and p not in self.unrecovered
+            if store.parts.owned(p) and p not in self.unrecovered and p not in self.unclean
         ]
 
         async def mark(p: int) -> bool:

@@ -24,16 +24,13 @@ import hashlib
 import logging
 import re
 import time
-from typing import Any
 
 from kop_dedup import errors
-from kop_dedup.coordination.groups.coordinator import (
-    GroupCoordinator,
-    TopicPartition,
-    UnknownGroup,
-)
+from kop_dedup.coordination.groups.api import LagReport, PartitionLag, UnknownGroup
+from kop_dedup.coordination.groups.coordinator import GroupCoordinator
+from kop_dedup.coordination.groups.state import GroupState
 from kop_dedup.protocol import groups as proto
-from kop_dedup.protocol.groups import LagRow, Mode
+from kop_dedup.protocol.groups import LagRow, Mode, TopicPartition
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
 from kop_dedup.pulsar.positions import Position, decode_position
 
@@ -62,6 +59,12 @@ class GroupLag:
         """The latest refresh: groups whose store partition this sidecar owns."""
         self.refreshed_ms: int | None = None
         self._cursor_at: dict[tuple[str, TopicPartition], int] = {}
+        """Where each followed subscription was last moved (groups of owned partitions
+        only: rebuilt each round)."""
+
+    def followed(self) -> int:
+        """Subscriptions this sidecar follows (bounded state)."""
+        return len(self._cursor_at)
 
     # -- the numbers --------------------------------------------------------------------------
 
@@ -72,104 +75,82 @@ class GroupLag:
 
     async def lag(
         self, group: str, ends: dict[TopicPartition, int] | None = None, *, read: bool = True
-    ) -> dict[str, Any]:
+    ) -> LagReport:
         """The group's numbers (see the module docstring); UnknownGroup when nothing of
         it is stored. ``ends``: end offsets already known (a refresh shares them);
         ``read`` False: the caller caught up with the group's store partition already."""
-        store = self._groups.store
         if read:
-            await store.read(group)
+            await self._groups.read(group)
         ends = {} if ends is None else ends
-        doc = store.doc(group, "g")
-        docs = store.docs(group)
-        if doc is None and not any(k[0] == "o" for k, _ in docs):
+        state = self._groups.state(group)
+        if state.group is None and not state.offsets:
             raise UnknownGroup(f"no group {group!r}")
-        mode = Mode(doc["mode"]) if doc else Mode.CLUSTERING
         now = _now_ms()
-        # the partitions of the topics its members read, and any with a committed offset
-        # (the offsets API and transactions commit without joining)
-        tps = sorted(
-            {(t, p) for t, n in (doc or {}).get("partitions", {}).items() for p in range(int(n))}
-            | {(str(k[2]), int(k[3])) for k, _ in docs if k[0] == "o"}
-        )
-        members = sorted((doc or {}).get("members", {}))
-        rows: list[dict[str, Any]] = []
-        for tp in tps:
+        members = [] if state.group is None else sorted(state.group.members)
+        rows: list[PartitionLag] = []
+        for tp in state.partitions():
             end = await self._end(tp, ends)
-            owners = [""] if mode is Mode.CLUSTERING else members
-            rows.extend(self._row(group, mode, owner, tp, end, now) for owner in owners)
-            if mode is Mode.BROADCAST and doc is not None:
+            owners = [""] if state.mode is Mode.CLUSTERING else members
+            rows.extend(self._row(state, owner, tp, end, now) for owner in owners)
+            if state.mode is Mode.BROADCAST and state.group is not None:
                 minimum = proto.broadcast_minimum(
-                    self._groups.broadcast_others(group, doc, "", tp),
-                    now,
-                    int(doc["broadcastExpireMs"]),
+                    state.broadcast_others("", tp), now, state.group.config.broadcast_expire_ms
                 )
                 rows.append(
-                    {
-                        "topic": tp[0],
-                        "partition": tp[1],
-                        "member": None,
-                        "groupMinimum": minimum,
-                        "end": end,
-                        "lag": None if minimum is None else max(end - minimum, 0),
-                    }
+                    PartitionLag(
+                        tp[0],
+                        tp[1],
+                        None,
+                        end,
+                        lag=None if minimum is None else max(end - minimum, 0),
+                        minimum=minimum,
+                        is_minimum=True,
+                    )
                 )
-        return {
-            "groupId": group,
-            "mode": mode.value,
-            "generation": (doc or {}).get("generation", 0),
-            "partitions": rows,
-        }
-
-    def _row(
-        self, group: str, mode: Mode, owner: str, tp: TopicPartition, end: int, now: int
-    ) -> dict[str, Any]:
-        store = self._groups.store
-        committed_doc = self._groups.committed_doc(group, mode, owner, tp)
-        delivery = store.doc(group, "d", owner, tp[0], tp[1]) or {}
-        committed = None if committed_doc is None else int(committed_doc["offset"])
-        pulled = None if delivery.get("offset") is None else int(delivery["offset"])
-        c = proto.counts(end, committed, pulled)
-        oldest = proto.oldest_inflight_ms(
-            [(int(o), int(ms)) for o, ms in delivery.get("inflight") or []], c.committed, c.pulled
+        return LagReport(
+            group,
+            state.mode.value,
+            0 if state.group is None else state.group.generation,
+            tuple(rows),
         )
-        row: dict[str, Any] = {
-            "topic": tp[0],
-            "partition": tp[1],
-            "end": c.end,
-            "committed": c.committed,
-            "pulled": c.pulled,
-            "ready": c.ready,
-            "inflight": c.inflight,
-            "lag": c.lag,
-            "oldestInflightMs": None if oldest is None else max(now - oldest, 0),
-        }
-        if mode is Mode.BROADCAST:
-            row["member"] = owner
-        return row
+
+    @staticmethod
+    def _row(state: GroupState, owner: str, tp: TopicPartition, end: int, now: int) -> PartitionLag:
+        committed = state.committed(owner, tp)
+        delivery = state.delivery(owner, tp)
+        c = proto.counts(
+            end,
+            None if committed is None else committed.offset,
+            delivery.offset,
+            proto.started_at(delivery),
+        )
+        oldest = proto.oldest_inflight_ms(delivery.inflight, c.committed, c.pulled)
+        return PartitionLag(
+            tp[0],
+            tp[1],
+            owner if state.mode is Mode.BROADCAST else None,
+            c.end,
+            c.committed,
+            c.pulled,
+            c.ready,
+            c.inflight,
+            c.lag,
+            None if oldest is None else max(now - oldest, 0),
+        )
 
     async def refresh(self) -> None:
         """Recompute :attr:`rows` for the groups this sidecar owns (the gauges)."""
-        store = self._groups.store
         ends: dict[TopicPartition, int] = {}
         rows: list[LagRow] = []
-        for p in range(store.parts.count):
-            if not store.parts.owned(p):
+        for group in await self._groups.owned_groups():
+            try:
+                report = await self.lag(group, ends, read=False)
+            except UnknownGroup:
                 continue
-            try:  # once per partition, not once per group (hundreds of idle groups)
-                await store.read_partition(p)
-            except Exception as exc:
-                log.debug("lag: reading store partition %d: %r", p, exc)
+            except Exception as exc:  # one group's trouble does not hide the others
+                log.debug("lag of group %r: %r", group, exc)
                 continue
-            for group in store.groups_in(p):
-                try:
-                    body = await self.lag(group, ends, read=False)
-                except UnknownGroup:
-                    continue
-                except Exception as exc:  # one group's trouble does not hide the others
-                    log.debug("lag of group %r: %r", group, exc)
-                    continue
-                rows.extend(_rows(group, body))
+            rows.extend(_rows(report))
         self.rows, self.refreshed_ms = rows, _now_ms()
 
     # -- the Pulsar subscription that follows committed offsets -------------------------------
@@ -177,45 +158,47 @@ class GroupLag:
     async def follow_cursors(self) -> None:
         """On partitions this sidecar owns: move each group's durable subscription to its
         committed offset (clustering) or the group minimum (broadcast)."""
-        store = self._groups.store
         now = _now_ms()
-        for p in range(store.parts.count):
-            if not store.parts.owned(p):
-                continue
-            for group in store.groups_in(p):
-                for tp, offset, position in self._targets(group, now):
-                    if self._cursor_at.get((group, tp)) == offset:
-                        continue
+        followed: dict[tuple[str, TopicPartition], int] = {}
+        for group in await self._groups.owned_groups():
+            for tp, offset, position in self._targets(self._groups.state(group), now):
+                at = self._cursor_at.get((group, tp))
+                if at != offset:
                     try:
                         await self._move_cursor(group, tp, offset, position)
                     except (errors.KafkaError, AdminError) as exc:
                         log.debug("subscription of group %r on %s: %r", group, tp, exc)
                         continue
-                    self._cursor_at[group, tp] = offset
+                    at = offset
+                followed[group, tp] = at
+        self._cursor_at = followed
 
-    def _targets(self, group: str, now: int) -> list[tuple[TopicPartition, int, Position | None]]:
-        store = self._groups.store
-        doc = store.doc(group, "g")
-        out: list[tuple[TopicPartition, int, Position | None]] = []
-        if doc is None or Mode(doc["mode"]) is Mode.CLUSTERING:
-            for k, d in store.docs(group):
-                if k[0] == "o":
-                    position = decode_position(d["position"]) if d.get("position") else None
-                    out.append(((str(k[2]), int(k[3])), int(d["offset"]), position))
-            return out
-        seen = {m: int(v["lastSeenMs"]) for m, v in doc.get("members", {}).items()}
+    async def forget(self, group: str, tps: list[TopicPartition]) -> None:
+        """A group was forgotten: its subscriptions go (Pulsar keeps no backlog for it)."""
+        for tp in tps:
+            self._cursor_at.pop((group, tp), None)
+            await self._admin.delete_subscription(
+                self._groups.partition_topic(tp), subscription_name(group)
+            )
+
+    @staticmethod
+    def _targets(state: GroupState, now: int) -> list[tuple[TopicPartition, int, Position | None]]:
+        def at(position: str | None) -> Position | None:
+            return decode_position(position) if position else None
+
+        if state.mode is Mode.CLUSTERING:
+            return [(tp, c.offset, at(c.position)) for tp, c in sorted(state.offsets.items())]
+        assert state.group is not None
+        expire = state.group.config.broadcast_expire_ms
+        members = state.group.members
         best: dict[TopicPartition, tuple[int, Position | None]] = {}
-        for k, d in store.docs(group):
-            if k[0] != "b":
+        for (m, tp), c in state.member_offsets.items():
+            last = max(members[m].last_seen_ms if m in members else 0, c.seen_ms or 0)
+            if now - last > expire:
                 continue
-            last = max(seen.get(str(k[2]), 0), int(d.get("seenMs", 0)))
-            if now - last > int(doc["broadcastExpireMs"]):
-                continue
-            tp, offset = (str(k[3]), int(k[4])), int(d["offset"])
-            if tp not in best or offset < best[tp][0]:
-                position = decode_position(d["position"]) if d.get("position") else None
-                best[tp] = (offset, position)
-        return [(tp, o, at) for tp, (o, at) in sorted(best.items())]
+            if tp not in best or c.offset < best[tp][0]:
+                best[tp] = (c.offset, at(c.position))
+        return [(tp, o, p) for tp, (o, p) in sorted(best.items())]
 
     async def _cursor_position(
         self, topic: str, offset: int, position: Position | None
@@ -253,24 +236,20 @@ class GroupLag:
             await self._admin.move_subscription(topic, sub, ledger, entry, max(batch, 0))
 
 
-def _rows(group: str, body: dict[str, Any]) -> list[LagRow]:
-    out = []
-    for r in body["partitions"]:
-        minimum = "groupMinimum" in r
-        age = r.get("oldestInflightMs")
-        out.append(
-            LagRow(
-                group=group,
-                topic=r["topic"],
-                partition=r["partition"],
-                member=r.get("member"),
-                minimum=minimum,
-                end=r["end"],
-                committed=r["groupMinimum"] if minimum else r["committed"],
-                ready=r.get("ready"),
-                inflight=r.get("inflight"),
-                lag=r["lag"],
-                oldest_inflight_s=None if age is None else age / 1000,
-            )
+def _rows(report: LagReport) -> list[LagRow]:
+    return [
+        LagRow(
+            group=report.group_id,
+            topic=r.topic,
+            partition=r.partition,
+            member=r.member,
+            minimum=r.is_minimum,
+            end=r.end,
+            committed=r.minimum if r.is_minimum else r.committed,
+            ready=r.ready,
+            inflight=r.inflight,
+            lag=r.lag,
+            oldest_inflight_s=None if r.oldest_inflight_ms is None else r.oldest_inflight_ms / 1000,
         )
-    return out
+        for r in report.partitions
+    ]

@@ -18,13 +18,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kop_dedup import errors
+from kop_dedup.coordination.groups.access import StoreAccess
 from kop_dedup.coordination.groups.view import Doc, key
-
-if TYPE_CHECKING:
-    from kop_dedup.coordination.groups.store import GroupStore
 
 __all__ = ["UNKNOWN_OFFSET", "CommittedOffset", "Offsets", "StagedOffset", "offset_doc"]
 
@@ -63,7 +60,7 @@ def offset_doc(o: StagedOffset, now_ms: int) -> Doc:
 class Offsets:
     """Plain commits and fetches of a group's offsets (see the module docstring)."""
 
-    def __init__(self, store: GroupStore) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def commit(self, group: str, offsets: Iterable[StagedOffset]) -> None:

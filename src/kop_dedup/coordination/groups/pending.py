@@ -29,13 +29,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
 
+from kop_dedup.coordination.groups.access import StoreAccess
 from kop_dedup.coordination.groups.offsets import StagedOffset, offset_doc
 from kop_dedup.coordination.groups.view import Doc, key
-
-if TYPE_CHECKING:
-    from kop_dedup.coordination.groups.store import GroupStore
 
 __all__ = ["PendingIsLive", "PendingOffsets"]
 
@@ -61,7 +58,7 @@ def _now_ms() -> int:
 class PendingOffsets:
     """The KIP-447 markers of the group store (see the module docstring)."""
 
-    def __init__(self, store: GroupStore, pending_is_live: PendingIsLive | None) -> None:
+    def __init__(self, store: StoreAccess, pending_is_live: PendingIsLive | None) -> None:
         self._store = store
         self.pending_is_live = pending_is_live
 

@@ -39,7 +39,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from kop_dedup import errors
@@ -54,6 +54,7 @@ from kop_dedup.coordination.groups.pending import PendingIsLive, PendingOffsets
 from kop_dedup.coordination.groups.view import FLOOR_FIELD, Doc, View, key
 from kop_dedup.coordination.partitions import StatePartitions
 from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.exclusive import OwnershipLost
 from kop_dedup.pulsar.tables import PulsarClient
 
 __all__ = [
@@ -126,6 +127,11 @@ class GroupStore:
         await self._clean.mark_all(timeout_s)
         await self.parts.close()
 
+    def unclean(self, p: int) -> None:
+        """A pull recorded on ``p`` was not answered and could not be put back: this
+        sidecar must not mark ``p`` closed cleanly (its next owner recovers it)."""
+        self._clean.unclean.add(p)
+
     def on_orphan(self, hook: Callable[[int], Awaitable[None]]) -> None:
         """Run ``hook(partition)`` as the new owner of a partition whose previous owner
         went away (see :mod:`.closing`)."""
@@ -164,6 +170,11 @@ class GroupStore:
             self._on_demand[p] = False  # the acquisition task leaves recovery to us
             try:
                 await self.parts.own(p)
+            except OwnershipLost as exc:  # another sidecar opened it at the same moment
+                self._on_demand.pop(p, None)
+                raise errors.NotCoordinator(
+                    f"consumer groups: another sidecar took partition {p} as this one did; retry"
+                ) from exc
             except BaseException:
                 self._on_demand.pop(p, None)
                 raise
@@ -181,9 +192,13 @@ class GroupStore:
         try:
             await self.parts.restart(p, functools.partial(self._view.clear, p))
             await self.parts.own(p)
-        except BaseException:
+        except BaseException as exc:
             self._broken.setdefault(p, failure)
             self._on_demand.pop(p, None)
+            if isinstance(exc, OwnershipLost):  # another sidecar took it meanwhile
+                raise errors.NotCoordinator(
+                    f"consumer groups: another sidecar took partition {p}; retry"
+                ) from exc
             raise
         log.warning("consumer groups: a write to partition %d failed; read it again", p)
         self._clean.taken(p, orphan=not live)
@@ -270,15 +285,15 @@ class GroupStore:
             owner = self.parts.owned(p) and p not in self._broken
             if owner and not (caught_up and attempt == 0):
                 await self.parts.read(p)
-            async with self.parts.lock(p):
-                await self._take(p, caught_up=owner)
-                result = await change(p)
-                self._keep_floor(p)
-            # the lock is not held while the change's writes travel: the next change
-            # builds on them (the view has them) and answers once they are stored too
             try:
+                async with self.parts.lock(p):
+                    await self._take(p, caught_up=owner)
+                    result = await change(p)
+                    self._keep_floor(p)
+                # the lock is not held while the change's writes travel: the next change
+                # builds on them (the view has them) and answers once they are stored too
                 await self.durable(p)
-            except errors.NotCoordinator:
+            except errors.NotCoordinator:  # another sidecar took it (or took it first)
                 if attempt + 1 == _TAKEOVER_ATTEMPTS:
                     raise
                 continue
@@ -295,6 +310,16 @@ class GroupStore:
         self._send(p, self.parts.write(p, k, json.dumps(doc, separators=(",", ":")).encode()))
         self._view.put(p, k, doc)
         return doc
+
+    async def write_all(self, p: int, writes: Sequence[tuple[str, Doc]]) -> list[Doc]:
+        """Store several keys in one change (as the owner, inside :meth:`owned`), each
+        at most once: every write is on its way when this returns, and the state writer
+        batches what is sent together, so :meth:`owned` waits about one round trip to
+        the broker for all of them instead of one per key. What was written, in order."""
+        keys = [k for k, _ in writes]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"a key written twice at once: {keys}")
+        return [await self.write(p, k, doc) for k, doc in writes]
 
     async def remove(self, p: int, k: str) -> None:
         """Remove a key (as the owner, inside :meth:`owned`)."""

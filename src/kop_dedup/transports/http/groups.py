@@ -16,13 +16,16 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from kop_dedup import errors
-from kop_dedup.coordination.groups.coordinator import (
+from kop_dedup.coordination.groups.api import (
+    LagReport,
+    PartitionLag,
     PullResult,
     ResetRequest,
-    StaleMember,
+    ResetStatus,
+    ResolvedReset,
     UnknownGroup,
 )
-from kop_dedup.protocol.groups import AutoReset, Mode
+from kop_dedup.protocol.groups import AutoReset, Group, Mode, StaleMember
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.http.answers import INVALID_RESPONSE, JSON_OBJECT, TOO_LARGE_RESPONSE
 from kop_dedup.transports.http.bodies import body_spec, parsed_body, register_bodies
@@ -160,27 +163,97 @@ def _pull_answer(result: PullResult) -> dict[str, Any]:
             {"topic": t, "partition": p, "offset": o}
             for (t, p), o in sorted(result.next_offsets.items())
         ],
-        "resetApplied": result.resets_applied,
-        "clamped": result.clamped,
+        "resetApplied": [
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "epoch": r.epoch,
+                "to": r.to,
+            }
+            for r in result.resets_applied
+        ],
+        "clamped": [
+            {"topic": c.topic, "partition": c.partition, "from": c.start, "to": c.earliest}
+            for c in result.clamped
+        ],
     }
 
 
-def _group(group: str, doc: dict[str, Any]) -> dict[str, Any]:
+def _group(group_id: str, group: Group) -> dict[str, Any]:
+    c = group.config
     return {
-        "groupId": group,
-        "mode": doc["mode"],
-        "autoOffsetReset": doc["autoOffsetReset"],
-        "sessionTimeoutMs": doc["sessionTimeoutMs"],
-        "broadcastExpireMs": doc["broadcastExpireMs"],
-        "generation": doc.get("generation", 0),
+        "groupId": group_id,
+        "mode": c.mode.value,
+        "autoOffsetReset": c.auto_offset_reset.value,
+        "sessionTimeoutMs": c.session_timeout_ms,
+        "broadcastExpireMs": c.broadcast_expire_ms,
+        "generation": group.generation,
         "members": [
-            {"memberId": m, "topics": v["topics"], "lastSeenMs": v["lastSeenMs"]}
-            for m, v in sorted(doc.get("members", {}).items())
+            {"memberId": m, "topics": list(v.topics), "lastSeenMs": v.last_seen_ms}
+            for m, v in sorted(group.members.items())
         ],
-        "assignment": {
-            m: _assignment([(t, int(p)) for t, p in tps])
-            for m, tps in sorted(doc.get("assignment", {}).items())
-        },
+        "assignment": {m: _assignment(list(tps)) for m, tps in sorted(group.assignment.items())},
+    }
+
+
+def _resolved(r: ResolvedReset) -> dict[str, Any]:
+    return {
+        "topic": r.topic,
+        "partition": r.partition,
+        "offset": r.offset,
+        "position": r.position,
+        "clamped": r.clamped,
+        "clampedTo": r.clamped_to,
+        "epoch": r.epoch,
+    }
+
+
+def _status(r: ResetStatus) -> dict[str, Any]:
+    return {
+        "topic": r.topic,
+        "partition": r.partition,
+        "epoch": r.epoch,
+        "offset": r.offset,
+        "to": r.to,
+        "value": r.value,
+        "atMs": r.at_ms,
+        "members": r.members,
+    }
+
+
+def _lag_row(r: PartitionLag) -> dict[str, Any]:
+    if r.is_minimum:
+        return {
+            "topic": r.topic,
+            "partition": r.partition,
+            "member": None,
+            "groupMinimum": r.minimum,
+            "end": r.end,
+            "lag": r.lag,
+        }
+    row: dict[str, Any] = {
+        "topic": r.topic,
+        "partition": r.partition,
+        "end": r.end,
+        "committed": r.committed,
+        "pulled": r.pulled,
+        "ready": r.ready,
+        "inflight": r.inflight,
+        "lag": r.lag,
+        "oldestInflightMs": r.oldest_inflight_ms,
+    }
+    if r.member is not None:
+        row["member"] = r.member
+    return row
+
+
+def _lag(report: LagReport) -> dict[str, Any]:
+    return {
+        "groupId": report.group_id,
+        "mode": report.mode,
+        "generation": report.generation,
+        "partitions": [_lag_row(r) for r in report.partitions],
     }
 
 
@@ -228,22 +301,24 @@ async def join(
     id, the generation and its assignment. What it was given but had not committed comes
     again."""
     try:
-        member, generation, assignment = await runtime.groups.join(
-            groupId, body.memberId, body.topics
-        )
+        joined = await runtime.groups.join(groupId, body.memberId, body.topics)
     except Exception as exc:
         return _failure(exc, "joining the group")
-    return _ok(memberId=member, generation=generation, assignment=_assignment(assignment))
+    return _ok(
+        memberId=joined.member_id,
+        generation=joined.generation,
+        assignment=_assignment(list(joined.assignment)),
+    )
 
 
 @router.post("/v1/groups/{groupId}/members/{memberId}/heartbeat", responses=_ANSWERS)
 async def heartbeat(groupId: str, memberId: str, runtime: RuntimeDep) -> JSONResponse:  # noqa: N803
     """Keep the member's session; the current generation and assignment."""
     try:
-        generation, assignment = await runtime.groups.heartbeat(groupId, memberId)
+        joined = await runtime.groups.heartbeat(groupId, memberId)
     except Exception as exc:
         return _failure(exc, "heartbeat")
-    return _ok(generation=generation, assignment=_assignment(assignment))
+    return _ok(generation=joined.generation, assignment=_assignment(list(joined.assignment)))
 
 
 @router.delete("/v1/groups/{groupId}/members/{memberId}", responses=_ANSWERS)
@@ -310,7 +385,9 @@ async def commit(
         done = await runtime.groups.commit(groupId, memberId, offsets, body.generation)
     except Exception as exc:
         return _failure(exc, "committing")
-    return _ok(committed=done)
+    return _ok(
+        committed=[{"topic": c.topic, "partition": c.partition, "offset": c.offset} for c in done]
+    )
 
 
 @router.post("/v1/groups/{groupId}/reset", openapi_extra=body_spec(ResetIn), responses=_ANSWERS)
@@ -334,7 +411,7 @@ async def reset(
         resolved = await runtime.groups.reset(groupId, request)
     except Exception as exc:
         return _failure(exc, "resetting")
-    return _ok(groupId=groupId, resolved=resolved)
+    return _ok(groupId=groupId, resolved=[_resolved(r) for r in resolved])
 
 
 @router.get("/v1/groups/{groupId}/reset", responses=_ANSWERS)
@@ -344,7 +421,7 @@ async def reset_status(groupId: str, runtime: RuntimeDep) -> JSONResponse:  # no
         resets = await runtime.groups.reset_status(groupId)
     except Exception as exc:
         return _failure(exc, "reading resets")  # 404 for a group with nothing stored
-    return _ok(groupId=groupId, resets=resets)
+    return _ok(groupId=groupId, resets=[_status(r) for r in resets])
 
 
 @router.get("/v1/groups/{groupId}/lag", responses=_ANSWERS)
@@ -352,7 +429,7 @@ async def lag(groupId: str, runtime: RuntimeDep) -> JSONResponse:  # noqa: N803
     """Per partition (per member in broadcast mode, plus the group minimum): end,
     committed, pulled, ready, inflight, lag, in records; the oldest inflight's age."""
     try:
-        body = await runtime.group_lag.lag(groupId)
+        report = await runtime.group_lag.lag(groupId)
     except Exception as exc:
         return _failure(exc, "computing lag")  # 404 for a group with nothing stored
-    return _ok(**body)
+    return _ok(**_lag(report))

@@ -1,8 +1,9 @@
 """``kop-dedup serve``: run the API under uvicorn.
 
 uvicorn handles SIGTERM: it stops accepting connections, lets in-flight
-requests finish (bounded by ``--graceful-seconds``), then runs the lifespan
-shutdown, which flushes and closes every Pulsar producer.
+requests finish (bounded by ``--graceful-seconds`` and half of
+``shutdown_timeout_ms``), then runs the lifespan shutdown, which closes every part
+within what is left of ``shutdown_timeout_ms``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +47,10 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
         host=settings.host,
         port=settings.port,
         log_config=None,
-        timeout_graceful_shutdown=int(graceful_seconds),
+        # requests in flight get half the shutdown budget; the parts close in the rest
+        timeout_graceful_shutdown=max(
+            1, int(min(graceful_seconds, settings.shutdown_timeout_ms / 2000))
+        ),
         access_log=False,
         proxy_headers=False,
         server_header=False,
@@ -66,7 +72,8 @@ def _server_class() -> Any:
             )
             loop = getattr(self, "_loop", None)
             if runtime is not None and loop is not None:
-                loop.call_soon_threadsafe(runtime.service.begin_shutdown)
+                loop.call_soon_threadsafe(runtime.begin_shutdown)
+                _exit_after(runtime.settings.shutdown_timeout_ms / 1000)
             super().handle_exit(sig, frame)
 
         async def serve(self, sockets: Any = None) -> None:
@@ -84,6 +91,27 @@ def _server_class() -> Any:
                     self._captured_signals.clear()
 
     return Server
+
+
+def _exit_after(budget_s: float) -> None:
+    """The last resort of a bounded stop: a process still alive ``budget_s`` after it
+    was told to stop exits then. What keeps it is a thread blocked in a call to a
+    broker that does not answer (Python waits for such threads at exit); everything
+    acknowledged was durable when it was answered, and the parts had the budget to
+    hand over what they own."""
+
+    def hard_exit() -> None:
+        log.warning(
+            "stopping: still running %.1f s after the stop began (a call to the broker "
+            "does not return): exiting now",
+            budget_s,
+        )
+        logging.shutdown()
+        os._exit(0)
+
+    timer = threading.Timer(budget_s, hard_exit)
+    timer.daemon = True
+    timer.start()
 
 
 def _handler(args: argparse.Namespace) -> int:

@@ -1,0 +1,142 @@
+"""Bounded group state, on the owner of each store partition (a loop every
+``group_retention_check_interval_ms``):
+
+* a group with no members, no offsets pending in a transaction and nothing done for
+  ``group_retention_ms`` (default 7 days, Kafka's ``offsets.retention.minutes``) is
+  forgotten: every key of it is removed (compaction then drops them from the log), its
+  readers close and its durable Pulsar subscriptions are deleted (Pulsar keeps no
+  backlog for it any more);
+* a broadcast member that left keeps its records while it counts for the group
+  minimum (``broadcastExpireMs`` after it was last seen); then they go;
+* pending-offset markers whose transaction ended without removing them go
+  (:meth:`~kop_dedup.coordination.groups.store.GroupStore.sweep`).
+
+The rules are pure (:mod:`kop_dedup.protocol.groups.retention`); each removal checks
+them again as the owner, under the partition's lock, on the state as it then is.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from kop_dedup.coordination.groups.coordinator import GroupCoordinator
+from kop_dedup.coordination.groups.state import GroupState
+from kop_dedup.coordination.groups.store import key
+from kop_dedup.protocol.groups import (
+    TopicPartition,
+    departed_broadcast_members,
+    group_expired,
+)
+
+__all__ = ["GroupRetention"]
+
+log = logging.getLogger(__name__)
+
+Forgotten = Callable[[str, list[TopicPartition]], Awaitable[None]]
+"""Told of a forgotten group and the partitions it had (its subscriptions go)."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupRetention:
+    def __init__(
+        self, groups: GroupCoordinator, *, retention_ms: int, forgotten: Forgotten
+    ) -> None:
+        self._groups, self.retention_ms, self._forgotten = groups, retention_ms, forgotten
+
+    def _expired(self, state: GroupState, now: int) -> bool:
+        return group_expired(
+            state.group,
+            state.activity(),
+            pending=bool(state.pending),
+            now_ms=now,
+            retention_ms=self.retention_ms,
+        )
+
+    async def sweep(self) -> None:
+        """One round over the groups of the partitions this sidecar owns."""
+        groups = self._groups
+        await groups.store.sweep()
+        now = _now_ms()
+        for group_id in await groups.owned_groups():
+            state = groups.state(group_id)
+            if self._expired(state, now):
+                await self._forget(group_id)
+            elif state.group is not None and departed_broadcast_members(
+                state.group, state.last_seen(), now
+            ):
+                await self._forget_members(group_id)
+            elif (
+                state.group is not None
+                and not state.group.members
+                and not any(t is not None for t in [state.group.changed_ms, *state.activity()])
+            ):
+                await self._start_clock(group_id)
+
+    async def _forget(self, group_id: str) -> None:
+        groups = self._groups
+
+        async def change(p: int) -> list[TopicPartition] | None:
+            state = groups.state(group_id)
+            if not self._expired(state, _now_ms()):
+                return None
+            tps = sorted(set(state.partitions()) | {tp for _, tp in state.member_offsets})
+            for k, _ in groups.store.docs(group_id):
+                await groups.store.remove(p, key(*k))
+            return tps
+
+        tps: list[TopicPartition] | None = await groups.store.owned(group_id, change)
+        if tps is None:
+            return
+        groups.readers.drop(group_id)
+        log.info(
+            "group %r: no members and nothing done for %d ms: forgotten",
+            group_id,
+            self.retention_ms,
+        )
+        try:
+            await self._forgotten(group_id, tps)
+        except Exception as exc:  # the subscriptions stay (Pulsar keeps their backlog)
+            log.warning("group %r: deleting its subscriptions failed: %r", group_id, exc)
+
+    async def _forget_members(self, group_id: str) -> None:
+        groups = self._groups
+
+        async def change(p: int) -> list[str]:
+            state = groups.state(group_id)
+            if state.group is None:
+                return []
+            gone = departed_broadcast_members(state.group, state.last_seen(), _now_ms())
+            if not gone:
+                return []
+            for k, _ in groups.store.docs(group_id):
+                if k[0] in {"b", "d"} and k[2] in gone:
+                    await groups.store.remove(p, key(*k))
+            for tp, resets in state.resets.items():
+                kept = resets.without(gone)
+                if kept.entries != resets.entries:
+                    await groups.store.write(p, key("r", group_id, tp[0], tp[1]), kept.to_doc())
+            return gone
+
+        gone: list[str] = await groups.store.owned(group_id, change)
+        for member in gone:
+            groups.readers.drop(group_id, member)
+        if gone:
+            log.info("group %r: departed broadcast members %s forgotten", group_id, gone)
+
+    async def _start_clock(self, group_id: str) -> None:
+        """A group stored before its changes were timed: its retention counts from now."""
+        groups = self._groups
+
+        async def change(p: int) -> None:
+            group = groups.group(group_id)
+            if group is not None and group.changed_ms is None:
+                timed = replace(group, changed_ms=_now_ms())
+                await groups.store.write(p, key("g", group_id), timed.to_doc())
+
+        await groups.store.owned(group_id, change)

@@ -1,0 +1,22 @@
+"""The group coordinator's settings (built from :mod:`kop_dedup.settings` by the
+runtime)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["GroupSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    cursor_interval_s: float = 5.0
+    sweep_interval_s: float = 1.0
+    lag_interval_s: float = 10.0
+    reader_idle_s: float = 60.0
+    default_session_timeout_ms: int = 30_000
+    default_broadcast_expire_ms: int = 120_000
+    max_pull_records: int = 10_000
+    max_wait_ms: int = 60_000
+    answer_delay_s: float = 0.0
+    """Fault injection: wait this long between recording a pull and answering it."""
