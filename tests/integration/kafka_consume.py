@@ -137,21 +137,23 @@ def kafka_python_read(
     expect: int,
     *,
     start: dict[int, int] | None = None,
+    committed: bool = False,
     timeout: float = 60.0,
     **conf: Any,
 ) -> list[Got]:
+    """Read ``partitions`` from the beginning, from ``start``, or (``committed``) from the
+    offsets committed for the ``group_id`` given in ``conf``."""
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaPythonTP
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **conf
-    )
+    conf.setdefault("group_id", None)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **conf)
     try:
         tps = [KafkaPythonTP(topic, p) for p in partitions]
         consumer.assign(tps)
-        if start is None:
+        if not committed and start is None:
             consumer.seek_to_beginning(*tps)
-        else:
+        elif not committed:
             for tp in tps:
                 consumer.seek(tp, start[tp.partition])
         out: list[Got] = []
@@ -181,23 +183,24 @@ def aiokafka_read(
     expect: int,
     *,
     start: dict[int, int] | None = None,
+    committed: bool = False,
     timeout: float = 60.0,
     **conf: Any,
 ) -> list[Got]:
+    """As :func:`kafka_python_read`, with aiokafka."""
     from aiokafka import AIOKafkaConsumer
     from aiokafka import TopicPartition as AioTP
 
     async def run() -> list[Got]:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **conf
-        )
+        conf.setdefault("group_id", None)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **conf)
         await consumer.start()
         try:
             tps = [AioTP(topic, p) for p in partitions]
             consumer.assign(tps)
-            if start is None:
+            if not committed and start is None:
                 await consumer.seek_to_beginning(*tps)
-            else:
+            elif not committed:
                 for tp in tps:
                     consumer.seek(tp, start[tp.partition])
             out: list[Got] = []

@@ -281,3 +281,102 @@ def test_records_produced_over_http_are_fetched_at_the_offsets_the_group_api_giv
     # the HTTP produce answer's position is the pulled record's, at the fetched offset
     at = {r["messageId"]: r["offset"] for r in pulled["records"]}
     assert at[answer["messageId"]] == 3
+
+
+# -- each client from where it left, and Kafka's Java consumer --------------------------------
+
+
+def test_each_client_resumes_from_the_offset_committed_for_its_group(sidecar_kafka):
+    topic = create(sidecar_kafka, 1)
+    produce(sidecar_kafka, topic, _records(1, 20))
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = confluent_consumer(sidecar_kafka, **{"group.id": group})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 12)], asynchronous=False)
+        got = confluent_read(consumer, [TopicPartition(topic, 0)], 8)  # no offset: committed
+    finally:
+        consumer.close()
+    assert [g.offset for g in got] == list(range(12, 20))
+    assert [g.value for g in got] == [f"v{i}".encode() for i in range(12, 20)]
+    got = kafka_python_read(sidecar_kafka, topic, [0], 8, committed=True, group_id=group)
+    assert [g.offset for g in got] == list(range(12, 20))
+    got = aiokafka_read(sidecar_kafka, topic, [0], 8, committed=True, group_id=group)
+    assert [g.offset for g in got] == list(range(12, 20))
+
+
+def test_each_client_reads_from_an_offset_it_looked_up_by_time(sidecar_kafka):
+    topic = create(sidecar_kafka, 1)
+    produce(sidecar_kafka, topic, _records(1, 10, "before-"))
+    middle = int(time.time() * 1000) + 1
+    time.sleep(0.05)  # record timestamps are the producer's clock: be past ``middle``
+    produce(sidecar_kafka, topic, _records(1, 10, "after-"))
+    consumer = confluent_consumer(sidecar_kafka)
+    try:
+        (found,) = consumer.offsets_for_times([TopicPartition(topic, 0, middle)], timeout=30)
+        assert found.offset == 10
+        got = confluent_read(consumer, [TopicPartition(topic, 0, found.offset)], 10)
+    finally:
+        consumer.close()
+    assert [g.value for g in got] == [f"after-v{i}".encode() for i in range(10)]
+    assert all(g.timestamp >= middle for g in got)
+    got = kafka_python_read(sidecar_kafka, topic, [0], 10, start={0: 10})
+    assert [g.value for g in got] == [f"after-v{i}".encode() for i in range(10)]
+
+
+def test_headers_keys_nulls_and_timestamps_come_back_as_produced(sidecar_kafka):
+    from confluent_kafka import Producer
+
+    topic = create(sidecar_kafka, 1)
+    producer = Producer({"bootstrap.servers": sidecar_kafka, "enable.idempotence": True})
+    producer.produce(
+        topic, value=b"v", key=b"\xff\x00k", headers=[("h", b"1"), ("e", None)], timestamp=1234
+    )
+    producer.produce(topic, value=None, key=None, timestamp=5678)
+    producer.produce(topic, value=b"", key=b"")
+    assert producer.flush(30) == 0
+    consumer = confluent_consumer(sidecar_kafka)
+    try:
+        got = confluent_read(consumer, [TopicPartition(topic, 0, OFFSET_BEGINNING)], 3)
+    finally:
+        consumer.close()
+    assert [(g.key, g.value) for g in got] == [(b"\xff\x00k", b"v"), (None, None), (b"", b"")]
+    assert got[0].headers == (("h", b"1"), ("e", None))
+    assert [g.timestamp for g in got[:2]] == [1234, 5678]
+
+
+def test_kafka_python_and_aiokafka_reset_an_out_of_range_offset_as_configured(sidecar_kafka):
+    topic = create(sidecar_kafka, 1)
+    produce(sidecar_kafka, topic, _records(1, 5))
+    got = kafka_python_read(
+        sidecar_kafka, topic, [0], 5, start={0: 50}, auto_offset_reset="earliest"
+    )
+    assert [g.offset for g in got] == list(range(5))
+    got = aiokafka_read(sidecar_kafka, topic, [0], 5, start={0: 50}, auto_offset_reset="earliest")
+    assert [g.offset for g in got] == list(range(5))
+    got = aiokafka_read(
+        sidecar_kafka, topic, [0], 1, start={0: 50}, auto_offset_reset="latest", timeout=3
+    )
+    assert got == []
+
+
+def test_kafkas_console_consumer_reads_a_partition_it_assigns_itself(sidecar_kafka, tmp_path):
+    """Kafka's Java consumer (the console consumer with --partition: assign, no group).
+    Kafka's VerifiableConsumer has no assign mode (it always subscribes in a group):
+    consumer groups over the wire are the next issue."""
+    from kop_dedup_tools import kafka_jars
+    from tests.kafka_tools import start_tool
+
+    topic = create(sidecar_kafka, 2)
+    delivered = produce(sidecar_kafka, topic, _records(2, 200))
+    args = [
+        *("--bootstrap-server", sidecar_kafka, "--topic", topic, "--partition", "1"),
+        *("--offset", "earliest", "--max-messages", "100", "--timeout-ms", "60000"),
+        *("--isolation-level", "read_committed"),
+        *("--property", "print.offset=true", "--property", "print.key=true"),
+    ]
+    with start_tool(kafka_jars.CONSOLE_CONSUMER, args, tmp_path) as tool:
+        run = tool.wait(120)
+    assert run.returncode == 0, run.stderr_tail()
+    lines = [line.split("\t") for line in run.other_lines if line.startswith("Offset:")]
+    seen = [(int(o.removeprefix("Offset:")), k.encode(), v.encode()) for o, k, v in lines]
+    assert seen == _by_partition(delivered)[1]
