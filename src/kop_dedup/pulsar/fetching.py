@@ -32,7 +32,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import _pulsar
@@ -42,7 +42,13 @@ from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
 from kop_dedup.pulsar.positions import Position, Positions
 from kop_dedup.pulsar.reading import after
 from kop_dedup.pulsar.tables import PulsarClient, discard
-from kop_dedup.pulsar.wire import DecodedRecord
+from kop_dedup.pulsar.wire import (
+    PROP_EPOCH,
+    PROP_PRODUCER_ID,
+    PROP_SEQUENCE,
+    PROP_TIMESTAMP,
+    decode_record,
+)
 
 __all__ = ["ENTRY_OVERHEAD", "RECORD_OVERHEAD", "EntryReader", "StoredEntry"]
 
@@ -91,76 +97,94 @@ class StoredEntry:
 
 
 @dataclass(slots=True)
-class _Message:
-    position: Position
-    record: DecodedRecord
-    publish_time_ms: int
-    size: int
-
-
-@dataclass(slots=True)
 class _Raw:
     """An entry as read, before its offsets are known."""
 
-    position: Position
-    head: DecodedRecord
+    ledger: int
+    entry: int
+    batch_index: int
+    """Its first message's (-1: a message sent without batching)."""
+    producer_id: int
+    epoch: int
     sequence: int
     publish_time_ms: int
-    records: list[KafkaRecord] = field(default_factory=list)
-    last: Position = (0, 0, 0)
-    size: int = ENTRY_OVERHEAD
+    records: list[KafkaRecord]
+    size: int
+
+    @property
+    def position(self) -> Position:
+        return self.ledger, self.entry, self.batch_index
+
+    @property
+    def last(self) -> Position:
+        """Its last message's position (a batch's messages come in batch-index order)."""
+        first = self.batch_index
+        return self.ledger, self.entry, first if first < 0 else first + len(self.records) - 1
 
 
-def _message(msg: Any) -> _Message:
+def _position(msg: Any) -> Position:
     mid = msg.message_id()
-    decoded = DecodedRecord.from_message(
-        msg.data(), msg.partition_key(), msg.properties(), msg.event_timestamp()
-    )
-    return _Message(
-        (mid.ledger_id(), mid.entry_id(), mid.batch_index()),
-        decoded,
-        msg.publish_timestamp(),
-        decoded.record.size + RECORD_OVERHEAD,
-    )
+    return mid.ledger_id(), mid.entry_id(), mid.batch_index()
 
 
-def _read_available(
-    reader: Any, held: _Message | None, max_bytes: int
-) -> tuple[list[_Raw], _Message | None, bool]:
-    """Entries available now, starting with ``held``, until ``max_bytes`` (estimated) are
-    read and an entry is complete: (entries, the first message of the next entry when it
-    was read, whether the topic had nothing more). Blocking calls: a worker thread."""
+def _read_available(reader: Any, held: Any, max_bytes: int) -> tuple[list[_Raw], Any, bool]:
+    """Entries available now, starting with the message ``held`` back, until ``max_bytes``
+    (estimated) are read and an entry is complete: (entries, the first message of the
+    next entry when it was read, whether the topic had nothing more). Blocking calls: a
+    worker thread. Per message, only what a record needs is asked of the client; the
+    producer's id, epoch and sequence, the batch index and the publish time only of an
+    entry's first message."""
     out: list[_Raw] = []
     size = 0
     current: _Raw | None = None
-    message = held
+    msg = held
     while True:
-        if message is None:
-            if not reader.has_message_available():
-                return out, None, True
-            try:
-                message = _message(reader.read_next(_READ_WAIT_MS))
-            except pulsar.Timeout:  # said available, not delivered in time: the next read
-                return out, None, False
-        ledger, entry, _ = message.position
-        if current is None or (ledger, entry) != current.last[:2]:
+        if msg is None:
+            try:  # what the client holds already: no round trip, no wait
+                msg = reader.read_next(0)
+            except pulsar.Timeout:
+                if not reader.has_message_available():  # asks the broker when need be
+                    return out, None, True
+                try:
+                    msg = reader.read_next(_READ_WAIT_MS)
+                except pulsar.Timeout:  # said available, not delivered in time: next read
+                    return out, None, False
+        mid = msg.message_id()
+        ledger, entry = mid.ledger_id(), mid.entry_id()
+        props = msg.properties()
+        if current is None or entry != current.entry or ledger != current.ledger:
             if size >= max_bytes:
-                return out, message, False
-            head = message.record
+                return out, msg, False
+            seq = props.get(PROP_SEQUENCE)
             current = _Raw(
-                message.position,
-                head,
-                -1 if head.sequence is None else head.sequence,
-                message.publish_time_ms,
-                last=message.position,
+                ledger,
+                entry,
+                mid.batch_index(),
+                int(props.get(PROP_PRODUCER_ID, "-1")),
+                int(props.get(PROP_EPOCH, "-1")),
+                -1 if seq is None else int(seq),
+                msg.publish_timestamp(),
+                [],
+                ENTRY_OVERHEAD,
             )
             out.append(current)
             size += ENTRY_OVERHEAD
-        current.records.append(message.record.record)
-        current.last = message.position
-        current.size += message.size
-        size += message.size
-        message = None
+        payload = msg.data()
+        record = decode_record(
+            payload,
+            msg.partition_key(),
+            props,
+            None if PROP_TIMESTAMP in props else msg.event_timestamp(),
+        )
+        n = len(payload) + RECORD_OVERHEAD
+        if record.key:
+            n += len(record.key)
+        if record.headers:
+            n += sum(len(h.key) + len(h.value or b"") for h in record.headers)
+        current.records.append(record)
+        current.size += n
+        size += n
+        msg = None
 
 
 def _same_place(a: Position, b: Position) -> bool:
@@ -189,7 +213,8 @@ class EntryReader:
         self._read_offset = offset
         """The offset of the next message from Pulsar (after ``_unread`` and ``_held``)."""
         self._unread: collections.deque[StoredEntry] = collections.deque()
-        self._held: _Message | None = None
+        self._held: Any = None
+        """A message taken from Pulsar and not counted yet (the next entry's first)."""
         self._last: Position | None = None
         """The position of the last message taken from Pulsar."""
         self._floor = offset
@@ -218,7 +243,7 @@ class EntryReader:
         if self._unread:
             return self._unread[0].position
         if self._held is not None:
-            return self._held.position
+            return _position(self._held)
         return self._expected
 
     @property
@@ -277,7 +302,7 @@ class EntryReader:
         if future.cancelled() or future.exception() is not None:
             self.drained = False  # the next read asks again
             return True
-        self._held = _message(future.result())
+        self._held = future.result()
         return True
 
     async def read(self, max_bytes: int) -> list[StoredEntry]:
@@ -348,8 +373,8 @@ class EntryReader:
             stored = StoredEntry(
                 offset,
                 entry.position,
-                entry.head.producer_id,
-                entry.head.epoch,
+                entry.producer_id,
+                entry.epoch,
                 entry.sequence,
                 records,
                 entry.publish_time_ms,
