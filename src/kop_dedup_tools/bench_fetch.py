@@ -123,7 +123,8 @@ def measure(
     reps: int,
     log_dir: Path,
 ) -> dict[str, Any]:
-    from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+    from confluent_kafka.cimpl import NewTopic  # noqa: PLC0415
 
     from kop_dedup_tools.sidecar import SidecarProcess  # noqa: PLC0415
 
