@@ -4,6 +4,7 @@ producer was told."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -380,3 +381,45 @@ def test_kafkas_console_consumer_reads_a_partition_it_assigns_itself(sidecar_kaf
     lines = [line.split("\t") for line in run.other_lines if line.startswith("Offset:")]
     seen = [(int(o.removeprefix("Offset:")), k.encode(), v.encode()) for o, k, v in lines]
     assert seen == _by_partition(delivered)[1]
+
+
+def test_kept_readers_are_bounded_reused_and_closed_when_idle(pulsar, sidecar_kafka):
+    import pulsar.asyncio as pulsar_async
+
+    from kop_dedup.pulsar.admin import PulsarAdmin
+    from kop_dedup.pulsar.naming import Naming
+    from kop_dedup.pulsar.reader_pool import PoolLimits, ReaderPool
+
+    topic = create(sidecar_kafka, 1)
+    produce(sidecar_kafka, topic, _records(1, 40), **{"batch.num.messages": 10})
+    ptopic = f"persistent://public/kafka/{topic}-partition-0"
+
+    async def run() -> None:
+        client = pulsar_async.Client(pulsar.service_url)
+        admin = PulsarAdmin(pulsar.admin_url, Naming("public", "kafka", "kop"))
+        pool = ReaderPool(client, admin, PoolLimits(max_readers=2, idle_s=0.3))
+        try:
+            readers = [await pool.take(ptopic, at) for at in (0, 10, 20)]
+            for reader in readers:
+                assert [e.base_offset for e in await reader.read(1)] == [reader.next_offset - 10]
+                pool.give(reader)
+            await asyncio.sleep(0.1)  # closing runs as a task
+            assert pool.kept == 2  # the least recently used went
+            assert readers[0].closed
+            assert not readers[2].closed
+            again = await pool.take(ptopic, 30)  # where the last one stopped: reused
+            assert again is readers[2]
+            assert (pool.opened, pool.reused) == (3, 1)
+            pool.give(again)
+            deadline = time.monotonic() + 10
+            while not (readers[1].closed and readers[2].closed):  # idle ones close
+                assert time.monotonic() < deadline, "idle readers still open"
+                await asyncio.sleep(0.2)
+                pool.discard(await pool.take(ptopic, 0))  # a take sweeps out the idle
+            assert pool.kept == 0
+        finally:
+            await pool.close()
+            await admin.close()
+            await client.close()
+
+    asyncio.run(run())

@@ -81,6 +81,7 @@ class ReaderPool:
         self._starts: dict[str, tuple[int, float]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._swept = time.monotonic()
+        self._closed = False
         self.opened = 0
         self.reused = 0
         self.located = 0
@@ -131,7 +132,7 @@ class ReaderPool:
     def give(self, reader: EntryReader) -> None:
         """Keep a reader for the next fetch at its next offset (or close it: closed,
         skipped records, a newer one kept there, over the bound)."""
-        if reader.closed or reader.skipped_from is not None:
+        if self._closed or reader.closed or reader.skipped_from is not None:
             self._close(reader)
             return
         key = (reader.topic, reader.next_offset)
@@ -180,6 +181,8 @@ class ReaderPool:
         task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
+        """Close every kept reader (and any given back later)."""
+        self._closed = True
         while self._kept:
             self._close(self._kept.popitem()[1])
         if self._closing:
