@@ -57,6 +57,16 @@ class ThreadSidecar:
     def runtime(self) -> Any:
         return self.app.state.runtime
 
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     @property
     def kafka(self) -> Any:
         """The Kafka listener (None when off)."""
@@ -67,16 +77,6 @@ class ThreadSidecar:
         """``host:port`` of the Kafka listener, for ``bootstrap.servers``."""
         host, port = self.kafka.bound
         return f"{host}:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class ProcessSidecar(SidecarProcess):

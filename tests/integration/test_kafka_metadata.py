@@ -51,3 +51,22 @@ def test_an_invalid_topic_name_is_refused_with_invalid_topic(sidecar_kafka):
     err = meta.topics["bad-partition-7"].error
     assert err is not None
     assert err.code() == 17
+
+
+def test_kafka_requests_are_counted_in_metrics_by_api_and_error(sidecar, sidecar_kafka):
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def count(api: str, error: str) -> float:
+        text = httpx.get(f"{sidecar.url}/metrics", timeout=30).text
+        for family in text_string_to_metric_families(text):
+            if family.name == "kop_dedup_kafka_requests":
+                for sample in family.samples:
+                    if sample.labels == {"api": api, "error": error}:
+                        return sample.value
+        return 0.0
+
+    before = count("Metadata", "INVALID_TOPIC_EXCEPTION")
+    Producer({"bootstrap.servers": sidecar_kafka}).list_topics("bad-partition-9", timeout=30)
+    assert count("Metadata", "INVALID_TOPIC_EXCEPTION") >= before + 1
+    assert count("ApiVersions", "NONE") >= 1

@@ -43,6 +43,10 @@ OUR_FAMILIES = {
     "kop_dedup_group_lag_records",
     "kop_dedup_group_oldest_inflight_seconds",
     "kop_dedup_group_rows_not_shown",
+    "kop_dedup_kafka_requests",
+    "kop_dedup_kafka_connections_closed",
+    "kop_dedup_kafka_connections_opened",
+    "kop_dedup_kafka_connections",
 }
 
 

@@ -300,3 +300,24 @@ def test_metadata_answers_this_node_as_leader_of_every_partition():
         ]
 
     run(test)
+
+
+def test_a_taken_address_is_refused_with_a_message_naming_the_setting():
+    import socket
+
+    import pytest
+
+    from kop_dedup.transports.kafka.listener import ListenerError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        runtime = StubRuntime()
+        runtime.settings = Settings(kafka_listener=f"127.0.0.1:{port}")
+
+        async def main() -> None:
+            with pytest.raises(ListenerError, match="KOP_DEDUP_KAFKA_LISTENER"):
+                await KafkaListener(runtime).start()  # type: ignore[arg-type]
+
+        asyncio.run(main())

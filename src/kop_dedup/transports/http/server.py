@@ -31,10 +31,12 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
     settings = settings or Settings()
     configure(settings.log_format, settings.log_level)
     app = create_app(settings)
+    kafka = settings.kafka_address()
     print(
         f"kop-dedup listening on http://{settings.host}:{settings.port} "
         f"(Pulsar {settings.pulsar_service_url}, admin {settings.pulsar_admin_url}, "
-        f"namespace {settings.tenant}/{settings.namespace}); API docs at /docs",
+        f"namespace {settings.tenant}/{settings.namespace}); API docs at /docs; "
+        + ("Kafka listener off" if kafka is None else f"Kafka clients at {kafka[0]}:{kafka[1]}"),
         flush=True,
     )
     config = uvicorn.Config(

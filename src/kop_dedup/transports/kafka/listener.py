@@ -29,11 +29,15 @@ from kop_dedup.transports.kafka.apis import API_TABLE
 from kop_dedup.transports.kafka.connection import Connection
 from kop_dedup.transports.kafka.registry import Node, Session, Shared
 
-__all__ = ["KafkaListener"]
+__all__ = ["KafkaListener", "ListenerError"]
 
 log = logging.getLogger("kop_dedup.kafka")
 
 _UNSPECIFIED = {"", "0.0.0.0", "::"}  # noqa: S104 - names an address, binds nothing
+
+
+class ListenerError(RuntimeError):
+    """The listener cannot start (its address is taken or not this host's)."""
 
 
 def cluster_id(tenant: str, namespace: str) -> str:
@@ -71,14 +75,21 @@ class KafkaListener:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         host, port = self.address
-        self._server = await asyncio.start_server(
-            self._accept,
-            host or None,
-            port,
-            ssl=self._tls(),
-            reuse_address=True,
-            limit=1 << 16,
-        )
+        try:
+            self._server = await asyncio.start_server(
+                self._accept,
+                host or None,
+                port,
+                ssl=self._tls(),
+                reuse_address=True,
+                limit=1 << 16,
+            )
+        except OSError as exc:
+            raise ListenerError(
+                f"the Kafka listener cannot listen on {host}:{port} ({exc.strerror or exc}): "
+                "set KOP_DEDUP_KAFKA_LISTENER to another host:port, or to nothing to turn "
+                "the listener off"
+            ) from exc
         sock = self._server.sockets[0].getsockname()
         self.bound = (str(sock[0]), int(sock[1]))
         if self.settings.kafka_advertised:

@@ -1,0 +1,82 @@
+"""Base offsets of produced batches: derived from the entry before when known, else asked."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kop_dedup.pulsar.produced import ProducedOffsets
+from kop_dedup.settings import Settings, split_address
+
+
+class Broker:
+    """Entry (ledger, entry) holds ``sizes[(ledger, entry)]`` messages; indexes count up
+    over ledgers in order."""
+
+    def __init__(self, sizes: dict[tuple[int, int], int]) -> None:
+        self.asked: list[tuple[int, int]] = []
+        self.index: dict[tuple[int, int], int] = {}
+        total = -1
+        for key in sorted(sizes):
+            total += sizes[key]
+            self.index[key] = total
+        self.fail = False
+
+    async def entry_index(self, topic: str, ledger: int, entry: int) -> tuple[int, int] | None:
+        self.asked.append((ledger, entry))
+        if self.fail:
+            raise OSError("admin unreachable")
+        return self.index[ledger, entry], 0
+
+
+def _run(offsets: ProducedOffsets, batches: list[tuple[str | None, int]]) -> list[int]:
+    async def main() -> list[int]:
+        return [await offsets.base_offset("t", mid, n) for mid, n in batches]
+
+    return asyncio.run(main())
+
+
+def test_one_lookup_then_every_following_entry_is_derived():
+    broker = Broker({(5, 0): 3, (5, 1): 10, (5, 2): 1, (5, 3): 4})
+    offsets = ProducedOffsets(broker)  # type: ignore[arg-type]
+    got = _run(offsets, [("5:0:0:0", 3), ("5:1:0:0", 10), ("5:2:0:0", 1), ("5:3:0:0", 4)])
+    assert got == [0, 3, 13, 14]
+    assert broker.asked == [(5, 0)]
+    assert (offsets.looked_up, offsets.derived) == (1, 3)
+
+
+def test_another_writers_entry_or_a_new_ledger_costs_a_lookup():
+    broker = Broker({(5, 0): 2, (5, 1): 7, (5, 2): 2, (9, 0): 5})
+    offsets = ProducedOffsets(broker)  # type: ignore[arg-type]
+    # (5, 1) was written by someone else: (5, 2) cannot be derived; (9, 0) starts a ledger
+    got = _run(offsets, [("5:0:0:0", 2), ("5:2:0:0", 2), ("9:0:0:0", 5)])
+    assert got == [0, 9, 11]
+    assert broker.asked == [(5, 0), (5, 2), (9, 0)]
+
+
+def test_a_failed_lookup_answers_minus_one_and_never_raises():
+    broker = Broker({(5, 0): 2})
+    broker.fail = True
+    offsets = ProducedOffsets(broker)  # type: ignore[arg-type]
+    assert _run(offsets, [("5:0:0:0", 2), (None, 1), ("garbage", 1)]) == [-1, -1, -1]
+
+
+@pytest.mark.parametrize(
+    ("mode", "asked", "answers"), [("none", 0, [-1, -1]), ("lookup", 2, [0, 2])]
+)
+def test_the_other_modes(mode, asked, answers):
+    broker = Broker({(5, 0): 2, (5, 1): 2})
+    offsets = ProducedOffsets(broker, mode=mode)  # type: ignore[arg-type]
+    assert _run(offsets, [("5:0:0:0", 2), ("5:1:0:0", 2)]) == answers
+    assert len(broker.asked) == asked
+
+
+def test_listener_addresses_parse_and_an_empty_listener_is_off():
+    assert split_address("[::1]:9093") == ("::1", 9093)
+    assert Settings(kafka_listener="0.0.0.0:0").kafka_address() == ("0.0.0.0", 0)
+    assert Settings(kafka_listener="").kafka_address() is None
+    with pytest.raises(ValueError, match="host:port"):
+        Settings(kafka_advertised="nohost")
+    with pytest.raises(ValueError, match="together"):
+        Settings(kafka_tls_cert="/tmp/c.pem")
