@@ -68,10 +68,11 @@ class _Part:
 
 
 def readers(session: Session) -> ReaderPool:
-    pool = session.shared.readers
-    if pool is None:
-        raise errors.KafkaError("the listener keeps no readers (it is closing)")
-    return pool
+    """The listener's kept readers, opened at its first read."""
+    shared = session.shared
+    if shared.readers is None:
+        shared.readers = ReaderPool(session.runtime.publisher.client, session.runtime.admin)
+    return shared.readers
 
 
 async def partition_topic(session: Session, topic: str, index: int) -> str:

@@ -22,7 +22,6 @@ import uuid
 
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.pulsar.produced import ProducedOffsets
-from kop_dedup.pulsar.reader_pool import ReaderPool
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import split_address
 from kop_dedup.transports.kafka.apis import API_TABLE
@@ -106,7 +105,6 @@ class KafkaListener:
             offsets=ProducedOffsets(self.runtime.admin, mode=self.settings.kafka_produce_offsets),
             stats=self.stats,
             tokens=self.settings.http_tokens(),
-            readers=ReaderPool(self.runtime.publisher.client, self.runtime.admin),
         )
         log.info(
             "kafka listener on %s:%d, advertised as %s:%d%s%s",
@@ -167,6 +165,6 @@ class KafkaListener:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 1.0)
         if self._shared is not None and self._shared.readers is not None:
-            await self._shared.readers.close()
+            await self._shared.readers.close()  # after the handlers: none opens another
         self._shared = None
         log.info("kafka listener closed")

@@ -107,7 +107,8 @@ class Shared:
     tokens: frozenset[str]
     """SASL/PLAIN passwords accepted (the HTTP tokens); empty: authentication off."""
     readers: ReaderPool | None = None
-    """Pulsar readers kept between fetches (:mod:`.fetch`)."""
+    """Pulsar readers kept between fetches (:mod:`.fetch` opens it at the first read;
+    the listener closes it after its connections)."""
 
 
 @dataclass(slots=True)
