@@ -178,8 +178,8 @@ async def _fill(
     while True:
         added = await _pass(pool, parts, max_bytes, total)
         total += added
-        if total >= min_bytes or any(p.error is not None for p in parts):
-            return
+        if total >= min(min_bytes, max_bytes) or any(p.error is not None for p in parts):
+            return  # enough, or all there is room for (a min_bytes over max_bytes), or an error
         left = deadline - time.monotonic()
         if left <= 0 or not await _wait(parts, left, added > 0):
             return
