@@ -423,3 +423,30 @@ def test_kept_readers_are_bounded_reused_and_closed_when_idle(pulsar, sidecar_ka
             await client.close()
 
     asyncio.run(run())
+
+
+def test_a_topic_deleted_and_created_again_is_read_from_its_new_offsets(sidecar_kafka):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = create(sidecar_kafka, 1)
+    produce(sidecar_kafka, topic, _records(1, 10, "old-"))
+    with WireClient(sidecar_kafka) as c:  # leaves a reader kept at offset 10
+        first = c.call(fetch_request(topic, {0: 0}), 12)
+        assert len([r for b in batches(_part(first).records) for r in b]) == 10
+        c.call(fetch_request(topic, {0: 10}, max_wait_ms=100), 12)
+    admin = AdminClient({"bootstrap.servers": sidecar_kafka})
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while True:  # the broker may take a moment to let the name go
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+            break
+        except Exception:
+            assert time.monotonic() < deadline, "the topic could not be created again"
+            time.sleep(0.5)
+    produce(sidecar_kafka, topic, _records(1, 3, "new-"))
+    stale, _ = _fetch(sidecar_kafka, fetch_request(topic, {0: 10}, max_wait_ms=100))
+    assert _part(stale).error_code == 1  # past the new end: OFFSET_OUT_OF_RANGE
+    fresh, _ = _fetch(sidecar_kafka, fetch_request(topic, {0: 0}))
+    records = [r for b in batches(_part(fresh).records) for r in b]
+    assert [(r.offset, r.value) for r in records] == [(i, f"new-v{i}".encode()) for i in range(3)]

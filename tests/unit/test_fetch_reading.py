@@ -193,3 +193,14 @@ def test_a_reader_that_starts_before_the_offset_asked_hands_out_nothing_before_i
     got = asyncio.run(reader._counted(_raws(index, [(10, 0), (10, 1)], 0)))
     assert [(g.base_offset, len(g.records)) for g in got] == [(6, 2)]
     assert got[0].position == (10, 1, 2)
+
+
+def test_a_reader_whose_topic_was_created_again_under_it_stops_counting():
+    old = _index([[3, 3]])
+    reader = EntryReader(None, _Positions(old), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    got = asyncio.run(reader._counted(_raws(old, [(10, 0), (10, 1)], 0)))
+    assert [g.base_offset for g in got] == [0, 3]
+    new = {(20, 0): (0, 2)}  # the new topic's first ledger: offset 0 again
+    reader._positions = _Positions(new)  # type: ignore[assignment]
+    assert asyncio.run(reader._counted(_raws(new, [(20, 0)], 0))) == []
+    assert reader.skipped_from == 6

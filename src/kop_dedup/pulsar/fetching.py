@@ -11,8 +11,9 @@ Offsets are counted, not looked up: the index has no gaps, so the message after 
 known offset has the next. The count is checked against the broker where it could be
 wrong: the first message a reader gets, and the first of every ledger (entries
 deleted by retention under a reader are skipped by the broker). A message found
-later than counted sets :attr:`EntryReader.skipped_from` (the records asked for are
-gone: Kafka's OFFSET_OUT_OF_RANGE).
+later than counted (or, after the first, earlier: the topic was deleted and created
+again) sets :attr:`EntryReader.skipped_from`: the records asked for are gone, Kafka's
+OFFSET_OUT_OF_RANGE.
 
 Reads take what is available now, on a worker thread, in one loop hop (the blocking
 calls of the client, as :mod:`.reading` does). Waiting for more is push, not poll:
@@ -360,7 +361,9 @@ class EntryReader:
             offset = self._read_offset
             if not self._continues(entry.position):
                 found = await self._positions.offset_of(self.topic, entry.position)
-                if found > offset:
+                # later than counted: records deleted under the reader; earlier, after the
+                # first message: not the topic it counted (deleted and created again)
+                if found > offset or (found < offset and self._last is not None):
                     self.skipped_from = offset
                     return out
                 offset = found

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+import weakref
 from dataclasses import dataclass
 
 from kop_dedup import errors
@@ -80,6 +81,8 @@ class ReaderPool:
         self._ends: dict[str, tuple[int, float]] = {}
         self._starts: dict[str, tuple[int, float]] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._live: weakref.WeakSet[EntryReader] = weakref.WeakSet()
+        """Every reader opened and not closed yet, kept or in a fetch."""
         self._swept = time.monotonic()
         self._closed = False
         self.opened = 0
@@ -104,8 +107,13 @@ class ReaderPool:
         position = self._known.get((topic, offset))
         if position is None:
             position = await self._locate(topic, offset)
+        return self._new(topic, offset, position)
+
+    def _new(self, topic: str, offset: int, position: Position | None) -> EntryReader:
+        reader = EntryReader(self._client, self.positions, topic, offset, position)
+        self._live.add(reader)
         self.opened += 1
-        return EntryReader(self._client, self.positions, topic, offset, position)
+        return reader
 
     async def _locate(self, topic: str, offset: int) -> Position | None:
         """Where ``offset`` is; None when the topic never held a record (offset 0: read
@@ -150,15 +158,21 @@ class ReaderPool:
         """Close a reader taken and not to be kept."""
         self._close(reader)
 
-    def forget(self, topic: str) -> None:
-        """Close every reader of a partition topic and drop what is known of it (the topic
-        was deleted)."""
-        for key in [k for k in self._kept if k[0] == topic]:
-            self._close(self._kept.pop(key))
-        for key in [k for k in self._known if k[0] == topic]:
+    async def forget(self, topic: str) -> None:
+        """Close every reader of a Kafka topic's partitions (``topic``: the partitioned
+        topic's full name), kept or in a fetch, and drop what is known of them: before
+        the topic is deleted, so that no reader of it reconnects and makes the broker
+        create a partition again under the name."""
+        prefix = f"{topic}-partition-"
+        mine = [r for r in list(self._live) if r.topic.startswith(prefix)]
+        for key in [k for k in self._kept if k[0].startswith(prefix)]:
+            del self._kept[key]
+        for key in [k for k in self._known if k[0].startswith(prefix)]:
             del self._known[key]
-        self._ends.pop(topic, None)
-        self._starts.pop(topic, None)
+        for cache in (self._ends, self._starts):
+            for name in [t for t in cache if t.startswith(prefix)]:
+                del cache[name]
+        await asyncio.gather(*(r.close() for r in mine), return_exceptions=True)
 
     def _learn(self, key: tuple[str, int], position: Position) -> None:
         self._known[key] = position
@@ -231,8 +245,7 @@ class ReaderPool:
         offset, position, clamped = await self.positions.at_time(topic, timestamp_ms)
         if clamped == "end" or position is None:
             return None
-        reader = EntryReader(self._client, self.positions, topic, offset, position)
-        self.opened += 1
+        reader = self._new(topic, offset, position)
         try:
             for _ in range(_TIME_SCAN_ENTRIES):
                 entries = await reader.read(_TIME_SCAN_BYTES)
@@ -257,8 +270,7 @@ class ReaderPool:
         if after_last is None or after_last[2] <= 0:
             return None
         ledger, entry, count = after_last
-        reader = EntryReader(self._client, self.positions, topic, end - count, (ledger, entry, 0))
-        self.opened += 1
+        reader = self._new(topic, end - count, (ledger, entry, 0))
         try:
             entries = await reader.read(1)
         finally:
