@@ -164,5 +164,7 @@ class KafkaListener:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 1.0)
+        if self._shared is not None and self._shared.readers is not None:
+            await self._shared.readers.close()  # after the handlers: none opens another
         self._shared = None
         log.info("kafka listener closed")

@@ -1,0 +1,206 @@
+"""Reading a partition as entries (``kop_dedup.pulsar.fetching``), the pure parts: how
+messages group into entries within a byte budget, and the offset arithmetic of a reader
+(counted from where it starts, checked against the broker's index at ledger changes,
+records deleted under it noticed). The client and the broker's index are stand-ins
+here; tests/integration/test_kafka_fetch.py reads a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pulsar
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kop_dedup.pulsar.fetching import RECORD_OVERHEAD, EntryReader, _Raw, _read_available
+from kop_dedup.pulsar.wire import PROP_EPOCH, PROP_PRODUCER_ID, PROP_SEQUENCE, PROP_TIMESTAMP
+
+# -- stand-ins for the client's messages and reader ------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Id:
+    ledger: int
+    entry: int
+    batch: int
+
+    def ledger_id(self) -> int:
+        return self.ledger
+
+    def entry_id(self) -> int:
+        return self.entry
+
+    def batch_index(self) -> int:
+        return self.batch
+
+
+@dataclass(frozen=True)
+class _Msg:
+    at: _Id
+    value: bytes
+    sequence: int
+
+    def message_id(self) -> _Id:
+        return self.at
+
+    def properties(self) -> dict[str, str]:
+        return {
+            PROP_PRODUCER_ID: "7",
+            PROP_EPOCH: "1",
+            PROP_SEQUENCE: str(self.sequence),
+            PROP_TIMESTAMP: "1000",
+        }
+
+    def data(self) -> bytes:
+        return self.value
+
+    def partition_key(self) -> str:
+        return ""
+
+    def event_timestamp(self) -> int:
+        return 0
+
+    def publish_timestamp(self) -> int:
+        return 2000 + self.at.entry
+
+
+@dataclass
+class _Reader:
+    queue: list[_Msg]
+    more: bool = False
+    """has_message_available() says so while the queue is empty (a slow delivery)."""
+    calls: list[str] = field(default_factory=list)
+
+    def read_next(self, timeout_ms: int) -> _Msg:
+        self.calls.append(f"read_next({timeout_ms})")
+        if not self.queue:
+            raise pulsar.Timeout
+        return self.queue.pop(0)
+
+    def has_message_available(self) -> bool:
+        self.calls.append("has")
+        return bool(self.queue) or self.more
+
+
+def _messages(sizes: list[int], value: int = 10) -> list[_Msg]:
+    out, seq = [], 0
+    for entry, n in enumerate(sizes):
+        for b in range(n):
+            out.append(_Msg(_Id(5, entry, b), b"x" * value, seq))
+            seq += 1
+    return out
+
+
+def test_entries_are_grouped_and_a_read_ends_on_an_entry_boundary():
+    reader = _Reader(_messages([3, 2, 4]))
+    per_record = 10 + RECORD_OVERHEAD
+    raw, held, drained = _read_available(reader, None, 1)  # one byte: the first entry whole
+    assert [(r.entry, len(r.records)) for r in raw] == [(0, 3)]
+    assert held is not None
+    assert (held.at.entry, drained) == (1, False)
+    raw, held, drained = _read_available(reader, held, 10_000)
+    assert [(r.entry, len(r.records), r.sequence) for r in raw] == [(1, 2, 3), (2, 4, 5)]
+    assert (held, drained) == (None, True)
+    assert raw[0].size == 61 + 2 * per_record
+    assert raw[1].last == (5, 2, 3)
+    assert (raw[0].producer_id, raw[0].epoch, raw[0].publish_time_ms) == (7, 1, 2001)
+
+
+def test_the_broker_is_asked_only_when_the_clients_queue_is_empty():
+    reader = _Reader(_messages([50]))
+    raw, _, drained = _read_available(reader, None, 1 << 20)
+    assert (len(raw[0].records), drained) == (50, True)
+    assert reader.calls.count("has") == 1  # at the end, not per message
+    assert reader.calls.count("read_next(0)") == 51
+
+
+def test_a_message_the_broker_has_but_the_client_has_not_yet_ends_the_read_undrained():
+    reader = _Reader([], more=True)
+    raw, held, drained = _read_available(reader, None, 1 << 20)
+    assert (raw, held, drained) == ([], None, False)
+
+
+# -- the offsets a reader counts ---------------------------------------------------------------
+
+layouts = st.lists(  # ledgers of entries of 1..5 messages; ledger ids 10, 20, 30...
+    st.lists(st.integers(1, 5), min_size=1, max_size=6), min_size=1, max_size=5
+)
+
+
+def _index(layout: list[list[int]]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(ledger, entry) -> (offset of its first message, messages)."""
+    out, offset = {}, 0
+    for li, entries in enumerate(layout):
+        for e, n in enumerate(entries):
+            out[(10 * (li + 1), e)] = (offset, n)
+            offset += n
+    return out
+
+
+class _Positions:
+    def __init__(self, index: dict[tuple[int, int], tuple[int, int]]) -> None:
+        self.index, self.asked = index, 0
+
+    async def offset_of(self, topic: str, position: tuple[int, int, int]) -> int:
+        self.asked += 1
+        return self.index[position[:2]][0] + max(position[2], 0)
+
+
+def _raws(index, keys, start_batch: int) -> list[_Raw]:
+    out = []
+    for i, (ledger, entry) in enumerate(keys):
+        first = start_batch if i == 0 else 0
+        n = index[(ledger, entry)][1] - first
+        out.append(
+            _Raw(ledger, entry, first, 7, 0, 0, 0, [object()] * n, 0)  # type: ignore[list-item]
+        )
+    return out
+
+
+@given(layouts, st.data())
+def test_a_reader_counts_the_offsets_the_index_gives_asking_only_at_ledger_changes(layout, data):
+    index = _index(layout)
+    keys = sorted(index)
+    k = data.draw(st.integers(0, len(keys) - 1))
+    b = data.draw(st.integers(0, index[keys[k]][1] - 1))
+    start = index[keys[k]][0] + b
+    positions = _Positions(index)
+    reader = EntryReader(None, positions, "t", start, (*keys[k], b))  # type: ignore[arg-type]
+    got = asyncio.run(reader._counted(_raws(index, keys[k:], b)))
+    assert [g.base_offset for g in got] == [start] + [index[key][0] for key in keys[k + 1 :]]
+    assert reader.next_offset == sum(sum(ledger) for ledger in layout)
+    assert reader.skipped_from is None
+    assert positions.asked == len({ledger for ledger, _ in keys[k + 1 :]} - {keys[k][0]})
+
+
+@given(layouts.filter(lambda layout: len(layout) >= 3), st.data())
+def test_a_ledger_deleted_under_a_reader_is_noticed_and_nothing_after_it_counted(layout, data):
+    index = _index(layout)
+    keys = sorted(index)
+    gone = data.draw(st.integers(2, len(layout) - 1)) * 10  # neither the first nor the last
+    reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    read = [key for key in keys if key[0] != gone]
+    got = asyncio.run(reader._counted(_raws(index, read, 0)))
+    before = [key for key in read if key[0] < gone]
+    assert [g.base_offset for g in got] == [index[key][0] for key in before]
+    assert reader.skipped_from == index[(gone, 0)][0]
+
+
+def test_a_reader_that_starts_before_the_offset_asked_hands_out_nothing_before_it():
+    index = _index([[4, 4]])
+    reader = EntryReader(None, _Positions(index), "t", 6, None)  # type: ignore[arg-type]
+    got = asyncio.run(reader._counted(_raws(index, [(10, 0), (10, 1)], 0)))
+    assert [(g.base_offset, len(g.records)) for g in got] == [(6, 2)]
+    assert got[0].position == (10, 1, 2)
+
+
+def test_a_reader_whose_topic_was_created_again_under_it_stops_counting():
+    old = _index([[3, 3]])
+    reader = EntryReader(None, _Positions(old), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    got = asyncio.run(reader._counted(_raws(old, [(10, 0), (10, 1)], 0)))
+    assert [g.base_offset for g in got] == [0, 3]
+    new = {(20, 0): (0, 2)}  # the new topic's first ledger: offset 0 again
+    reader._positions = _Positions(new)  # type: ignore[assignment]
+    assert asyncio.run(reader._counted(_raws(new, [(20, 0)], 0))) == []
+    assert reader.skipped_from == 6
