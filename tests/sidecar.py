@@ -7,9 +7,11 @@ that fault tests can SIGKILL and restart.
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import uvicorn
 
@@ -17,6 +19,8 @@ from kop_dedup.settings import Settings
 from kop_dedup.transports.http import create_app
 from kop_dedup_tools.launcher import free_port
 from kop_dedup_tools.sidecar import SidecarProcess, wait_ready
+
+T = TypeVar("T")
 
 
 class ThreadSidecar:
@@ -67,6 +71,11 @@ class ThreadSidecar:
         """``host:port`` of the Kafka listener, for ``bootstrap.servers``."""
         host, port = self.kafka.bound
         return f"{host}:{port}"
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        """Run ``coro`` on the sidecar's event loop (its runtime's objects live there)."""
+        loop = self.server.servers[0].get_loop()
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
 
     def stop(self) -> None:
         self.server.should_exit = True

@@ -12,14 +12,19 @@ import logging
 import uuid
 
 from kop_dedup.coordination.expiry import Bounds
-from kop_dedup.coordination.groups.coordinator import GroupCoordinator, GroupSettings
+from kop_dedup.coordination.groups.coordinator import (
+    GroupCoordinator,
+    GroupSettings,
+    StaleMember,
+)
 from kop_dedup.coordination.groups.lag import GroupLag
 from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.registry import Registry, RegistryBounds
-from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator, TxnSettings
+from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
+from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.errors import KafkaError
 from kop_dedup.observability.stats import Stats
 from kop_dedup.observability.wire import WireStats
@@ -123,6 +128,7 @@ class Runtime:
             f"{base}/consumer-groups",
             settings.offsets_partitions,
             adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
+            pending_is_live=self._pending_is_live,
         )
         self.groups = GroupCoordinator(
             self.offsets,
@@ -170,6 +176,7 @@ class Runtime:
             legacy=self.registry.transactional,
             journaler=self._journal,
             partitions_of=self._partitions_of,
+            members=self._check_member,
             settings=txn_settings(settings),
         )
 
@@ -178,6 +185,19 @@ class Runtime:
     ) -> tuple[KafkaError | None, str | None]:
         result = await self.service.produce(batch, deadline, journal=(ptopic, extra))
         return result.error, result.message_id
+
+    async def _pending_is_live(self, transactional_id: str, ordinal: int, marked_ms: int) -> bool:
+        """The group store's leak sweep asks the transaction coordinator (created after
+        the store, hence this indirection)."""
+        return await self.transactions.pending_is_live(transactional_id, ordinal, marked_ms)
+
+    async def _check_member(self, group: str, member: str | None, generation: int | None) -> None:
+        """KIP-447 for transactional offsets: the group checks the member; its error is
+        answered as the Kafka error it wraps (25, 22)."""
+        try:
+            await self.groups.check_member(group, member, generation)
+        except StaleMember as exc:
+            raise exc.error from exc
 
     async def _partitions_of(self, topic: str) -> int:
         s = self.settings
@@ -218,6 +238,11 @@ class Runtime:
         self.groups.start(
             (gs.lag_interval_s, self.group_lag.refresh, "group-lag"),
             (gs.cursor_interval_s, self.group_lag.follow_cursors, "group-cursors"),
+            (
+                s.group_retention_check_interval_ms / 1000,
+                self.offsets.sweep,
+                "group-retention",
+            ),
         )
         await self.transactions.start()
         log.info("ready: namespace %s has deduplication on", ns)

@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     group_metrics_max_series: int = Field(default=1_000, ge=1, le=100_000)
     """Group partition rows exported one by one in /metrics (the most lagging first);
     the others are summed under group="~other"."""
+    group_retention_check_interval_ms: int = Field(default=60_000, ge=10)
+    """How often the owner of a groups partition looks for pending-offset markers whose
+    transaction ended without removing them."""
     group_pull_answer_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between recording a pull and answering it."""
     max_pull_records: int = Field(default=10_000, ge=1, le=100_000)

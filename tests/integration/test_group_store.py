@@ -14,7 +14,7 @@ import pulsar as pulsar_client
 import pulsar.asyncio as pulsar_async
 import pytest
 
-from kop_dedup.coordination.groups.store import GroupStore, key
+from kop_dedup.coordination.groups.store import GroupStore, StagedOffset, key
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup_tools.registry_startup import delete_namespace
@@ -124,6 +124,123 @@ def test_changes_of_one_partition_answer_once_their_writes_are_stored(pulsar, na
             await b.read("g")
             for m in range(8):
                 assert b.doc("g", "d", f"m{m}", "t", 0) == {"i": 4, "v": 5}
+        finally:
+            await _close(stores)
+
+    asyncio.run(scenario())
+
+
+async def _committed(store: GroupStore, group: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(offset, error code) per partition, as a stable fetch answers."""
+    answers = await store.fetch(group, require_stable=True)
+    return {(a.topic, a.partition): (a.offset, a.error.errno if a.error else 0) for a in answers}
+
+
+def test_replaying_a_committed_transaction_never_writes_its_offsets_again(pulsar, namespace):
+    """A commit applied twice (a crash between the offsets and CompleteCommit, or a
+    retried CompleteCommit) is a no-op the second time, also after a newer transaction
+    of the same id moved the offset on, and read through another sidecar."""
+    topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
+    t1 = StagedOffset("in", 0, 10, "first")
+    t2 = StagedOffset("in", 0, 20, "second")
+
+    async def scenario() -> None:
+        stores = await _stores(pulsar, topic, 2)
+        (_, _, a), (_, _, b) = stores
+        try:
+            await a.mark_pending("g", [("in", 0)], "tx", 1)
+            assert await a.commit_transaction("g", "tx", 1, [t1]) == [t1]
+            assert await a.commit_transaction("g", "tx", 1, [t1]) == []  # replayed at once
+            assert await _committed(a, "g") == {("in", 0): (10, 0)}
+            await b.mark_pending("g", [("in", 0)], "tx", 2)  # the next transaction, elsewhere
+            assert await b.commit_transaction("g", "tx", 2, [t2]) == [t2]
+            assert await a.commit_transaction("g", "tx", 1, [t1]) == []  # a late replay
+            for store in (a, b):
+                assert await _committed(store, "g") == {("in", 0): (20, 0)}
+        finally:
+            await _close(stores)
+
+    asyncio.run(scenario())
+
+
+def test_a_plain_commit_keeps_a_pending_transaction_marker_and_wins_over_it(pulsar, namespace):
+    """A plain commit between a transaction's TxnOffsetCommit and its commit: the
+    partition stays unstable (88) until the transaction ends, and the later plain commit
+    is what stays committed (Kafka's completePendingTxnOffsetCommit); a partition with
+    no plain commit since the mark gets the transaction's offset."""
+    topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        stores = await _stores(pulsar, topic, 1)
+        ((_, _, a),) = stores
+        try:
+            await a.commit("g", [StagedOffset("in", 0, 1)])
+            await a.mark_pending("g", [("in", 0), ("in", 1)], "tx", 1)
+            await a.commit("g", [StagedOffset("in", 0, 5)])
+            assert (await _committed(a, "g"))[("in", 0)][1] == 88
+            applied = await a.commit_transaction(
+                "g", "tx", 1, [StagedOffset("in", 0, 3), StagedOffset("in", 1, 7)]
+            )
+            assert applied == [StagedOffset("in", 1, 7)]
+            assert await _committed(a, "g") == {("in", 0): (5, 0), ("in", 1): (7, 0)}
+        finally:
+            await _close(stores)
+
+    asyncio.run(scenario())
+
+
+def test_ending_a_transaction_removes_only_its_own_markers(pulsar, namespace):
+    """An abort (or a commit) of one transaction leaves the markers another transaction
+    (or a later one of the same id) wrote on the same group's partitions."""
+    topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        stores = await _stores(pulsar, topic, 1)
+        ((_, _, a),) = stores
+        try:
+            await a.mark_pending("g", [("in", 0)], "tx-a", 1)
+            await a.mark_pending("g", [("in", 1)], "tx-b", 4)
+            await a.mark_pending("g", [("in", 2)], "tx-a", 2)
+            keys = [("in", 0), ("in", 1), ("in", 2)]
+            await a.abort_transaction("g", keys, "tx-a", 1)
+            assert await _committed(a, "g") == {
+                ("in", 1): (-1, 88),
+                ("in", 2): (-1, 88),
+            }
+            staged = [StagedOffset("in", p, 9) for p in range(3)]
+            assert await a.commit_transaction("g", "tx-b", 4, staged) == [staged[1]]
+            assert await _committed(a, "g") == {("in", 1): (9, 0), ("in", 2): (-1, 88)}
+        finally:
+            await _close(stores)
+
+    asyncio.run(scenario())
+
+
+def test_markers_whose_transaction_ended_are_swept_and_live_ones_stay(pulsar, namespace):
+    """The owner's sweep asks the transaction coordinator about each marker (with when
+    it was marked) and removes those of transactions no longer live."""
+    topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
+    asked: list[tuple[str, int, int]] = []
+
+    async def is_live(tid: str, ordinal: int, marked_ms: int) -> bool:
+        asked.append((tid, ordinal, marked_ms))
+        return tid == "live"
+
+    async def scenario() -> None:
+        stores = await _stores(pulsar, topic, 2)
+        (_, _, a), (_, _, b) = stores
+        a.pending.pending_is_live = is_live
+        try:
+            before = int(time.time() * 1000)
+            await a.mark_pending("g", [("in", 0)], "live", 1)
+            await a.mark_pending("g", [("in", 1)], "leaked", 3)
+            await a.sweep()
+            assert {(t, o) for t, o, _ in asked} == {("live", 1), ("leaked", 3)}
+            assert all(before <= ms <= int(time.time() * 1000) for _, _, ms in asked)
+            await b.read("g")
+            assert b.doc("g", "p", "in", 1) is None
+            assert b.doc("g", "p", "in", 0) is not None
+            assert (await _committed(b, "g")) == {("in", 0): (-1, 88)}
         finally:
             await _close(stores)
 

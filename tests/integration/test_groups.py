@@ -129,3 +129,35 @@ def test_a_reset_is_applied_at_the_next_pull_and_a_stale_commit_cannot_undo_it(p
     assert after["resetApplied"][0]["offset"] == 3
     assert g.get(f"/v1/groups/{group}/reset").json()["resets"][0]["members"] == {member: "applied"}
     assert commit(g, group, member).json()["committed"][0]["offset"] == 5
+
+
+def test_check_member_raises_what_a_stale_members_commit_gets(g, groups_sidecar):
+    """KIP-447 fencing of a transactional offset commit: check_member answers as the
+    member's own commit would (25 for a member not in the group, else 22 for a stale
+    generation), and accepts the current member and generation."""
+    from kop_dedup.coordination.groups.coordinator import StaleMember
+
+    topic, group = uniq("gt"), uniq("g")
+    produce(g, topic, 1)
+    configure(g, group)
+    member = join(g, group, [topic])["memberId"]
+    generation = join(g, group, [topic], member="other")["generation"]
+    groups = groups_sidecar.runtime.groups
+
+    def check(m: str | None, gen: int | None, in_group: str = group) -> int:
+        try:
+            groups_sidecar.call(groups.check_member(in_group, m, gen))
+        except StaleMember as exc:
+            return exc.error.errno
+        return 0
+
+    assert check(member, generation) == 0
+    assert check(None, None) == 0
+    assert check(member, None) == 0
+    stale = commit(g, group, member, generation=generation - 1).json()
+    assert check(member, generation - 1) == stale["errorCode"] == 22
+    gone = commit(g, group, "nobody", generation=generation).json()
+    assert check("nobody", generation) == gone["errorCode"] == 25
+    assert check("nobody", generation - 1) == 25  # the member first, as Kafka checks
+    assert check(None, generation + 1) == 22
+    assert check("m", None, uniq("none")) == check("m", 0, uniq("none")) == 25  # no such group

@@ -15,6 +15,7 @@ import pytest
 
 from kop_dedup.coordination.transactions.copier import PROP_TXN_BATCH, Copier
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
+from kop_dedup.coordination.transactions.requests import EndTxn, InitProducerId
 from kop_dedup.protocol.records import KafkaBatch, rec
 from kop_dedup.protocol.transactions import TxnState
 from kop_dedup.pulsar.wire import PROP_ENTRY_FORMAT, WHOLE_BATCH
@@ -127,7 +128,8 @@ def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands
         try:
             coordinator = runtime.transactions
             copier = coordinator._copier
-            pid, epoch = await coordinator.init_producer_id(tid, None, None)
+            ids = await coordinator.init_producer_id(InitProducerId(tid))
+            pid, epoch = ids.producer_id, ids.producer_epoch
             batches = [
                 KafkaBatch(
                     topic,
@@ -141,8 +143,8 @@ def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands
                 for i in range(3)
             ]
             answers = await coordinator.produce(tid, batches, time.monotonic() + 30)
-            assert [a[0][0] for a in answers] == [None, None, None], answers
-            await coordinator.end(tid, pid, epoch, commit=True)
+            assert [a.error for a in answers] == [None, None, None], answers
+            await coordinator.end(EndTxn(tid, pid, epoch, commit=True))
             txn = await coordinator.describe(tid)
             assert txn is not None
             assert txn.state is TxnState.PREPARE_COMMIT
@@ -158,7 +160,7 @@ def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands
                 runtime.publisher.client,
                 runtime.publisher,
                 runtime.naming,
-                coordinator._journal,
+                copier._journal,
                 prefix=settings.producer_name_prefix,
                 on_state_lost=lambda *a: lost.append(a),
                 local=LocalCopy(1 << 20),

@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 
 from kop_dedup import errors
-from kop_dedup.coordination.transactions.coordinator import TxnStats
+from kop_dedup.coordination.transactions.requests import InitProducerId, ProducerIdAndEpoch
+from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.observability.stats import Stats
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.produce.service import BatchResult
@@ -66,7 +67,7 @@ class StubTransactions:
         self.settings = settings
         self.stats = TxnStats()
         self.epochs: dict[str, int] = {}
-        self.init_producer_id: Callable[..., Awaitable[tuple[int, int]]] = self._bump
+        self.init_producer_id: Callable[..., Awaitable[ProducerIdAndEpoch]] = self._bump
 
     def owned_open(self) -> int:
         return 0
@@ -77,10 +78,11 @@ class StubTransactions:
             raise errors.InvalidTransactionTimeout(f"transactionTimeoutMs {timeout}")
         return timeout
 
-    async def _bump(self, tid: str, timeout_ms: int | None, url: str | None) -> tuple[int, int]:
-        self.check_timeout(timeout_ms)
+    async def _bump(self, request: InitProducerId) -> ProducerIdAndEpoch:
+        self.check_timeout(request.timeout_ms)
+        tid = request.transactional_id
         self.epochs[tid] = self.epochs.get(tid, -1) + 1
-        return 4242, self.epochs[tid]
+        return ProducerIdAndEpoch(4242, self.epochs[tid])
 
 
 class StubRuntime:

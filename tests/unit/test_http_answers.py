@@ -50,7 +50,7 @@ def test_init_producer_id_pulsar_trouble_goes_through_the_one_translation():
 def test_init_producer_id_kafka_errors_are_answered_with_their_own_code():
     client = Client()
 
-    async def busy(_tid: str, _timeout: int | None, _url: str | None) -> tuple[int, int]:
+    async def busy(_request: object) -> tuple[int, int]:
         raise errors.ConcurrentTransactions("another init is running")
 
     client.runtime.transactions.init_producer_id = busy

@@ -6,6 +6,7 @@ import pytest
 
 from kop_dedup import errors
 from kop_dedup.protocol.records import MAX_EPOCH
+from kop_dedup.protocol.transaction_state import HISTORY
 from kop_dedup.protocol.transactions import (
     EndCheck,
     Offset,
@@ -138,3 +139,112 @@ def test_a_transaction_times_out_after_its_timeout_from_its_start():
     assert not timed_out(t, 1099)
     assert timed_out(t, 1100)
     assert not timed_out(complete(prepare(t, False, {}, now_ms=1), now_ms=2), 10_000)
+
+
+def test_an_init_naming_the_current_epoch_bumps_it_and_remembers_the_one_it_replaced():
+    """KIP-360 (Kafka's prepareIncrementProducerEpoch with an expected epoch)."""
+    t = fresh()
+    bumped = init(
+        t, "app", timeout_ms=5, check_back_url=None, now_ms=1, new_producer_id=None, expected=(7, 0)
+    )
+    assert (bumped.producer_epoch, bumped.last_producer_epoch) == (1, 0)
+    retried = init(
+        bumped,
+        "app",
+        timeout_ms=5,
+        check_back_url=None,
+        now_ms=2,
+        new_producer_id=None,
+        expected=(7, 0),
+    )
+    assert (retried.producer_id, retried.producer_epoch) == (7, 1)
+    plain = init(bumped, "app", timeout_ms=5, check_back_url=None, now_ms=3, new_producer_id=None)
+    assert (plain.producer_epoch, plain.last_producer_epoch) == (2, -1)
+    for stale in ((7, 0), (7, 9), (8, 2)):
+        with pytest.raises(errors.ProducerFenced):
+            init(
+                plain,
+                "app",
+                timeout_ms=5,
+                check_back_url=None,
+                now_ms=4,
+                new_producer_id=None,
+                expected=stale,
+            )
+
+
+def test_a_fence_forgets_the_replaced_epoch_so_the_fenced_producer_cannot_retry_in():
+    running = ongoing()
+    bumped = init(
+        complete(prepare(running, True, {}, now_ms=1), now_ms=2),
+        "app",
+        timeout_ms=5,
+        check_back_url=None,
+        now_ms=3,
+        new_producer_id=None,
+        expected=(7, 0),
+    )
+    fenced = fence(join(bumped, 7, 1, Partition("orders", 0, None), now_ms=4), now_ms=5)
+    assert fenced.last_producer_epoch == -1
+
+
+def test_the_epoch_is_exhausted_at_short_max_minus_one_so_a_fence_can_always_bump_it():
+    """Kafka (TransactionMetadata.isEpochExhausted): an epoch >= 32766 is exhausted, the
+    next init moves to a new producer id; epoch 32767 is never handed out, so fencing a
+    producer at 32766 still raises its epoch."""
+    below = Transaction("app", 7, MAX_EPOCH - 2, 1000)
+    last = init(below, "app", timeout_ms=5, check_back_url=None, now_ms=1, new_producer_id=None)
+    assert (last.producer_id, last.producer_epoch) == (7, MAX_EPOCH - 1)
+    moved = init(last, "app", timeout_ms=5, check_back_url=None, now_ms=2, new_producer_id=8)
+    assert (moved.producer_id, moved.producer_epoch) == (8, 0)
+    running = join(last, 7, MAX_EPOCH - 1, Partition("orders", 0, None), now_ms=3)
+    fenced = fence(running, now_ms=4)
+    assert fenced.producer_epoch == MAX_EPOCH > running.producer_epoch
+
+
+def _done(t: Transaction, commit: bool, n: int) -> Transaction:
+    return complete(prepare(t, commit, {}, now_ms=n), now_ms=n + 1)
+
+
+def test_the_first_request_binds_the_token_and_others_never_act_on_the_open_transaction():
+    first = join(fresh(), 7, 0, Partition("orders", 0, None), now_ms=1, token="a")
+    assert (first.ordinal, first.token) == (1, "a")
+    again = join(first, 7, 0, Partition("orders", 1, None), now_ms=2, token="a")
+    assert [p.key for p in again.partitions] == [("orders", 0), ("orders", 1)]
+    with pytest.raises(errors.InvalidTxnState):
+        join(again, 7, 0, Partition("orders", 2, None), now_ms=3, token="b")
+    with pytest.raises(errors.InvalidTxnState):
+        stage_offsets(again, 7, 0, [Offset("g", "t", 0, 1)], now_ms=3, token="b")
+    with pytest.raises(errors.InvalidTxnState):
+        check_end(again, 7, 0, commit=True, token="b")
+    assert check_end(again, 7, 0, commit=True, token="a") is EndCheck.PROCEED
+    assert check_end(again, 7, 0, commit=True) is EndCheck.PROCEED  # no token: as before
+
+
+def test_a_token_of_a_complete_transaction_is_answered_from_its_decision():
+    one = _done(join(fresh(), 7, 0, Partition("o", 0, None), now_ms=1, token="a"), True, 2)
+    two = join(one, 7, 0, Partition("o", 0, None), now_ms=5, token="b")
+    assert (two.ordinal, two.token, [c.token for c in two.history]) == (2, "b", ["a"])
+    assert check_end(two, 7, 0, commit=True, token="a") is EndCheck.DONE
+    with pytest.raises(errors.InvalidTxnState):
+        check_end(two, 7, 0, commit=False, token="a")  # not its decision
+    with pytest.raises(errors.InvalidTxnState):
+        stage_offsets(two, 7, 0, [Offset("g", "t", 0, 1)], now_ms=6, token="a")
+    aborted = _done(two, False, 7)
+    assert check_end(aborted, 7, 0, commit=False, token="b") is EndCheck.DONE
+    with pytest.raises(errors.InvalidTxnState):
+        check_end(aborted, 7, 0, commit=True, token="z")  # names no transaction
+    with pytest.raises(errors.InvalidTxnState):
+        join(aborted, 7, 0, Partition("o", 0, None), now_ms=8, token="b")  # complete: never again
+    three = join(aborted, 7, 0, Partition("o", 0, None), now_ms=9, token="c")
+    assert (three.ordinal, [c.token for c in three.history]) == (3, ["a", "b"])
+
+
+def test_the_history_of_tokens_is_bounded():
+    t = fresh()
+    for n in range(HISTORY + 5):
+        t = _done(join(t, 7, 0, Partition("o", 0, None), now_ms=n, token=f"t{n}"), True, n)
+    t = join(t, 7, 0, Partition("o", 0, None), now_ms=99, token="last")
+    assert len(t.history) == HISTORY
+    assert t.history[-1].token == f"t{HISTORY + 4}"
+    assert check_end(t, 7, 0, commit=True, token=f"t{HISTORY + 4}") is EndCheck.DONE

@@ -9,7 +9,7 @@ from kop_dedup.coordination.transactions.log import decode, encode
 from kop_dedup.coordination.transactions.ordering import CopyOrder
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch, rec
-from kop_dedup.protocol.transactions import SHARED, Partition, Transaction
+from kop_dedup.protocol.transactions import SHARED, Completed, Partition, Transaction
 
 P = ("orders", 0)
 
@@ -115,6 +115,24 @@ def test_the_journaler_survives_the_log():
     assert decode(encode(txn)).partitions[0].journaler == "abc"
     old = encode(txn).replace(b',"journaler":"abc"', b"")
     assert decode(old).partitions[0].journaler is None  # a record from before the field
+
+
+def test_tokens_and_the_replaced_producer_survive_the_log():
+    txn = Transaction(
+        "app",
+        8,
+        0,
+        60_000,
+        last_producer_id=7,
+        last_producer_epoch=32_766,
+        token="t2",
+        history=(Completed("t1", 1, True),),
+    )
+    assert decode(encode(txn)) == txn
+    old = encode(Transaction("app", 8, 0, 60_000))
+    for field in (b',"token":null', b',"history":[]', b',"lastProducerId":-1'):
+        old = old.replace(field, b"")
+    assert decode(old) == Transaction("app", 8, 0, 60_000)  # a record from before them
 
 
 def test_copies_into_one_partition_follow_the_decision_order():

@@ -27,12 +27,26 @@ until it reads it back: everything the previous owner stored is applied by then.
 ``apply`` sees the table's records (markers excluded) in topic order; it must accept
 seeing a record twice (a coordinator applies its own writes at once and reads them
 again later) and ignore stale ones (records carry a version).
+
+**A write that failed** (one rule for every coordinator). A write that fails with
+anything but a fencing (a timeout, the broker away) may still have been stored, now or
+later: the partition is *in doubt* (:meth:`StatePartitions.in_doubt`). Before its
+next change the owner gives its writer up (nothing of it can land afterwards), takes
+the partition again with a fresh writer and reads it to a new ownership marker, so the
+view holds exactly what is stored, and runs ``on_acquired`` (a coordinator recovers
+the partition there: a decision whose write "failed" but was stored is driven like
+one found after a takeover). A coordinator whose view may hold writes that were never
+stored (it puts a change in its view before the write is durable) passes ``reset``:
+the partition is then read again from its start. :meth:`StatePartitions.own` applies
+the rule; :meth:`StatePartitions.settle_doubt` lets a sweep apply it with no change
+pending.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -114,8 +128,12 @@ class StatePartitions:
         on_lost: Lost,
         writers: Writers,
         name: str,
+        reset: Callable[[int], None] | None = None,
     ) -> None:
         self.topic, self.count, self.name = topic, partitions, name
+        self._reset = reset
+        self._doubt: dict[int, BaseException] = {}
+        """Partitions a write of ours may have reached without our knowing (how it failed)."""
         self._identity = uuid.uuid4().hex[:12]
         self._on_acquired, self._on_lost = on_acquired, on_lost
         self._parts = [
@@ -149,12 +167,46 @@ class StatePartitions:
 
     async def own(self, partition: int) -> None:
         """Make this sidecar the partition's writer (fencing the current one) and catch
-        up with everything it stored. Call with :meth:`lock` held."""
+        up with everything it stored. A partition in doubt is taken again first (see the
+        module docstring). Call with :meth:`lock` held."""
         part = self._parts[partition]
-        if await self.still_owned(partition):
+        doubt = self._doubt.get(partition)
+        if doubt is not None:
+            log.warning(
+                "%s: a write to partition %d failed (%r): taking it again",
+                self.name,
+                partition,
+                doubt,
+            )
+            if self._reset is not None:
+                await self.restart(partition, functools.partial(self._reset, partition))
+            else:
+                await part.writer.lost()
+        elif await self.still_owned(partition):
             return
         await part.writer.open()
-        await self._settle(part, "fenced in")
+        self._doubt.pop(partition, None)
+        await self._settle(part, "fenced in" if doubt is None else "after a failed write")
+
+    def in_doubt(self, partition: int) -> bool:
+        """Whether a write of ours to the partition failed in a way that may have stored
+        it (the partition is taken again before its next change)."""
+        return partition in self._doubt
+
+    async def settle_doubt(self) -> int:
+        """Apply the failed-write rule now to every partition in doubt that this sidecar
+        still owns (a sweep: no change may come to drive it); how many were taken again."""
+        settled = 0
+        for partition in list(self._doubt):
+            async with self.lock(partition):
+                if partition not in self._doubt:
+                    continue
+                if not self._parts[partition].writer.owned:
+                    self._doubt.pop(partition, None)  # someone else's now: it read the log
+                    continue
+                await self.own(partition)
+                settled += 1
+        return settled
 
     async def still_owned(self, partition: int, *, caught_up: bool = False) -> bool:
         """Whether this sidecar still owns the partition, having read everything written
@@ -211,24 +263,24 @@ class StatePartitions:
         Raises NOT_COORDINATOR (retriable) when another sidecar took the partition
         over: the caller's retry takes it back.
         """
-        part = self._parts[partition]
-        try:
-            await part.writer.send(key, value)
-        except OwnershipLost as exc:
-            self._on_lost(partition)
-            raise errors.NotCoordinator(
-                f"{self.name}: another sidecar took partition {partition} over; retry"
-            ) from exc
+        await self._write(partition, self._parts[partition].writer.send(key, value))
 
     async def tombstone(self, partition: int, key: str) -> None:
-        part = self._parts[partition]
+        await self._write(partition, self._parts[partition].writer.tombstone(key))
+
+    async def _write(self, partition: int, sending: Awaitable[None]) -> None:
+        """A fencing answers NOT_COORDINATOR (nothing was stored); any other failure
+        leaves the partition in doubt and passes on."""
         try:
-            await part.writer.tombstone(key)
+            await sending
         except OwnershipLost as exc:
             self._on_lost(partition)
             raise errors.NotCoordinator(
                 f"{self.name}: another sidecar took partition {partition} over; retry"
             ) from exc
+        except BaseException as exc:
+            self._doubt.setdefault(partition, exc)
+            raise
 
     # -- adopting orphans -------------------------------------------------------------
 

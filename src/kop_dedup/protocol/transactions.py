@@ -27,154 +27,95 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kop_dedup import errors
 from kop_dedup.protocol.records import MAX_EPOCH
+from kop_dedup.protocol.transaction_state import (
+    HISTORY,
+    SHARED,
+    Completed,
+    Offset,
+    Partition,
+    Transaction,
+    TxnState,
+)
 
 __all__ = [
     "SHARED",
+    "Completed",
     "EndCheck",
     "Offset",
     "Partition",
     "Transaction",
     "TxnState",
     "asked",
+    "begin",
     "check_end",
+    "check_token",
     "complete",
     "doubt",
+    "exhausted",
     "fence",
     "init",
     "join",
+    "known",
     "needs_new_producer_id",
     "prepare",
+    "producer_problem",
     "share",
     "stage_offsets",
     "timed_out",
 ]
 
 
-class TxnState(enum.Enum):
-    EMPTY = "Empty"
-    ONGOING = "Ongoing"
-    PREPARE_COMMIT = "PrepareCommit"
-    PREPARE_ABORT = "PrepareAbort"
-    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
-    COMPLETE_COMMIT = "CompleteCommit"
-    COMPLETE_ABORT = "CompleteAbort"
-
-    @property
-    def preparing(self) -> bool:
-        """A decision is durable and being applied."""
-        return self in _PREPARING
-
-    @property
-    def complete(self) -> bool:
-        return self in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-
-    @property
-    def open(self) -> bool:
-        """Ongoing or decided but not yet applied: listed by ``GET /v1/transactions``."""
-        return self is TxnState.ONGOING or self.preparing
-
-    @property
-    def commits(self) -> bool:
-        return self in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
-
-
-_PREPARING = frozenset(
-    {TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE}
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Partition:
-    """A data partition the transaction wrote to, and where its batches lie in the
-    partition's journal: after ``journal_start`` (the journal's last position when the
-    partition joined; None: the journal was empty) and, once decided, up to
-    ``journal_end``. ``data_start`` is the data partition's last position at the
-    decision: a recovery that must look for copies looks after it.
-
-    ``journaler`` says which sidecar journaled the partition's batches: the instance
-    that joined it, or :data:`SHARED` once another one journaled a batch too (None:
-    unknown, a record written before the field existed). Only the sole journaler may
-    copy from its local copy of the batches; anyone else reads the journal."""
-
-    topic: str
-    partition: int
-    journal_start: str | None
-    journal_end: str | None = None
-    data_start: str | None = None
-    journaler: str | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.partition
-
-
-SHARED = "*"
-"""``Partition.journaler`` once more than one sidecar journaled the partition's batches."""
-
-
-@dataclass(frozen=True, slots=True)
-class Offset:
-    """A consumer-group offset staged in the transaction (sendOffsetsToTransaction)."""
-
-    group: str
-    topic: str
-    partition: int
-    offset: int
-    metadata: str = ""
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        return self.group, self.topic, self.partition
-
-
-@dataclass(frozen=True, slots=True)
-class Transaction:
-    """What the coordinator knows of one transactional id."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    state: TxnState = TxnState.EMPTY
-    ordinal: int = 0
-    """The current (or last) transaction's number for this transactional id."""
-    partitions: tuple[Partition, ...] = ()
-    offsets: tuple[Offset, ...] = ()
-    started_ms: int = 0
-    """When the current transaction began (its timeout counts from there)."""
-    updated_ms: int = 0
-    check_back_url: str | None = None
-    check_backs: int = 0
-    """Times the application was asked about this (timed-out) transaction."""
-    in_doubt: bool = False
-    """Timed out with a check-back URL: the producer is fenced and the application is
-    asked whether to commit."""
-    version: int = 0
-    """Bumped by the coordinator on every write: a reader keeps the highest."""
-
-    def partition(self, topic: str, partition: int) -> Partition | None:
-        return next((p for p in self.partitions if p.key == (topic, partition)), None)
+def producer_problem(
+    txn: Transaction | None,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    *,
+    on_produce: bool,
+) -> errors.KafkaError | None:
+    """Kafka: an unknown id or another producer id -> 49; an older epoch -> 47 on
+    produce, 90 on the transaction calls; a newer one than the coordinator knows is
+    refused too (only the coordinator bumps a transactional producer's epoch)."""
+    if txn is None:
+        return errors.InvalidProducerIdMapping(
+            f"transactional id {transactional_id!r} is unknown: call init-producer-id with it"
+        )
+    if producer_id != txn.producer_id:
+        return errors.InvalidProducerIdMapping(
+            f"transactional id {transactional_id!r} maps to producer {txn.producer_id}, "
+            f"not {producer_id}; call init-producer-id"
+        )
+    fenced = errors.InvalidProducerEpoch if on_produce else errors.ProducerFenced
+    if epoch < txn.producer_epoch:
+        return fenced(
+            f"producer {producer_id} epoch {epoch} is fenced: transactional id "
+            f"{transactional_id!r} is at epoch {txn.producer_epoch}"
+        )
+    if epoch > txn.producer_epoch:
+        return fenced(
+            f"epoch {epoch} was never handed out for {transactional_id!r} (it is at "
+            f"{txn.producer_epoch}): transactional producers get epochs from init-producer-id"
+        )
+    return None
 
 
 def _check_producer(txn: Transaction, producer_id: int, epoch: int, *, on_produce: bool) -> None:
-    """Kafka: another producer id -> 49; an older epoch -> 47 on produce, 90 on the
-    transaction calls; a newer one than the coordinator knows is refused too (only the
-    coordinator bumps a transactional producer's epoch)."""
-    if producer_id != txn.producer_id:
+    problem = producer_problem(txn, txn.transactional_id, producer_id, epoch, on_produce=on_produce)
+    if problem is not None:
+        raise problem
+
+
+def known(txn: Transaction | None, transactional_id: str) -> Transaction:
+    """The id's state; 49 INVALID_PRODUCER_ID_MAPPING for an id never initialised."""
+    if txn is None:
         raise errors.InvalidProducerIdMapping(
-            f"transactional id {txn.transactional_id!r} maps to producer {txn.producer_id}, "
-            f"not {producer_id}; call init-producer-id"
+            f"transactional id {transactional_id!r} is unknown: call init-producer-id with it"
         )
-    if epoch != txn.producer_epoch:
-        fenced = errors.InvalidProducerEpoch if on_produce else errors.ProducerFenced
-        raise fenced(
-            f"producer {producer_id} epoch {epoch} is fenced: transactional id "
-            f"{txn.transactional_id!r} is at epoch {txn.producer_epoch}"
-        )
+    return txn
 
 
 def _busy(txn: Transaction) -> errors.ConcurrentTransactions:
@@ -192,42 +133,93 @@ def init(
     check_back_url: str | None,
     now_ms: int,
     new_producer_id: int | None,
+    expected: tuple[int, int] | None = None,
 ) -> Transaction:
-    """InitProducerId: the next epoch (or a new producer id past epoch 32767, or for a
-    new transactional id). Raises ConcurrentTransactions while a decision is applied;
-    an Ongoing transaction must be fenced first (:func:`fence`)."""
-    if txn is not None and txn.state.preparing:
-        raise _busy(txn)
-    if txn is not None and txn.state is TxnState.ONGOING:
-        raise _busy(txn)  # the caller fences it first (and answers 51 itself)
-    exhausted = txn is not None and txn.producer_epoch >= MAX_EPOCH
-    if txn is None or exhausted:
+    """InitProducerId (Kafka's ``prepareInitProducerIdTransit``): the next epoch, or a
+    new producer id once the epoch is exhausted (:func:`needs_new_producer_id`), or for
+    a new transactional id.
+
+    ``expected`` (KIP-360): the caller's current (producer id, epoch). It must name the
+    id's producer id (or the one a rotation replaced, at an exhausted epoch), else
+    PRODUCER_FENCED; the current epoch is bumped, the epoch the last bump replaced is
+    answered again as it stands (a retry whose answer was lost), any other is fenced.
+
+    Raises ConcurrentTransactions while a decision is applied; an Ongoing transaction
+    must be fenced first (:func:`fence`)."""
+    if txn is not None and (txn.state.preparing or txn.state is TxnState.ONGOING):
+        raise _busy(txn)  # Ongoing: the caller fences it first (and answers 51 itself)
+    if txn is None:
+        if new_producer_id is None:
+            raise ValueError("a new producer id is needed")
+        return Transaction(
+            transactional_id,
+            new_producer_id,
+            0,
+            timeout_ms,
+            check_back_url=check_back_url,
+            updated_ms=now_ms,
+        )
+    if expected is not None and not _names_producer(txn, expected):
+        raise errors.ProducerFenced(
+            f"producer {expected[0]} epoch {expected[1]} is fenced: transactional id "
+            f"{transactional_id!r} is producer {txn.producer_id} at epoch {txn.producer_epoch}"
+        )
+    pid, epoch, last_epoch = txn.producer_id, txn.producer_epoch + 1, -1
+    if needs_new_producer_id(txn, expected):
         if new_producer_id is None:
             raise ValueError("a new producer id is needed")
         pid, epoch = new_producer_id, 0
-    else:
-        pid, epoch = txn.producer_id, txn.producer_epoch + 1
-    base = txn or Transaction(transactional_id, pid, epoch, timeout_ms)
+        last_epoch = txn.producer_epoch if expected is not None else -1
+    elif expected is not None and expected[1] == txn.producer_epoch:
+        last_epoch = txn.producer_epoch
+    elif expected is not None and expected[1] == txn.last_producer_epoch:
+        pid, epoch, last_epoch = txn.producer_id, txn.producer_epoch, txn.last_producer_epoch
+    elif expected is not None:
+        raise errors.ProducerFenced(
+            f"producer {expected[0]} epoch {expected[1]} is fenced: transactional id "
+            f"{transactional_id!r} is at epoch {txn.producer_epoch}"
+        )
     return replace(
-        base,
+        txn,
         producer_id=pid,
         producer_epoch=epoch,
+        last_producer_id=txn.producer_id,
+        last_producer_epoch=last_epoch,
         timeout_ms=timeout_ms,
-        state=TxnState.EMPTY if txn is None else base.state,
         check_back_url=check_back_url,
         check_backs=0,
         updated_ms=now_ms,
     )
 
 
-def needs_new_producer_id(txn: Transaction | None) -> bool:
-    return txn is None or txn.producer_epoch >= MAX_EPOCH
+def exhausted(epoch: int) -> bool:
+    """No epoch after this one may be handed out to a producer (Kafka's
+    ``isEpochExhausted``: Short.MaxValue - 1). Epoch 32767 is never handed out, so the
+    coordinator can always fence the producer of the last one (:func:`fence`)."""
+    return epoch >= MAX_EPOCH - 1
 
 
-def _begin(txn: Transaction, now_ms: int) -> Transaction:
-    """Start the next transaction if none is open (protocol v2: no separate begin call)."""
+def _names_producer(txn: Transaction, expected: tuple[int, int]) -> bool:
+    pid, epoch = expected
+    return pid == txn.producer_id or (pid == txn.last_producer_id and exhausted(epoch))
+
+
+def needs_new_producer_id(txn: Transaction | None, expected: tuple[int, int] | None = None) -> bool:
+    """Whether :func:`init` needs a new producer id: a new transactional id, or an
+    exhausted epoch that the caller (when it names one) still holds."""
+    if txn is None:
+        return True
+    return exhausted(txn.producer_epoch) and (expected is None or expected[1] == txn.producer_epoch)
+
+
+def _begin(txn: Transaction, now_ms: int, token: str | None = None) -> Transaction:
+    """Start the next transaction if none is open (protocol v2: no separate begin
+    call), bound to ``token``; the last one's token goes to the history."""
     if txn.state is TxnState.ONGOING:
         return txn
+    history = txn.history
+    if txn.token is not None and txn.state.complete:
+        history = (*history, Completed(txn.token, txn.ordinal, txn.state.commits))[-HISTORY:]
     return replace(
         txn,
         state=TxnState.ONGOING,
@@ -237,18 +229,78 @@ def _begin(txn: Transaction, now_ms: int) -> Transaction:
         started_ms=now_ms,
         check_backs=0,
         in_doubt=False,
+        token=token,
+        history=history,
     )
 
 
-def join(
-    txn: Transaction, producer_id: int, epoch: int, partition: Partition, *, now_ms: int
-) -> Transaction:
-    """A transactional batch for ``partition``: start the transaction if none is open,
-    and add the partition if it is new. Errors as Kafka's produce path answers them."""
-    _check_producer(txn, producer_id, epoch, on_produce=True)
+def check_token(txn: Transaction, token: str | None, commit: bool | None = None) -> EndCheck:
+    """Whether a request naming transaction ``token`` may act on the id's state
+    (``commit``: an end-txn's decision; None: a produce or a staging of offsets).
+
+    No token: PROCEED (as before tokens). The token of the open transaction (Ongoing,
+    or decided and being applied): PROCEED. A token naming a complete transaction: an
+    end-txn of the same decision is DONE (answer 0), anything else 48. Any other token:
+    48 while a transaction is open (it never joins, stages into or ends it), and for an
+    end-txn (it names no transaction); a produce or a staging PROCEEDs (it begins the
+    next transaction, once the one being applied is complete)."""
+    if token is None:
+        return EndCheck.PROCEED
+    if txn.token == token and (txn.state is TxnState.ONGOING or txn.state.preparing):
+        return EndCheck.PROCEED
+    named = _named(txn, token)
+    tid = txn.transactional_id
+    if named is not None:
+        outcome = "committed" if named.committed else "aborted"
+        if commit is not None and named.committed == commit:
+            return EndCheck.DONE
+        raise errors.InvalidTxnState(
+            f"transaction {named.ordinal} of {tid!r} (token {token!r}) is complete and was "
+            f"{outcome}" + ("" if commit is not None else ": nothing joins it any more")
+        )
+    if txn.state is TxnState.ONGOING:
+        raise errors.InvalidTxnState(
+            f"token {token!r} is not that of transaction {txn.ordinal} of {tid!r}, which is "
+            "open: a request of another transaction never acts on it"
+        )
+    if commit is not None:
+        raise errors.InvalidTxnState(f"token {token!r} names no transaction of {tid!r}")
+    return EndCheck.PROCEED
+
+
+def _named(txn: Transaction, token: str) -> Completed | None:
+    """The complete transaction ``token`` names, if the id remembers one."""
+    if txn.token == token and txn.state.complete:
+        return Completed(token, txn.ordinal, txn.state.commits)
+    return next((c for c in reversed(txn.history) if c.token == token), None)
+
+
+def begin(txn: Transaction, producer_id: int, epoch: int, *, now_ms: int) -> Transaction:
+    """AddOffsetsToTxn (and any first call of a transaction): begin a transaction if
+    none is open. Errors as Kafka's transaction calls answer them."""
+    _check_producer(txn, producer_id, epoch, on_produce=False)
     if txn.state.preparing:
         raise _busy(txn)
-    txn = _begin(txn, now_ms)
+    return _begin(txn, now_ms)
+
+
+def join(
+    txn: Transaction,
+    producer_id: int,
+    epoch: int,
+    partition: Partition,
+    *,
+    now_ms: int,
+    token: str | None = None,
+) -> Transaction:
+    """A transactional batch for ``partition``: start the transaction if none is open,
+    and add the partition if it is new. Errors as Kafka's produce path answers them
+    (and 48 for a token of another transaction: :func:`check_token`)."""
+    _check_producer(txn, producer_id, epoch, on_produce=True)
+    check_token(txn, token)
+    if txn.state.preparing:
+        raise _busy(txn)
+    txn = _begin(txn, now_ms, token)
     if txn.partition(partition.topic, partition.partition) is not None:
         return txn
     return replace(txn, partitions=(*txn.partitions, partition), updated_ms=now_ms)
@@ -265,13 +317,21 @@ def share(txn: Transaction, topic: str, partition: int) -> Transaction:
 
 
 def stage_offsets(
-    txn: Transaction, producer_id: int, epoch: int, offsets: Iterable[Offset], *, now_ms: int
+    txn: Transaction,
+    producer_id: int,
+    epoch: int,
+    offsets: Iterable[Offset],
+    *,
+    now_ms: int,
+    token: str | None = None,
 ) -> Transaction:
-    """TxnOffsetCommit: stage offsets in the transaction (the latest per partition wins)."""
+    """TxnOffsetCommit: stage offsets in the transaction (the latest per partition wins;
+    48 for a token of another transaction)."""
     _check_producer(txn, producer_id, epoch, on_produce=False)
+    check_token(txn, token)
     if txn.state.preparing:
         raise _busy(txn)
-    txn = _begin(txn, now_ms)
+    txn = _begin(txn, now_ms, token)
     staged = {o.key: o for o in txn.offsets}
     staged.update({o.key: o for o in offsets})
     return replace(txn, offsets=tuple(staged.values()), updated_ms=now_ms)
@@ -284,11 +344,13 @@ class EndCheck(enum.Enum):
     """The same decision completed already: answer 0."""
 
 
-def check_end(txn: Transaction | None, producer_id: int, epoch: int, commit: bool) -> EndCheck:
+def check_end(
+    txn: Transaction, producer_id: int, epoch: int, commit: bool, token: str | None = None
+) -> EndCheck:
     """EndTxn, before any I/O: may the decision be taken, or was it taken already?"""
-    if txn is None:
-        raise errors.InvalidProducerIdMapping("no transaction is known for this transactional id")
     _check_producer(txn, producer_id, epoch, on_produce=False)
+    if check_token(txn, token, commit) is EndCheck.DONE:
+        return EndCheck.DONE
     want = "commit" if commit else "abort"
     if txn.state is TxnState.ONGOING:
         return EndCheck.PROCEED
@@ -324,12 +386,20 @@ def prepare(
 
 def fence(txn: Transaction, *, now_ms: int) -> Transaction:
     """Fence the producer of an Ongoing transaction (a new init, or its timeout): bump
-    the epoch; the transaction will be aborted. At epoch 32767 the epoch stays (the next
-    init moves to a new producer id)."""
+    the epoch; the transaction will be aborted. Handed-out epochs stop at 32766
+    (:func:`exhausted`), so the bump is always possible (an id a release before this
+    one took to 32767 keeps it: such a producer is then fenced by the abort only), and
+    the next init moves to a new producer id."""
     if txn.state is not TxnState.ONGOING:
         raise errors.InvalidTxnState(f"cannot fence a transaction that is {txn.state.value}")
     epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
-    return replace(txn, producer_epoch=epoch, state=TxnState.PREPARE_EPOCH_FENCE, updated_ms=now_ms)
+    return replace(
+        txn,
+        producer_epoch=epoch,
+        last_producer_epoch=-1,
+        state=TxnState.PREPARE_EPOCH_FENCE,
+        updated_ms=now_ms,
+    )
 
 
 def doubt(txn: Transaction, *, now_ms: int) -> Transaction:
@@ -339,7 +409,14 @@ def doubt(txn: Transaction, *, now_ms: int) -> Transaction:
     if txn.state is not TxnState.ONGOING:
         raise errors.InvalidTxnState(f"cannot check back on a {txn.state.value} transaction")
     epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
-    return replace(txn, producer_epoch=epoch, in_doubt=True, check_backs=0, updated_ms=now_ms)
+    return replace(
+        txn,
+        producer_epoch=epoch,
+        last_producer_epoch=-1,
+        in_doubt=True,
+        check_backs=0,
+        updated_ms=now_ms,
+    )
 
 
 def asked(txn: Transaction, *, now_ms: int) -> Transaction:

@@ -73,6 +73,24 @@ class StaleMember(errors.KafkaError):
         self.error = error
 
 
+def _unknown_member(group: str, member: str) -> StaleMember:
+    return StaleMember(
+        errors.UnknownMemberId(
+            f"member {member!r} is not in group {group!r} (its session expired, or it "
+            "left): join again"
+        )
+    )
+
+
+def _stale_generation(group: str, generation: int, current: int) -> StaleMember:
+    return StaleMember(
+        errors.IllegalGeneration(
+            f"generation {generation} is stale: group {group!r} is at generation "
+            f"{current}; heartbeat or pull for the new assignment"
+        )
+    )
+
+
 class UnknownGroup(errors.GroupIdNotFound):
     """No such group: nothing of it is stored (HTTP 404)."""
 
@@ -394,18 +412,29 @@ class GroupCoordinator:
         result: tuple[int, list[TopicPartition]] = await self.store.owned(group, change)
         return result
 
+    async def check_member(self, group: str, member: str | None, generation: int | None) -> None:
+        """Fencing of a transactional offset commit made for a member (Kafka's KIP-447):
+        raises what the member's own commit would, StaleMember wrapping 25
+        UNKNOWN_MEMBER_ID (``member`` not in the group) or 22 ILLEGAL_GENERATION
+        (``generation`` not the group's), checked in that order, as Kafka's
+        TxnOffsetCommit does. ``None`` skips a check. Reads the group (every change
+        made before the call, through any sidecar); changes nothing."""
+        if member is None and generation is None:
+            return
+        await self.store.read(group)
+        doc = self.store.doc(group, "g")
+        if member is not None and (doc is None or member not in doc.get("members", {})):
+            raise _unknown_member(group, member)
+        if generation is not None and generation != int((doc or {}).get("generation", 0)):
+            raise _stale_generation(group, generation, int((doc or {}).get("generation", 0)))
+
     async def _seen(self, p: int, group: str, member: str) -> Doc:
         """The group, the member checked in it and its session refreshed (written only
         when the stored last-seen time is a quarter of a session old)."""
         doc = self.store.doc(group, "g")
         members = (doc or {}).get("members", {})
         if doc is None or member not in members:
-            raise StaleMember(
-                errors.UnknownMemberId(
-                    f"member {member!r} is not in group {group!r} (its session expired, or it "
-                    "left): join again"
-                )
-            )
+            raise _unknown_member(group, member)
         now = _now_ms()
         entry = members[member]
         if now - int(entry["lastSeenMs"]) >= int(doc["sessionTimeoutMs"]) // 4:
@@ -903,12 +932,7 @@ class GroupCoordinator:
         async def change(p: int) -> list[dict[str, Any]]:
             doc = await self._seen(p, group, member)
             if generation is not None and generation != int(doc["generation"]):
-                raise StaleMember(
-                    errors.IllegalGeneration(
-                        f"generation {generation} is stale: group {group!r} is at generation "
-                        f"{doc['generation']}; heartbeat or pull for the new assignment"
-                    )
-                )
+                raise _stale_generation(group, generation, int(doc["generation"]))
             mode = _config(doc).mode
             owner = "" if mode is Mode.CLUSTERING else member
             wanted = self._commitable(group, member, doc, offsets)

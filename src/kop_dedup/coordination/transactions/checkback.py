@@ -1,6 +1,11 @@
 """Check-back: ask the application what to do with a transaction in doubt (RocketMQ's
 ``checkLocalTransaction``).
 
+A transaction of an id whose producer registered a check-back URL is not aborted when
+it times out: its producer is fenced and the transaction is kept open *in doubt*
+while :class:`CheckBacks` asks the application, up to ``check_back_max`` times
+(waiting 1, 2, 4 ... s, up to a minute), then aborts it.
+
 The coordinator POSTs ``{transactionalId, producerId, producerEpoch, ordinal,
 partitions, records, recordCount}`` to the URL the producer registered with
 ``init-producer-id`` and reads the answer: ``COMMIT``, ``ROLLBACK`` or ``UNKNOWN``, as a
@@ -13,14 +18,29 @@ A failure to answer (an error status, a timeout, anything else) counts as UNKNOW
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import enum
 import json
 import logging
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
-__all__ = ["Answer", "CheckBack", "parse_answer"]
+from kop_dedup.coordination.transactions.applier import TransactionApplier
+from kop_dedup.coordination.transactions.copier import Copier
+from kop_dedup.coordination.transactions.journal import Journal
+from kop_dedup.coordination.transactions.settings import TxnSettings
+from kop_dedup.coordination.transactions.state import Decide, TransactionStateManager, now_ms
+from kop_dedup.coordination.transactions.stats import TxnStats
+from kop_dedup.protocol import transactions as tx
+from kop_dedup.protocol.transactions import Transaction, TxnState
+
+__all__ = ["Answer", "CheckBack", "CheckBacks", "parse_answer"]
+
+_CHECK_BACK_RECORDS = 1000
 
 log = logging.getLogger(__name__)
 
@@ -70,3 +90,141 @@ class CheckBack:
 
     async def close(self) -> None:
         await self._http.aclose()
+
+
+class CheckBacks:
+    """The check-backs of transactions in doubt in the log partitions this sidecar
+    owns: one task per transactional id, until the application decides or the limit."""
+
+    def __init__(
+        self,
+        state: TransactionStateManager,
+        applier: TransactionApplier,
+        copier: Copier,
+        journal: Journal,
+        stats: TxnStats,
+        settings: TxnSettings,
+    ) -> None:
+        self._state, self._applier, self._copier, self._journal = state, applier, copier, journal
+        self._stats, self._settings = stats, settings
+        self._client = CheckBack(settings.check_back_timeout_s)
+        self._asking: dict[str, asyncio.Task[None]] = {}
+        self._closing = False
+
+    def asking(self) -> int:
+        return len(self._asking)
+
+    async def close(self) -> None:
+        self._closing = True
+        tasks = list(self._asking.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._client.close()
+
+    def ensure(self, transactional_id: str) -> None:
+        """Ask about the id's transaction in doubt in the background (once at a time)."""
+        task = self._asking.get(transactional_id)
+        if (task is not None and not task.done()) or self._closing:
+            return
+        task = asyncio.create_task(
+            self._ask(transactional_id), name=f"check back {transactional_id}"
+        )
+        self._asking[transactional_id] = task
+        task.add_done_callback(lambda _t: self._asking.pop(transactional_id, None))
+
+    async def _ask(self, transactional_id: str) -> None:
+        """Check back until the application answers COMMIT or ROLLBACK, or the limit."""
+        p = self._state.partition_of(transactional_id)
+        while not self._closing:
+            txn = self._state.get(transactional_id)
+            if txn is None or not txn.in_doubt or txn.state is not TxnState.ONGOING:
+                return
+            if not self._state.owned(p):
+                return
+            if txn.check_backs >= self._settings.check_back_max:
+                log.info(
+                    "transaction %d of %r: no decision after %d check-backs: aborting",
+                    txn.ordinal,
+                    transactional_id,
+                    txn.check_backs,
+                )
+                await self._decide(transactional_id, commit=False)
+                return
+            answer, what = await self._client.ask(txn.check_back_url or "", await self._body(txn))
+            self._stats.check_backs[answer.value] += 1
+            log.info(
+                "check-back %d of transaction %d of %r at %s: %s",
+                txn.check_backs + 1,
+                txn.ordinal,
+                transactional_id,
+                txn.check_back_url,
+                what,
+                extra={"transactional_id": transactional_id, "check_back": answer.value},
+            )
+            if answer is Answer.COMMIT or answer is Answer.ROLLBACK:
+                await self._decide(transactional_id, commit=answer is Answer.COMMIT)
+                return
+            await self._state.change(transactional_id, _count_check_back(txn.ordinal))
+            wait_ms = min(self._settings.check_back_interval_ms * 2**txn.check_backs, 60_000)
+            await asyncio.sleep(wait_ms / 1000)
+
+    async def _decide(self, transactional_id: str, *, commit: bool) -> None:
+        async def decide(current: Transaction | None) -> Transaction | None:
+            if current is None or not current.in_doubt or current.state is not TxnState.ONGOING:
+                return current
+            ends = await self._applier.ends(current, commit)
+            return tx.prepare(current, commit, ends, now_ms=now_ms())
+
+        txn = await self._state.change(transactional_id, decide)
+        if txn is not None and txn.state.preparing:
+            self._applier.ensure(transactional_id)
+
+    async def _body(self, txn: Transaction) -> dict[str, object]:
+        """What the application is asked about: the transaction and its journaled records."""
+        partitions: list[dict[str, object]] = []
+        records: list[dict[str, object]] = []
+        total = 0
+        for part in txn.partitions:
+            with_end = replace(
+                part, journal_end=await self._journal.end(part.topic, part.partition)
+            )
+            stored = await self._copier.journaled(txn, with_end)
+            count = sum(len(s.batch.records) for s in stored)
+            total += count
+            partitions.append({"topic": part.topic, "partition": part.partition, "records": count})
+            for s in stored:
+                for r in s.batch.records:
+                    if len(records) < _CHECK_BACK_RECORDS:
+                        records.append(
+                            {
+                                "topic": part.topic,
+                                "partition": part.partition,
+                                "key": None if r.key is None else _b64(r.key),
+                                "value": None if r.value is None else _b64(r.value),
+                            }
+                        )
+        return {
+            "transactionalId": txn.transactional_id,
+            "producerId": txn.producer_id,
+            "producerEpoch": txn.producer_epoch - 1,
+            "ordinal": txn.ordinal,
+            "partitions": partitions,
+            "records": records,
+            "recordCount": total,
+        }
+
+
+def _count_check_back(ordinal: int) -> Decide[Transaction | None]:
+    async def count(current: Transaction | None) -> Transaction | None:
+        if current is None or not current.in_doubt or current.ordinal != ordinal:
+            return current
+        return tx.asked(current, now_ms=now_ms())
+
+    return count
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")

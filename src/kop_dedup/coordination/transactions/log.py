@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kop_dedup.protocol.transactions import Offset, Partition, Transaction, TxnState
+from kop_dedup.protocol.transactions import Completed, Offset, Partition, Transaction, TxnState
 from kop_dedup.pulsar.tables import TableRecord
 
 __all__ = ["TransactionView", "decode", "encode"]
@@ -54,6 +54,12 @@ def encode(txn: Transaction) -> bytes:
         "checkBacks": txn.check_backs,
         "inDoubt": txn.in_doubt,
         "version": txn.version,
+        "lastProducerId": txn.last_producer_id,
+        "lastProducerEpoch": txn.last_producer_epoch,
+        "token": txn.token,
+        "history": [
+            {"token": c.token, "ordinal": c.ordinal, "committed": c.committed} for c in txn.history
+        ],
     }
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -95,6 +101,13 @@ def decode(data: bytes) -> Transaction:
         check_backs=int(doc.get("checkBacks", 0)),
         in_doubt=bool(doc.get("inDoubt", False)),
         version=int(doc.get("version", 0)),
+        last_producer_id=int(doc.get("lastProducerId", -1)),
+        last_producer_epoch=int(doc.get("lastProducerEpoch", -1)),
+        token=doc.get("token"),
+        history=tuple(
+            Completed(str(c["token"]), int(c["ordinal"]), bool(c["committed"]))
+            for c in doc.get("history", ())
+        ),
     )
 
 

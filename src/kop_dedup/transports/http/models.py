@@ -85,6 +85,13 @@ class BatchIn(Model):
 
 
 TransactionalId = Annotated[str, Field(min_length=1, max_length=32_767)]
+TransactionToken = Annotated[str, Field(min_length=1, max_length=256)]
+_BINDS = (
+    "(a string the client picks when it begins a transaction: the first request binds "
+    "it; a request with another token never joins, stages into or ends it, and is "
+    "answered 48, or from history when it names a complete transaction: KIP-890's "
+    "protection over HTTP)"
+)
 
 
 class ProduceIn(Model):
@@ -96,6 +103,10 @@ class ProduceIn(Model):
         description="every batch of the request is part of this transactional id's open "
         "transaction (the first batch starts one); answer 0 means durably journaled, "
         "visible once the transaction commits",
+    )
+    transactionToken: TransactionToken | None = Field(  # noqa: N815
+        default=None,
+        description="with transactionalId: the transaction the batches belong to " + _BINDS,
     )
     batches: list[BatchIn] = Field(min_length=1)
 
@@ -140,6 +151,21 @@ class TxnOffsetCommitIn(Model):
     producerEpoch: Int16  # noqa: N815
     groupId: str = Field(min_length=1, max_length=32_767)  # noqa: N815
     offsets: list[OffsetIn] = Field(min_length=1)
+    transactionToken: TransactionToken | None = Field(  # noqa: N815
+        default=None, description="the transaction the offsets belong to " + _BINDS
+    )
+    memberId: str | None = Field(  # noqa: N815
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="KIP-447: the group member the offsets are committed for; checked as "
+        "its own commit is (25 UNKNOWN_MEMBER_ID)",
+    )
+    generation: Int32 | None = Field(
+        default=None,
+        description="KIP-447: the generation that member knows (22 ILLEGAL_GENERATION when "
+        "stale); without memberId and generation nothing is checked",
+    )
 
 
 class EndTxnIn(Model):
@@ -147,6 +173,9 @@ class EndTxnIn(Model):
     producerId: Int64  # noqa: N815
     producerEpoch: Int16  # noqa: N815
     commit: bool
+    transactionToken: TransactionToken | None = Field(  # noqa: N815
+        default=None, description="the transaction to end " + _BINDS
+    )
 
 
 class OffsetCommitIn(Model):

@@ -48,7 +48,14 @@ from kop_dedup.transports.http.answers import (
 from kop_dedup.transports.http.deps import STARTING, refusal
 from kop_dedup.transports.http.models import ProduceIn, ProduceOut, to_batch
 
-__all__ = ["PATH", "ProduceEndpoint", "ProduceRequest", "decode", "openapi_paths"]
+__all__ = [
+    "PATH",
+    "ProduceEndpoint",
+    "ProduceRequest",
+    "Transactional",
+    "decode",
+    "openapi_paths",
+]
 
 PATH = "/v1/produce"
 MAX_REQUEST_TIMEOUT_MS = 3_600_000
@@ -60,6 +67,7 @@ class ProduceRequest(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     batches: Annotated[list[KafkaBatch], Meta(min_length=1)]
     timeoutMs: Annotated[int, Meta(ge=1, le=MAX_REQUEST_TIMEOUT_MS)] | None = None  # noqa: N815
     transactionalId: Annotated[str, Meta(min_length=1, max_length=32_767)] | None = None  # noqa: N815
+    transactionToken: Annotated[str, Meta(min_length=1, max_length=256)] | None = None  # noqa: N815
 
 
 _decode_fast = msgspec.json.Decoder(ProduceRequest).decode
@@ -86,8 +94,33 @@ class Refused:
     error: errors.KafkaError
 
 
-def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None, str | None]:
-    """(batches, timeoutMs, transactionalId) of a produce body; raises :class:`InvalidBody`.
+@dataclass(frozen=True, slots=True)
+class Transactional:
+    """The transaction a produce body's batches belong to."""
+
+    transactional_id: str
+    token: str | None = None
+
+
+def _transactional(tid: str | None, token: str | None) -> Transactional | None:
+    if tid is None:
+        if token is not None:
+            raise InvalidBody(
+                [
+                    {
+                        "loc": ("body", "transactionToken"),
+                        "msg": "transactionToken needs a transactionalId",
+                        "type": "value_error",
+                        "input": token,
+                    }
+                ]
+            )
+        return None
+    return Transactional(tid, token)
+
+
+def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None, Transactional | None]:
+    """(batches, timeoutMs, the transaction) of a produce body; raises :class:`InvalidBody`.
 
     One C-level pass for a well-formed body; the pydantic models only when that
     pass refuses the body, for the 422's field paths or the per-batch 87s.
@@ -97,7 +130,8 @@ def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None, str | No
     except (msgspec.ValidationError, msgspec.DecodeError):
         pass
     else:
-        return list(body.batches), body.timeoutMs, body.transactionalId
+        txn = _transactional(body.transactionalId, body.transactionToken)
+        return list(body.batches), body.timeoutMs, txn
     try:
         checked = ProduceIn.model_validate_json(raw)
     except ValidationError as exc:
@@ -112,7 +146,11 @@ def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None, str | No
             batches.append(
                 Refused(b.topic, b.partition, b.producerId, b.producerEpoch, len(b.records), exc)
             )
-    return batches, checked.timeoutMs, checked.transactionalId
+    return (
+        batches,
+        checked.timeoutMs,
+        _transactional(checked.transactionalId, checked.transactionToken),
+    )
 
 
 class ProduceEndpoint:
@@ -151,12 +189,12 @@ class ProduceEndpoint:
         await budget.acquire(held)
         try:
             try:
-                batches, timeout_ms, transactional_id = decode(raw)
+                batches, timeout_ms, transactional = decode(raw)
             except InvalidBody as exc:
                 await invalid_request(exc.problems)(scope, receive, send)
                 return
             del raw
-            results = await _produce(runtime, batches, timeout_ms, transactional_id)
+            results = await _produce(runtime, batches, timeout_ms, transactional)
             body = _encode({"results": [batch_answer(r) for r in results]})
             await send(
                 {
@@ -188,7 +226,7 @@ async def _produce(
     runtime: Runtime,
     batches: list[KafkaBatch | Refused],
     timeout_ms: int | None,
-    transactional_id: str | None = None,
+    transactional: Transactional | None = None,
 ) -> list[BatchResult]:
     """One result per batch, in request order; the batches of one request concurrently
     (a later batch may be the one an earlier batch's sequence waits for)."""
@@ -200,8 +238,8 @@ async def _produce(
         return [BatchResult(b.topic, b.partition, err) for b in batches]
     deadline = time.monotonic() + min(timeout_ms or s.default_timeout_ms, s.max_timeout_ms) / 1000
     service = runtime.service
-    if transactional_id is not None:
-        return await _produce_transactional(runtime, batches, deadline, transactional_id)
+    if transactional is not None:
+        return await _produce_transactional(runtime, batches, deadline, transactional)
     if len(batches) == 1 and isinstance(batches[0], KafkaBatch):
         return [await service.produce(batches[0], deadline)]  # no task to gather
 
@@ -215,23 +253,30 @@ async def _produce(
 
 
 async def _produce_transactional(
-    runtime: Runtime, batches: list[KafkaBatch | Refused], deadline: float, transactional_id: str
+    runtime: Runtime,
+    batches: list[KafkaBatch | Refused],
+    deadline: float,
+    transactional: Transactional,
 ) -> list[BatchResult]:
     """Every batch through the transaction coordinator (journaled until the commit)."""
     good = [b for b in batches if isinstance(b, KafkaBatch)]
-    answers = iter(await runtime.transactions.produce(transactional_id, good, deadline))
+    answers = iter(
+        await runtime.transactions.produce(
+            transactional.transactional_id, good, deadline, transactional.token
+        )
+    )
     results = []
     for b in batches:
         if isinstance(b, Refused):
             runtime.stats.record(b.topic, b.producer_id, b.producer_epoch, b.error, b.records, 0.0)
             results.append(BatchResult(b.topic, b.partition, b.error))
             continue
-        (error, message_id), counted = next(answers)
-        if not counted:
+        answer = next(answers)
+        if not answer.counted:
             runtime.stats.record(
-                b.topic, b.producer_id, b.producer_epoch, error, len(b.records), 0.0
+                b.topic, b.producer_id, b.producer_epoch, answer.error, len(b.records), 0.0
             )
-        results.append(BatchResult(b.topic, b.partition, error, message_id))
+        results.append(BatchResult(b.topic, b.partition, answer.error, answer.message_id))
     return results
 
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from kop_dedup import errors
+from kop_dedup.coordination.transactions.requests import InitProducerId
 from kop_dedup.observability.groups import group_gauges
 from kop_dedup.observability.metrics import CONTENT_TYPE, render
 from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS
@@ -93,9 +94,10 @@ async def init_producer_id(
                 runtime.transactions.check_timeout(body.transactionTimeoutMs)
             pid, epoch = await runtime.registry.allocator.allocate(), 0
         else:
-            pid, epoch = await runtime.transactions.init_producer_id(
-                body.transactionalId, body.transactionTimeoutMs, body.checkBackUrl
+            ids = await runtime.transactions.init_producer_id(
+                InitProducerId(body.transactionalId, body.transactionTimeoutMs, body.checkBackUrl)
             )
+            pid, epoch = ids.producer_id, ids.producer_epoch
     except errors.KafkaError as exc:
         return _init_answer(exc)
     except Exception as exc:  # Pulsar trouble: the one translation says which code

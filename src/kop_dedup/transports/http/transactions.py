@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 
 from kop_dedup import errors
 from kop_dedup.coordination.groups.store import StagedOffset
+from kop_dedup.coordination.transactions.requests import EndTxn, StageOffsets, TxnOffset
 from kop_dedup.protocol.transactions import Transaction
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.http.answers import INVALID_RESPONSE, JSON_OBJECT, TOO_LARGE_RESPONSE
@@ -70,15 +71,25 @@ async def txn_offset_commit(
     sendOffsetsToTransaction): committed with it, dropped if it aborts; until then a
     stable fetch of those partitions answers 88 UNSTABLE_OFFSET_COMMIT. Errors: 49
     (another producer id), 90 PRODUCER_FENCED (an older epoch), 51 (a decision is
-    being applied: retry)."""
+    being applied: retry), 48 (``transactionToken`` names another transaction). With
+    ``memberId`` and ``generation`` (KIP-447) the member is checked as its own commit
+    is: 25 UNKNOWN_MEMBER_ID, 22 ILLEGAL_GENERATION, and nothing is staged."""
     return await _call(
         "staging offsets",
         runtime.transactions.stage_offsets(
-            body.transactionalId,
-            body.producerId,
-            body.producerEpoch,
-            body.groupId,
-            _staged(body.offsets),
+            StageOffsets(
+                body.transactionalId,
+                body.producerId,
+                body.producerEpoch,
+                body.groupId,
+                tuple(
+                    TxnOffset(o.topic, o.partition, o.offset, o.metadata or "")
+                    for o in body.offsets
+                ),
+                member_id=body.memberId,
+                generation=body.generation,
+                token=body.transactionToken,
+            )
         ),
     )
 
@@ -92,11 +103,20 @@ async def end_txn(
     """Commit or abort the open transaction; answered once the decision is durable
     (records become visible as it is applied, partition by partition). The same
     decision again after it completed: 0; the other one: 48 INVALID_TXN_STATE; while a
-    decision is being applied: 51 (retry); nothing open: 48; an older epoch: 90."""
+    decision is being applied: 51 (retry); nothing open: 48; an older epoch: 90. With
+    ``transactionToken``: only the transaction it names is ended; a token of a complete
+    transaction is answered from its decision (0 the same, 48 the other), any other
+    token 48."""
     return await _call(
         "ending the transaction",
         runtime.transactions.end(
-            body.transactionalId, body.producerId, body.producerEpoch, body.commit
+            EndTxn(
+                body.transactionalId,
+                body.producerId,
+                body.producerEpoch,
+                body.commit,
+                token=body.transactionToken,
+            )
         ),
     )
 

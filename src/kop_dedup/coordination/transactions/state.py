@@ -1,0 +1,169 @@
+"""The transaction state manager (Kafka's TransactionStateManager): persists and loads
+each transactional id's :class:`Transaction` in the partitioned transaction log.
+
+Every change runs on the owner of the id's log partition, under the partition's lock
+(:meth:`TransactionStateManager.change`): read the current state, let the caller
+decide the next one, write it (the version bumped), and only then put it in the view.
+Any sidecar serves any transactional id: the first change it makes takes the
+partition over (:mod:`kop_dedup.coordination.partitions`); reads catch up with the log
+first, so they see every change made through any sidecar. A write that fails is
+handled by the partitions' one rule (the partition is taken again, its view reread,
+its recovery run, before the next change).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import replace
+from typing import Any, TypeVar, cast
+
+from kop_dedup import errors
+from kop_dedup.coordination.partitions import StatePartitions
+from kop_dedup.coordination.transactions.log import TransactionView, encode
+from kop_dedup.coordination.transactions.settings import TxnSettings
+from kop_dedup.protocol import transactions as tx
+from kop_dedup.protocol.transactions import Transaction
+from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.tables import PulsarClient
+
+__all__ = ["Decide", "TransactionStateManager", "now_ms"]
+
+log = logging.getLogger(__name__)
+
+_TAKEOVER_ATTEMPTS = 3
+
+T = TypeVar("T", bound=Transaction | None)
+Decide = Callable[[Transaction | None], Awaitable[T]]
+"""Given the current state (None: an unknown id), the next one (the current one: no
+change). A decide for a known id only raises for None (:func:`tx.known`) and answers a
+Transaction."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionStateManager:
+    def __init__(
+        self,
+        client: PulsarClient,
+        admin: PulsarAdmin,
+        log_topic: str,
+        settings: TxnSettings,
+        *,
+        on_acquired: Callable[[int], Coroutine[Any, Any, None]],
+        on_lost: Callable[[int], None],
+    ) -> None:
+        self._admin, self._topic, self.settings = admin, log_topic, settings
+        self.view = TransactionView(settings.log_partitions)
+        self.parts = StatePartitions(
+            client,
+            log_topic,
+            settings.log_partitions,
+            apply=self.view.apply,
+            on_acquired=on_acquired,
+            on_lost=on_lost,
+            writers=lambda: admin.partition_writers(log_topic),
+            name="transaction log",
+        )
+
+    async def start(self) -> None:
+        count = await self._admin.ensure_partitioned_topic(
+            self._topic, self.settings.log_partitions
+        )
+        if count != self.settings.log_partitions:
+            raise RuntimeError(
+                f"{self._topic} has {count} partitions but KOP_DEDUP_TXN_LOG_PARTITIONS "
+                f"is {self.settings.log_partitions}; they must agree (a transactional id's "
+                "partition is derived from the count)"
+            )
+        self.parts.start(self.settings.adopt_interval_s)
+
+    async def close(self) -> None:
+        await self.parts.close()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def partition_of(self, transactional_id: str) -> int:
+        return self.parts.partition_of(transactional_id)
+
+    def owned(self, partition: int) -> bool:
+        return self.parts.owned(partition)
+
+    def get(self, transactional_id: str) -> Transaction | None:
+        """The id's state as this sidecar has read it (no I/O)."""
+        return self.view.get(self.partition_of(transactional_id), transactional_id)
+
+    async def read(self, transactional_id: str) -> Transaction | None:
+        """The id's state, having read every change made before this call (anywhere)."""
+        p = self.partition_of(transactional_id)
+        await self.parts.read(p)
+        return self.view.get(p, transactional_id)
+
+    async def read_all(self) -> None:
+        await self.parts.read_all()
+
+    def in_partition(self, partition: int) -> list[Transaction]:
+        return self.view.in_partition(partition)
+
+    def __iter__(self) -> Iterator[Transaction]:
+        return iter(self.view)
+
+    # -- changes (as the owner of the id's partition) ------------------------------------
+
+    async def change(self, transactional_id: str, decide: Decide[T]) -> T:
+        """Run ``decide`` on the current state as the partition's owner; write what it
+        answers when that differs, and answer the state after."""
+        p = self.partition_of(transactional_id)
+        for attempt in range(_TAKEOVER_ATTEMPTS):
+            async with self.parts.lock(p):
+                await self.parts.own(p)
+                current = self.view.get(p, transactional_id)
+                nxt = await decide(current)
+                if nxt is None or nxt == current:
+                    return nxt
+                try:
+                    return cast("T", await self.write(p, nxt))
+                except errors.NotCoordinator:
+                    # another sidecar took the partition meanwhile (two adopting at once,
+                    # or a client on each): take it back and decide again on its state
+                    if attempt + 1 == _TAKEOVER_ATTEMPTS:
+                        raise
+        raise errors.NotCoordinator(f"transaction log partition {p} keeps moving; retry")
+
+    async def write(self, p: int, txn: Transaction) -> Transaction:
+        """Store ``txn`` (version bumped) as the owner; call with the lock held."""
+        current = self.view.get(p, txn.transactional_id)
+        txn = replace(txn, version=(current.version if current else 0) + 1)
+        await self.parts.write(p, txn.transactional_id, encode(txn))
+        self.view.put(p, txn)
+        return txn
+
+    async def complete(self, txn: Transaction) -> Transaction | None:
+        """Write that ``txn``'s decision is applied (Complete*), if the id is still at
+        that decision and this sidecar still owns its partition (read afresh: another
+        owner may have written meanwhile); None when not (the new owner finishes it, or
+        it is finished)."""
+        p = self.partition_of(txn.transactional_id)
+        async with self.parts.lock(p):
+            if not self.parts.owned(p):
+                return None
+            await self.parts.read(p)
+            current = self.view.get(p, txn.transactional_id)
+            if current is None or current.ordinal != txn.ordinal or not current.state.preparing:
+                return None
+            return await self.write(p, tx.complete(current, now_ms=now_ms()))
+
+    async def forget(self, p: int, transactional_id: str, expiry_ms: int) -> None:
+        """Remove an id idle past ``expiry_ms`` (checked again on a fresh view)."""
+        async with self.parts.lock(p):
+            if not self.parts.owned(p):
+                return
+            await self.parts.read(p)
+            txn = self.view.get(p, transactional_id)
+            if txn is None or txn.state.open or now_ms() - txn.updated_ms <= expiry_ms:
+                return
+            await self.parts.tombstone(p, transactional_id)
+            self.view.forget(p, transactional_id)

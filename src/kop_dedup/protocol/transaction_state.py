@@ -1,0 +1,139 @@
+"""The state of one transactional id, as pure data (Kafka's ``TransactionState`` and
+the fields of ``TransactionMetadata``); the transitions are in
+:mod:`kop_dedup.protocol.transactions`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["HISTORY", "SHARED", "Completed", "Offset", "Partition", "Transaction", "TxnState"]
+
+
+class TxnState(enum.Enum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+    @property
+    def preparing(self) -> bool:
+        """A decision is durable and being applied."""
+        return self in _PREPARING
+
+    @property
+    def complete(self) -> bool:
+        return self in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+    @property
+    def open(self) -> bool:
+        """Ongoing or decided but not yet applied: listed by ``GET /v1/transactions``."""
+        return self is TxnState.ONGOING or self.preparing
+
+    @property
+    def commits(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
+
+
+_PREPARING = frozenset(
+    {TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A data partition the transaction wrote to, and where its batches lie in the
+    partition's journal: after ``journal_start`` (the journal's last position when the
+    partition joined; None: the journal was empty) and, once decided, up to
+    ``journal_end``. ``data_start`` is the data partition's last position at the
+    decision: a recovery that must look for copies looks after it.
+
+    ``journaler`` says which sidecar journaled the partition's batches: the instance
+    that joined it, or :data:`SHARED` once another one journaled a batch too (None:
+    unknown, a record written before the field existed). Only the sole journaler may
+    copy from its local copy of the batches; anyone else reads the journal."""
+
+    topic: str
+    partition: int
+    journal_start: str | None
+    journal_end: str | None = None
+    data_start: str | None = None
+    journaler: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+
+SHARED = "*"
+"""``Partition.journaler`` once more than one sidecar journaled the partition's batches."""
+
+
+@dataclass(frozen=True, slots=True)
+class Offset:
+    """A consumer-group offset staged in the transaction (sendOffsetsToTransaction)."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.group, self.topic, self.partition
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """A complete transaction a token named: what a late request naming it is answered
+    from."""
+
+    token: str
+    ordinal: int
+    committed: bool
+
+
+HISTORY = 16
+"""Complete transactions with a token remembered per transactional id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """What the coordinator knows of one transactional id."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    ordinal: int = 0
+    """The current (or last) transaction's number for this transactional id."""
+    partitions: tuple[Partition, ...] = ()
+    offsets: tuple[Offset, ...] = ()
+    started_ms: int = 0
+    """When the current transaction began (its timeout counts from there)."""
+    updated_ms: int = 0
+    check_back_url: str | None = None
+    check_backs: int = 0
+    """Times the application was asked about this (timed-out) transaction."""
+    in_doubt: bool = False
+    """Timed out with a check-back URL: the producer is fenced and the application is
+    asked whether to commit."""
+    version: int = 0
+    """Bumped by the coordinator on every write: a reader keeps the highest."""
+    last_producer_id: int = -1
+    """The producer id before the last init (KIP-360: a retried init is recognised)."""
+    last_producer_epoch: int = -1
+    """The epoch the last init replaced when its caller named it, else -1 (KIP-360)."""
+    token: str | None = None
+    """The transaction token its first request bound (None: none was given)."""
+    history: tuple[Completed, ...] = ()
+    """Earlier transactions that had a token, oldest first (at most :data:`HISTORY`)."""
+
+    def partition(self, topic: str, partition: int) -> Partition | None:
+        return next((p for p in self.partitions if p.key == (topic, partition)), None)
