@@ -61,6 +61,16 @@ class ThreadSidecar:
     def runtime(self) -> Any:
         return self.app.state.runtime
 
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     @property
     def kafka(self) -> Any:
         """The Kafka listener (None when off)."""
@@ -76,16 +86,6 @@ class ThreadSidecar:
         """Run ``coro`` on the sidecar's event loop (its runtime's objects live there)."""
         loop = self.server.servers[0].get_loop()
         return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class ProcessSidecar(SidecarProcess):

@@ -162,6 +162,14 @@ class Settings(BaseSettings):
     max_pull_records: int = Field(default=10_000, ge=1, le=100_000)
     max_pull_wait_ms: int = Field(default=60_000, ge=0)
 
+    # -- HTTP
+    host: str = "127.0.0.1"
+    port: int = Field(default=8090, ge=0, le=65535)
+    auth_tokens: list[SecretStr] = Field(default_factory=list, repr=False)
+    auth_tokens_file: Path | None = None
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+
     # -- the Kafka wire listener (kop_dedup.transports.kafka)
     kafka_listener: str = "127.0.0.1:9092"
     """``host:port`` Kafka clients connect to, served beside HTTP by ``kop-dedup serve``;
@@ -184,14 +192,6 @@ class Settings(BaseSettings):
     kafka_tls_cert: Path | None = None
     kafka_tls_key: Path | None = None
     """PEM certificate chain and key: the listener speaks TLS when both are set."""
-
-    # -- HTTP
-    host: str = "127.0.0.1"
-    port: int = Field(default=8090, ge=0, le=65535)
-    auth_tokens: list[SecretStr] = Field(default_factory=list, repr=False)
-    auth_tokens_file: Path | None = None
-    log_format: Literal["auto", "json", "console"] = "auto"
-    log_level: str = "INFO"
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

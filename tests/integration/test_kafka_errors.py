@@ -181,7 +181,7 @@ def test_transactional_batches_get_kafka_errors_until_transactions_are_served(si
             EndTxnRequest(transactional_id="app", producer_id=1, producer_epoch=0, committed=True),
             1,
         )
-    assert (init.error_code, init.producer_id) == (35, -1)
+    assert (init.error_code, init.producer_id) == (53, -1)  # fatal at once in clients
     assert end.error_code == 35
 
 
@@ -281,3 +281,16 @@ def test_answers_leave_in_request_order_when_requests_are_pipelined(sidecar_kafk
         sent.append(c.send(MetadataRequest(topics=[]), 1))
         got = [struct.unpack_from(">i", c.receive_frame())[0] for _ in sent]
     assert got == sent
+
+
+def test_a_transactional_producer_fails_at_once_until_transactions_are_served(sidecar_kafka):
+    import time
+
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({"bootstrap.servers": sidecar_kafka, "transactional.id": _topic()})
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as failed:
+        producer.init_transactions(30)
+    assert time.monotonic() - started < 10  # not librdkafka retrying until its timeout
+    assert failed.value.args[0].fatal()

@@ -7,7 +7,8 @@ connection.
   UNSUPPORTED_VERSION.
 - The transaction APIs (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit)
   are not advertised, and a client that sends them anyway gets UNSUPPORTED_VERSION
-  (InitProducerId with a transactional id is answered so too: :mod:`.producer_ids`).
+  (a transactional producer never gets that far: InitProducerId with a transactional
+  id is refused first, :mod:`.producer_ids`).
 """
 
 from __future__ import annotations

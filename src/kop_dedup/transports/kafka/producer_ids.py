@@ -5,7 +5,9 @@ hands out a new producer id at epoch 0 and ignores the rest of the request (the
 timeout, and the id and epoch a v3+ client sends to bump its epoch, KIP-360): so does
 this, from the same cluster-wide allocator HTTP's init-producer-id uses. An empty
 transactional id is INVALID_REQUEST. A transactional id is answered
-UNSUPPORTED_VERSION until the listener serves transactions.
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED until the listener serves transactions: librdkafka
+and the Java client both fail ``initTransactions`` at once on it (UNSUPPORTED_VERSION
+would make librdkafka retry until its timeout).
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ async def init_producer_id(session: Session, request: Any, version: int) -> Any:
         return _answer(version, errors.InvalidRequest("an empty transactional id"))
     return _answer(
         version,
-        errors.UnsupportedVersion("transactions are not served on the Kafka listener yet"),
+        errors.TransactionalIdAuthorizationFailed(
+            "transactions are not served on the Kafka listener yet"
+        ),
     )
 
 
