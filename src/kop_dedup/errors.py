@@ -15,6 +15,7 @@ The tree::
     +-- NotLeaderOrFollower (6, retriable)
     +-- RequestTimedOut (7, retriable)
     +-- MessageTooLarge (10)
+    +-- OffsetMetadataTooLarge (12)
     +-- NotCoordinator (16, retriable)
     +-- InvalidTopic (17)
     +-- NotEnoughReplicas (19, retriable)
@@ -42,6 +43,7 @@ The tree::
     +-- SaslAuthenticationFailed (58)
     +-- UnknownProducerId (59)
     +-- GroupIdNotFound (69)
+    +-- FetchSessionIdNotFound (70, retriable)
     +-- UnsupportedCompressionType (76)
     +-- InvalidRecord (87)
     +-- UnstableOffsetCommit (88, retriable)
@@ -65,6 +67,7 @@ __all__ = [
     "ConcurrentTransactions",
     "CorruptMessage",
     "DuplicateSequenceNumber",
+    "FetchSessionIdNotFound",
     "GroupIdNotFound",
     "IllegalGeneration",
     "IllegalSaslState",
@@ -84,6 +87,7 @@ __all__ = [
     "NotCoordinator",
     "NotEnoughReplicas",
     "NotLeaderOrFollower",
+    "OffsetMetadataTooLarge",
     "OffsetOutOfRange",
     "OutOfOrderSequenceNumber",
     "PolicyViolation",
@@ -146,6 +150,10 @@ class RequestTimedOut(KafkaError):
 
 class MessageTooLarge(KafkaError):
     errno, name = 10, "MESSAGE_TOO_LARGE"
+
+
+class OffsetMetadataTooLarge(KafkaError):
+    errno, name = 12, "OFFSET_METADATA_TOO_LARGE"
 
 
 class NotCoordinator(KafkaError):
@@ -254,6 +262,10 @@ class UnknownProducerId(KafkaError):
 
 class GroupIdNotFound(KafkaError):
     errno, name = 69, "GROUP_ID_NOT_FOUND"
+
+
+class FetchSessionIdNotFound(KafkaError):
+    errno, name, retriable = 70, "FETCH_SESSION_ID_NOT_FOUND", True
 
 
 class UnsupportedCompressionType(KafkaError):

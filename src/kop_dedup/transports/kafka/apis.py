@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
+    fetch,
+    list_offsets,
     metadata,
+    offsets,
     pending,
     produce,
     producer_ids,
@@ -41,5 +44,8 @@ API_TABLE = build_table(
     topics.APIS,
     producer_ids.APIS,
     produce.APIS,
+    fetch.APIS,
+    list_offsets.APIS,
+    offsets.APIS,
     pending.APIS,
 )

@@ -22,6 +22,7 @@ import uuid
 
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.pulsar.produced import ProducedOffsets
+from kop_dedup.pulsar.reader_pool import ReaderPool
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import split_address
 from kop_dedup.transports.kafka.apis import API_TABLE
@@ -105,6 +106,7 @@ class KafkaListener:
             offsets=ProducedOffsets(self.runtime.admin, mode=self.settings.kafka_produce_offsets),
             stats=self.stats,
             tokens=self.settings.http_tokens(),
+            readers=ReaderPool(self.runtime.publisher.client, self.runtime.admin),
         )
         log.info(
             "kafka listener on %s:%d, advertised as %s:%d%s%s",
@@ -164,5 +166,7 @@ class KafkaListener:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 1.0)
+        if self._shared is not None and self._shared.readers is not None:
+            await self._shared.readers.close()
         self._shared = None
         log.info("kafka listener closed")

@@ -1,10 +1,6 @@
 """APIs answered with an error until they are built: a valid answer, never a closed
 connection.
 
-- Fetch is advertised (4..12) because clients gate features on it: librdkafka enables
-  RecordBatch v2 and idempotence only with Fetch >= 4 and ZSTD with Fetch >= 10. Until
-  Fetch is served, each partition asked (and the request, v7+) is answered
-  UNSUPPORTED_VERSION.
 - The transaction APIs (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit)
   are not advertised, and a client that sends them anyway gets UNSUPPORTED_VERSION
   (a transactional producer never gets that far: InitProducerId with a transactional
@@ -15,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -35,42 +30,6 @@ __all__ = ["APIS"]
 
 def _not_yet(what: str) -> errors.KafkaError:
     return errors.UnsupportedVersion(f"{what} is not served on the Kafka listener yet")
-
-
-# -- Fetch --------------------------------------------------------------------------------
-
-
-def _fetch_error(request: Any, version: int, error: errors.KafkaError) -> Any:
-    part = FetchResponse.FetchableTopicResponse.PartitionData
-    return FetchResponse(
-        version=version,
-        throttle_time_ms=0,
-        error_code=error.errno,
-        session_id=0,
-        responses=[
-            FetchResponse.FetchableTopicResponse(
-                topic=t.topic,
-                partitions=[
-                    part(
-                        partition_index=p.partition,
-                        error_code=error.errno,
-                        high_watermark=-1,
-                        last_stable_offset=-1,
-                        log_start_offset=-1,
-                        aborted_transactions=None,
-                        preferred_read_replica=-1,
-                        records=None,
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.topics
-        ],
-    )
-
-
-async def _fetch(_session: Session, request: Any, version: int) -> Any:
-    return _fetch_error(request, version, _not_yet("Fetch"))
 
 
 # -- transactions -------------------------------------------------------------------------
@@ -151,14 +110,6 @@ def _placeholder(name: str, error_answer: Any) -> Any:
 
 
 APIS = (
-    Api(
-        key=1,
-        name="Fetch",
-        request=FetchRequest,
-        versions=(4, 12),
-        handle=_fetch,
-        error_answer=_fetch_error,
-    ),
     Api(
         key=24,
         name="AddPartitionsToTxn",

@@ -23,6 +23,7 @@ from kop_dedup.errors import KafkaError
 if TYPE_CHECKING:
     from kop_dedup.observability.wire import WireStats
     from kop_dedup.pulsar.produced import ProducedOffsets
+    from kop_dedup.pulsar.reader_pool import ReaderPool
     from kop_dedup.runtime import Runtime
     from kop_dedup.settings import Settings
 
@@ -105,6 +106,8 @@ class Shared:
     stats: WireStats
     tokens: frozenset[str]
     """SASL/PLAIN passwords accepted (the HTTP tokens); empty: authentication off."""
+    readers: ReaderPool | None = None
+    """Pulsar readers kept between fetches (:mod:`.fetch`)."""
 
 
 @dataclass(slots=True)

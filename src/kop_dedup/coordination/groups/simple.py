@@ -1,0 +1,104 @@
+"""Offsets committed and fetched by a Kafka consumer that assigns its partitions itself,
+in the offset store the HTTP groups and transactions use.
+
+Kafka's rules for an OffsetCommit (``ClassicGroup.validateOffsetCommit``), applied to
+the groups the HTTP API manages, so that a Kafka client can never corrupt one:
+
+- no such group: a commit with generation -1 is a simple commit (Kafka makes a
+  "simple" group of it) and is stored; a generation >= 0 names a group that is not
+  there: ``missing`` (ILLEGAL_GENERATION 22, or GROUP_ID_NOT_FOUND 69 from
+  OffsetCommit v9: the caller says which);
+- a group with no member: a commit with generation -1 is stored (an empty group takes
+  admin commits), one with a generation names an unknown member (25);
+- a group with members: a commit naming neither member nor generation is
+  UNKNOWN_MEMBER_ID (25); one naming them is the member's own commit (the group
+  coordinator checks it: an unknown member 25, another generation (-1 included) 22,
+  a partition not assigned to it 22).
+
+Kafka-style groups (JoinGroup and the rest) come later; until then a member id that is
+not an HTTP group's is unknown (25).
+
+>>> await commit(runtime.groups, "g", "", -1, [StagedOffset("t", 0, 42)], missing=...)
+>>> await fetch(runtime.groups, "g", require_stable=True)   # 88 while pending
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+from kop_dedup import errors
+from kop_dedup.coordination.groups.coordinator import GroupCoordinator, StaleMember
+from kop_dedup.coordination.groups.store import CommittedOffset, StagedOffset
+
+__all__ = ["Route", "commit", "fetch", "route"]
+
+
+class Route(enum.Enum):
+    STORE = "store"
+    """A simple commit: into the store as it is."""
+    MEMBER = "member"
+    """A member's commit: through the group coordinator."""
+
+
+def route(
+    group_doc: dict[str, Any] | None,
+    group: str,
+    member: str,
+    generation: int,
+    missing: errors.KafkaError,
+) -> Route:
+    """Where a commit goes, or the Kafka error it gets (see the module docstring)."""
+    simple = generation < 0 and not member
+    if group_doc is None:
+        if generation < 0:
+            return Route.STORE
+        raise missing
+    if not group_doc.get("members"):
+        if generation < 0:
+            return Route.STORE
+        raise errors.UnknownMemberId(
+            f"group {group!r} has no member: member {member!r} is not in it"
+        )
+    if simple:
+        raise errors.UnknownMemberId(
+            f"group {group!r} has members (the HTTP group API manages it): a commit without "
+            "its member id and generation would overwrite what its members committed"
+        )
+    return Route.MEMBER
+
+
+async def commit(
+    groups: GroupCoordinator,
+    group: str,
+    member: str,
+    generation: int,
+    offsets: Sequence[StagedOffset],
+    *,
+    missing: errors.KafkaError,
+) -> None:
+    """Commit ``offsets`` for ``group`` as Kafka would let this commit through; raises
+    the Kafka error it gets instead (nothing is written then)."""
+    where = route(await groups.describe(group), group, member, generation, missing)
+    if where is Route.STORE:
+        await groups.store.commit(group, offsets)
+        return
+    try:
+        await groups.commit(
+            group,
+            member,
+            [(o.topic, o.partition, o.offset) for o in offsets],
+            generation,
+        )
+    except StaleMember as exc:
+        raise exc.error from None
+
+
+async def fetch(
+    groups: GroupCoordinator, group: str, *, require_stable: bool
+) -> list[CommittedOffset]:
+    """The group's committed offsets (every partition it has one, or a pending one,
+    for); ``require_stable``: 88 UNSTABLE_OFFSET_COMMIT where a transaction holds
+    offsets not yet complete."""
+    return await groups.store.fetch(group, require_stable=require_stable)

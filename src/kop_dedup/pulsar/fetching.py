@@ -1,0 +1,385 @@
+"""Reading a partition as the Kafka batches it stores: one Pulsar entry, one batch.
+
+One Kafka batch is one Pulsar batch entry (``producers.py``), and the broker's entry
+index numbers every message (``positions.py``), so an :class:`EntryReader` started at a
+known (offset, position) hands out :class:`StoredEntry` values: the records of one
+entry, in order, with the offset of the first, the producer id, epoch and sequence
+they were written with and the entry's publish time. A read may end inside an entry
+(the rest comes first in the next read, as a batch of its own, at the right offsets).
+
+Offsets are counted, not looked up: the index has no gaps, so the message after one of
+known offset has the next. The count is checked against the broker where it could be
+wrong: the first message a reader gets, and the first of every ledger (entries
+deleted by retention under a reader are skipped by the broker). A message found
+later than counted sets :attr:`EntryReader.skipped_from` (the records asked for are
+gone: Kafka's OFFSET_OUT_OF_RANGE).
+
+Reads take what is available now, on a worker thread, in one loop hop (the blocking
+calls of the client, as :mod:`.reading` does). Waiting for more is push, not poll:
+:meth:`EntryReader.arrival` asks the client for the next message asynchronously and
+keeps it when it comes, even after the caller stopped waiting (a cancelled receive
+would lose it), so long polls cost nothing while they wait.
+
+>>> reader = EntryReader(client, positions, ptopic, offset=40, position=(12, 3, 0))
+>>> entries = await reader.read(max_bytes=1 << 20)   # [] when nothing is there yet
+>>> reader.unread(entries[2:])                       # hand back what did not fit
+>>> await reader.arrival()                           # None: something to read now
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import _pulsar
+import pulsar
+
+from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
+from kop_dedup.pulsar.positions import Position, Positions
+from kop_dedup.pulsar.reading import after
+from kop_dedup.pulsar.tables import PulsarClient, discard
+from kop_dedup.pulsar.wire import DecodedRecord
+
+__all__ = ["ENTRY_OVERHEAD", "RECORD_OVERHEAD", "EntryReader", "StoredEntry"]
+
+_READ_WAIT_MS = 5_000
+ENTRY_OVERHEAD = 61
+"""Bytes of a RecordBatch v2 header: what a batch costs besides its records."""
+RECORD_OVERHEAD = 20
+"""About what a record costs in a RecordBatch besides its key, value and headers."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """The records of one entry (or of its rest, after a read that ended inside it)."""
+
+    base_offset: int
+    position: Position
+    """Where its first record is: (ledger, entry, batch index)."""
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    """The first record's sequence; -1 for records written without one."""
+    records: tuple[KafkaRecord, ...]
+    publish_time_ms: int
+    size: int
+    """About the bytes of the entry as a RecordBatch (payloads plus overheads)."""
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + len(self.records)
+
+    def starting_at(self, index: int) -> StoredEntry:
+        """The same entry from its ``index``-th record on."""
+        if index <= 0:
+            return self
+        ledger, entry, batch = self.position
+        return StoredEntry(
+            self.base_offset + index,
+            (ledger, entry, max(batch, 0) + index),
+            self.producer_id,
+            self.producer_epoch,
+            -1 if self.base_sequence < 0 else (self.base_sequence + index) % SEQ_MODULUS,
+            self.records[index:],
+            self.publish_time_ms,
+            self.size,
+        )
+
+
+@dataclass(slots=True)
+class _Message:
+    position: Position
+    record: DecodedRecord
+    publish_time_ms: int
+    size: int
+
+
+@dataclass(slots=True)
+class _Raw:
+    """An entry as read, before its offsets are known."""
+
+    position: Position
+    head: DecodedRecord
+    sequence: int
+    publish_time_ms: int
+    records: list[KafkaRecord] = field(default_factory=list)
+    last: Position = (0, 0, 0)
+    size: int = ENTRY_OVERHEAD
+
+
+def _message(msg: Any) -> _Message:
+    mid = msg.message_id()
+    decoded = DecodedRecord.from_message(
+        msg.data(), msg.partition_key(), msg.properties(), msg.event_timestamp()
+    )
+    return _Message(
+        (mid.ledger_id(), mid.entry_id(), mid.batch_index()),
+        decoded,
+        msg.publish_timestamp(),
+        decoded.record.size + RECORD_OVERHEAD,
+    )
+
+
+def _read_available(
+    reader: Any, held: _Message | None, max_bytes: int
+) -> tuple[list[_Raw], _Message | None, bool]:
+    """Entries available now, starting with ``held``, until ``max_bytes`` (estimated) are
+    read and an entry is complete: (entries, the first message of the next entry when it
+    was read, whether the topic had nothing more). Blocking calls: a worker thread."""
+    out: list[_Raw] = []
+    size = 0
+    current: _Raw | None = None
+    message = held
+    while True:
+        if message is None:
+            if not reader.has_message_available():
+                return out, None, True
+            try:
+                message = _message(reader.read_next(_READ_WAIT_MS))
+            except pulsar.Timeout:  # said available, not delivered in time: the next read
+                return out, None, False
+        ledger, entry, _ = message.position
+        if current is None or (ledger, entry) != current.last[:2]:
+            if size >= max_bytes:
+                return out, message, False
+            head = message.record
+            current = _Raw(
+                message.position,
+                head,
+                -1 if head.sequence is None else head.sequence,
+                message.publish_time_ms,
+                last=message.position,
+            )
+            out.append(current)
+            size += ENTRY_OVERHEAD
+        current.records.append(message.record.record)
+        current.last = message.position
+        current.size += message.size
+        size += message.size
+        message = None
+
+
+def _same_place(a: Position, b: Position) -> bool:
+    """Whether two positions name one message (batch index -1: a message sent without
+    batching, the same as index 0)."""
+    return a[:2] == b[:2] and max(a[2], 0) == max(b[2], 0)
+
+
+class EntryReader:
+    """A reader of one partition topic from ``offset`` at ``position`` (None: from the
+    earliest message, for a topic that held none when it was opened)."""
+
+    def __init__(
+        self,
+        client: PulsarClient,
+        positions: Positions,
+        topic: str,
+        offset: int,
+        position: Position | None,
+    ) -> None:
+        self.topic = topic
+        self._client, self._positions = client, positions
+        self._start = position
+        self._expected: Position | None = position
+        """Where the next message from Pulsar should be (None: not known, look it up)."""
+        self._read_offset = offset
+        """The offset of the next message from Pulsar (after ``_unread`` and ``_held``)."""
+        self._unread: collections.deque[StoredEntry] = collections.deque()
+        self._held: _Message | None = None
+        self._last: Position | None = None
+        """The position of the last message taken from Pulsar."""
+        self._floor = offset
+        """Records below the offset asked for are not handed out."""
+        self._reader: Any = None
+        self._arriving: asyncio.Future[Any] | None = None
+        self._reading = False
+        self._closed = False
+        self.drained = False
+        """The last read found nothing more in the topic: its end is :attr:`read_offset`."""
+        self.skipped_from: int | None = None
+        """Set when a message came later than counted (records deleted by retention):
+        the offset the reader was at."""
+        self.last_used = time.monotonic()
+
+    @property
+    def next_offset(self) -> int:
+        """The offset of the next record :meth:`read` returns."""
+        if self._unread:
+            return self._unread[0].base_offset
+        return self._read_offset
+
+    @property
+    def next_position(self) -> Position | None:
+        """Where the next record is, when known without a lookup."""
+        if self._unread:
+            return self._unread[0].position
+        if self._held is not None:
+            return self._held.position
+        return self._expected
+
+    @property
+    def read_offset(self) -> int:
+        """The offset after everything taken from Pulsar so far."""
+        return self._read_offset + (1 if self._held is not None else 0)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def _open(self) -> Any:
+        if self._reader is None:
+            start = (
+                pulsar.MessageId.earliest
+                if self._start is None
+                else pulsar.MessageId(-1, *self._start)
+            )
+            self._reader = await self._client.create_reader(
+                self.topic, start, start_message_id_inclusive=True
+            )
+        return self._reader
+
+    def unread(self, entries: list[StoredEntry]) -> None:
+        """Hand back entries read but not answered: the next read returns them first."""
+        self._unread.extendleft(reversed(entries))
+
+    async def arrival(self) -> asyncio.Future[Any] | None:
+        """None when something can be read now (or the reader is closed); else a future
+        that completes when a message arrives (never cancel it: wait with
+        ``asyncio.wait``). The message is kept for the next read."""
+        if self._closed or self._unread or self._held is not None or not self.drained:
+            return None
+        if self._arriving is None:
+            reader = (await self._open())._reader
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[Any] = loop.create_future()
+            future.add_done_callback(_retrieve)
+
+            def arrived(result: Any, msg: Any) -> None:  # the client's thread: never raise
+                with contextlib.suppress(RuntimeError):  # the loop is closed
+                    loop.call_soon_threadsafe(_settle, future, result, msg)
+
+            reader.read_next_async(arrived)
+            self._arriving = future
+        return self._arriving
+
+    def _take_arrival(self) -> bool:
+        """Move an arrived message into ``_held``; False while one is still awaited."""
+        future = self._arriving
+        if future is None:
+            return True
+        if not future.done():
+            return False
+        self._arriving = None
+        if future.cancelled() or future.exception() is not None:
+            self.drained = False  # the next read asks again
+            return True
+        self._held = _message(future.result())
+        return True
+
+    async def read(self, max_bytes: int) -> list[StoredEntry]:
+        """Entries available now from :attr:`next_offset`, about ``max_bytes`` of them
+        (whole entries; at least one when any is there). [] when nothing is there yet,
+        the reader is closed, or records were skipped (see :attr:`skipped_from`)."""
+        if self._closed or self._reading or self.skipped_from is not None:
+            return []
+        self.last_used = time.monotonic()
+        out: list[StoredEntry] = []
+        budget = max_bytes
+        while self._unread and (budget > 0 or not out):
+            entry = self._unread.popleft()
+            out.append(entry)
+            budget -= entry.size
+        if budget <= 0 and out:
+            return out
+        if not self._take_arrival():
+            return out  # still waiting for the next message: nothing more now
+        self._reading = True
+        try:
+            reader = await self._open()
+            raw, held, drained = await asyncio.get_running_loop().run_in_executor(
+                None, _read_available, reader._reader, self._held, max(budget, 1)
+            )
+        finally:
+            self._reading = False
+            if self._closed:
+                await self._discard()
+        if self._closed:
+            return []
+        self._held, self.drained = held, drained
+        out.extend(await self._counted(raw))
+        return out
+
+    def _continues(self, position: Position) -> bool:
+        """Whether the message at ``position`` is the one counted next, without asking:
+        where the reader was told to start or stopped, or the next entry of the same
+        ledger (entries are dense within a ledger)."""
+        expected, last = self._expected, self._last
+        if expected is not None and _same_place(position, expected):
+            return True
+        return (
+            last is not None
+            and position[0] == last[0]
+            and position[1] == last[1] + 1
+            and position[2] <= 0
+        )
+
+    async def _counted(self, raw: list[_Raw]) -> list[StoredEntry]:
+        """The entries read, with their offsets (checked against the broker where the
+        count could be wrong: a reader's first message, a new ledger)."""
+        out: list[StoredEntry] = []
+        for entry in raw:
+            offset = self._read_offset
+            if not self._continues(entry.position):
+                found = await self._positions.offset_of(self.topic, entry.position)
+                if found > offset:
+                    self.skipped_from = offset
+                    return out
+                offset = found
+            records = tuple(entry.records)
+            self._last, self._expected = entry.last, after(entry.last)
+            self._read_offset = offset + len(records)
+            skip = self._floor - offset  # a reader that started before the offset asked
+            if skip >= len(records):
+                continue
+            stored = StoredEntry(
+                offset,
+                entry.position,
+                entry.head.producer_id,
+                entry.head.epoch,
+                entry.sequence,
+                records,
+                entry.publish_time_ms,
+                entry.size,
+            )
+            out.append(stored.starting_at(skip))
+        return out
+
+    async def close(self) -> None:
+        """Close now, or when the read running meanwhile returns."""
+        self._closed = True
+        if not self._reading:
+            await self._discard()
+
+    async def _discard(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await discard(reader)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, msg: Any) -> None:
+    if future.done():
+        return
+    if result == _pulsar.Result.Ok:
+        future.set_result(msg)
+    else:
+        future.set_exception(pulsar.asyncio.PulsarException(result))
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a failed arrival's exception seen (a reader closed while it waited)."""
+    if not future.cancelled():
+        future.exception()

@@ -1,0 +1,269 @@
+"""Readers kept open between fetches, and the offsets a consumer asks for (earliest,
+end, by time), for a Kafka-style fetch on Pulsar.
+
+A consumer fetches at the offset where its last fetch ended, so the reader that served
+it is kept, keyed by (partition topic, next offset), and the next fetch at that offset
+takes it back: no lookup, no new reader (KoP's ``KafkaTopicConsumerManager`` did the
+same). A fetch at an offset with no reader kept opens one where the offset is: at a
+position learnt before (a reader closed there), or found by a binary search over the
+entries (:meth:`~kop_dedup.pulsar.positions.Positions.locate`). Kept readers are
+bounded (the least recently used go first) and closed when idle.
+
+The end of a partition (Kafka's high watermark: with double journaling only committed
+records reach a data topic, so it is also the last stable offset) is what a reader
+that found nothing more has counted, or else asked of the broker, reused for
+``end_ttl_s``; the earliest offset still stored (the log start) for ``start_ttl_s``.
+
+>>> pool = ReaderPool(client, admin)
+>>> reader = await pool.take(ptopic, 42)        # OFFSET_OUT_OF_RANGE outside the log
+>>> entries = await reader.read(1 << 20)
+>>> high, start = await pool.watermarks(ptopic, reader)
+>>> pool.give(reader)                           # kept under its next offset
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass
+
+from kop_dedup import errors
+from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.fetching import EntryReader, StoredEntry
+from kop_dedup.pulsar.positions import Position, Positions
+from kop_dedup.pulsar.tables import PulsarClient
+
+__all__ = ["PoolLimits", "ReaderPool", "TimedOffset"]
+
+_SWEEP_EVERY_S = 1.0
+_KNOWN_KEPT = 10_000
+_TIME_SCAN_BYTES = 1 << 20
+_TIME_SCAN_ENTRIES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    max_readers: int = 1000
+    """Readers kept open while no fetch uses them; the least recently used close first."""
+    idle_s: float = 60.0
+    """A kept reader no fetch took for this long is closed."""
+    end_ttl_s: float = 1.0
+    start_ttl_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOffset:
+    """An offset and the timestamp of the record there (ListOffsets' answer)."""
+
+    offset: int
+    timestamp: int
+
+
+def _timestamp(entry: StoredEntry, index: int) -> int:
+    ts = entry.records[index].timestamp
+    return entry.publish_time_ms if ts is None else ts
+
+
+class ReaderPool:
+    def __init__(
+        self, client: PulsarClient, admin: PulsarAdmin, limits: PoolLimits | None = None
+    ) -> None:
+        self._client = client
+        self.positions = Positions(admin)
+        self.limits = limits or PoolLimits()
+        self._kept: collections.OrderedDict[tuple[str, int], EntryReader] = (
+            collections.OrderedDict()
+        )
+        self._known: collections.OrderedDict[tuple[str, int], Position] = collections.OrderedDict()
+        """Positions of offsets learnt from readers (an offset's position never changes)."""
+        self._ends: dict[str, tuple[int, float]] = {}
+        self._starts: dict[str, tuple[int, float]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._swept = time.monotonic()
+        self.opened = 0
+        self.reused = 0
+        self.located = 0
+
+    @property
+    def kept(self) -> int:
+        return len(self._kept)
+
+    # -- readers --------------------------------------------------------------------------
+
+    async def take(self, topic: str, offset: int) -> EntryReader:
+        """A reader whose next record is ``offset``: a kept one, or a new one placed there.
+        OFFSET_OUT_OF_RANGE when the offset is before the earliest still stored or after
+        the end."""
+        self._sweep()
+        reader = self._kept.pop((topic, offset), None)
+        if reader is not None and not reader.closed:
+            self.reused += 1
+            return reader
+        position = self._known.get((topic, offset))
+        if position is None:
+            position = await self._locate(topic, offset)
+        self.opened += 1
+        return EntryReader(self._client, self.positions, topic, offset, position)
+
+    async def _locate(self, topic: str, offset: int) -> Position | None:
+        """Where ``offset`` is; None when the topic never held a record (offset 0: read
+        from the earliest message that will come)."""
+        first, first_at = await self.positions.earliest(topic)
+        end, end_at = await self.positions.end(topic)
+        now = time.monotonic()
+        self._starts[topic] = (first, now)
+        self._ends[topic] = (max(end, self._ends.get(topic, (0, 0.0))[0]), now)
+        if not first <= offset <= end:
+            raise errors.OffsetOutOfRange(
+                f"{topic}: offset {offset} is outside {first}..{end} (the earliest offset "
+                "still stored .. the next to be written)"
+            )
+        if end_at is None:
+            return None
+        if offset == end:
+            return end_at
+        if offset == first and first_at is not None:
+            return first_at
+        self.located += 1
+        return await self.positions.locate(topic, offset)
+
+    def give(self, reader: EntryReader) -> None:
+        """Keep a reader for the next fetch at its next offset (or close it: closed,
+        skipped records, a newer one kept there, over the bound)."""
+        if reader.closed or reader.skipped_from is not None:
+            self._close(reader)
+            return
+        key = (reader.topic, reader.next_offset)
+        position = reader.next_position
+        if position is not None:
+            self._learn(key, position)
+        previous = self._kept.pop(key, None)
+        if previous is not None and previous is not reader:
+            self._close(previous)
+        self._kept[key] = reader
+        while len(self._kept) > self.limits.max_readers:
+            self._close(self._kept.popitem(last=False)[1])
+
+    def discard(self, reader: EntryReader) -> None:
+        """Close a reader taken and not to be kept."""
+        self._close(reader)
+
+    def forget(self, topic: str) -> None:
+        """Close every reader of a partition topic and drop what is known of it (the topic
+        was deleted)."""
+        for key in [k for k in self._kept if k[0] == topic]:
+            self._close(self._kept.pop(key))
+        for key in [k for k in self._known if k[0] == topic]:
+            del self._known[key]
+        self._ends.pop(topic, None)
+        self._starts.pop(topic, None)
+
+    def _learn(self, key: tuple[str, int], position: Position) -> None:
+        self._known[key] = position
+        self._known.move_to_end(key)
+        if len(self._known) > _KNOWN_KEPT:
+            self._known.popitem(last=False)
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        if now - self._swept < _SWEEP_EVERY_S:
+            return
+        self._swept = now
+        idle = [k for k, r in self._kept.items() if now - r.last_used > self.limits.idle_s]
+        for key in idle:
+            self._close(self._kept.pop(key))
+
+    def _close(self, reader: EntryReader) -> None:
+        task = asyncio.ensure_future(reader.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        while self._kept:
+            self._close(self._kept.popitem()[1])
+        if self._closing:
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
+
+    # -- watermarks -----------------------------------------------------------------------
+
+    async def end(self, topic: str, *, fresh: bool = False) -> int:
+        """The end offset (the next to be written), asked of the broker unless known for
+        less than ``end_ttl_s`` (``fresh``: always asked)."""
+        known = self._ends.get(topic)
+        now = time.monotonic()
+        if not fresh and known is not None and now - known[1] < self.limits.end_ttl_s:
+            return known[0]
+        end, _ = await self.positions.end(topic)
+        self._ends[topic] = (end, time.monotonic())
+        return end
+
+    async def start(self, topic: str, *, fresh: bool = False) -> int:
+        """The earliest offset still stored (the end when nothing is)."""
+        known = self._starts.get(topic)
+        now = time.monotonic()
+        if not fresh and known is not None and now - known[1] < self.limits.start_ttl_s:
+            return known[0]
+        first, _ = await self.positions.earliest(topic)
+        self._starts[topic] = (first, time.monotonic())
+        return first
+
+    async def watermarks(self, topic: str, reader: EntryReader) -> tuple[int, int]:
+        """(high watermark, log start offset) as of a read with ``reader``: what it counted
+        when it found nothing more, else the end as known (at least what it read)."""
+        if reader.drained:
+            high = reader.read_offset
+            self._ends[topic] = (high, time.monotonic())
+        else:
+            high = max(await self.end(topic), reader.read_offset)
+        return high, min(await self.start(topic), high)
+
+    # -- offsets by time ------------------------------------------------------------------
+
+    async def at_time(self, topic: str, timestamp_ms: int) -> TimedOffset | None:
+        """The first record whose timestamp is at or after ``timestamp_ms``, None when no
+        record is that late. Entries are found by publish time (the broker's), then read
+        forward to the first record whose own timestamp is that late: a record is
+        published after it is made, so it is never before that entry (clocks in sync)."""
+        offset, position, clamped = await self.positions.at_time(topic, timestamp_ms)
+        if clamped == "end" or position is None:
+            return None
+        reader = EntryReader(self._client, self.positions, topic, offset, position)
+        self.opened += 1
+        try:
+            for _ in range(_TIME_SCAN_ENTRIES):
+                entries = await reader.read(_TIME_SCAN_BYTES)
+                if not entries:
+                    break
+                for n, entry in enumerate(entries):
+                    for i in range(len(entry.records)):
+                        if _timestamp(entry, i) >= timestamp_ms:
+                            found = TimedOffset(entry.base_offset + i, _timestamp(entry, i))
+                            reader.unread([entry.starting_at(i), *entries[n + 1 :]])
+                            return found
+                if reader.drained or reader.skipped_from is not None:
+                    break
+            return None
+        finally:
+            self.give(reader)
+
+    async def max_timestamp(self, topic: str) -> TimedOffset | None:
+        """The record with the greatest timestamp of the last entry (ListOffsets -3: the
+        records of a partition are stored in publish order); None when it is empty."""
+        end, after_last = await self.positions.end(topic)
+        if after_last is None or after_last[2] <= 0:
+            return None
+        ledger, entry, count = after_last
+        reader = EntryReader(self._client, self.positions, topic, end - count, (ledger, entry, 0))
+        self.opened += 1
+        try:
+            entries = await reader.read(1)
+        finally:
+            self.give(reader)
+        best: TimedOffset | None = None
+        for stored in entries[:1]:
+            for i in range(len(stored.records)):
+                ts = _timestamp(stored, i)
+                if best is None or ts > best.timestamp:
+                    best = TimedOffset(stored.base_offset + i, ts)
+        return best

@@ -1,0 +1,294 @@
+"""Fetch (v4-12): records by offset, one RecordBatch per stored entry, with a long poll.
+
+As Kafka's ``ReplicaManager.fetchMessages`` answers a consumer:
+
+- Partitions are read in request order, each up to its ``partition_max_bytes`` and
+  all together up to ``max_bytes``; the first batch of the answer comes whole even
+  when it is larger than both (KIP-74), so a consumer always makes progress. Later
+  batches that do not fit stay for the next fetch.
+- The answer goes once ``min_bytes`` are there, a partition has an error, or
+  ``max_wait_ms`` (at most ``MAX_PULL_WAIT_MS``) has passed; meanwhile the fetch
+  waits for a record to arrive on any of its partitions (pushed by Pulsar, not
+  polled).
+- An offset before the earliest still stored or after the end is
+  OFFSET_OUT_OF_RANGE (1); a topic that does not exist or a partition out of range
+  UNKNOWN_TOPIC_OR_PARTITION (3); an error partition reports -1 watermarks.
+- read_committed and read_uncommitted see the same records: double journaling keeps
+  what is not committed out of the data topics, so the last stable offset is the high
+  watermark and no transaction is ever aborted in what a fetch returns.
+- Fetch sessions (KIP-227) are not kept: every answer has session id 0, as a broker
+  with no session slots answers, so clients send full fetches. An incremental fetch
+  (epoch other than 0 and -1) is FETCH_SESSION_ID_NOT_FOUND (70).
+
+Readers stay open between fetches (:class:`~kop_dedup.pulsar.reader_pool.ReaderPool`):
+the next fetch at the offset where one ended reads on without a lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from kop_dedup import errors
+from kop_dedup.pulsar.failures import translate
+from kop_dedup.pulsar.fetching import EntryReader
+from kop_dedup.pulsar.naming import validate_topic
+from kop_dedup.pulsar.reader_pool import ReaderPool
+from kop_dedup.transports.kafka.fetched import encode_entry
+from kop_dedup.transports.kafka.registry import Api, Session
+
+__all__ = ["APIS", "fetch", "readers"]
+
+log = logging.getLogger("kop_dedup.kafka")
+
+_Topic = FetchResponse.FetchableTopicResponse
+_Partition = _Topic.PartitionData
+_FULL_EPOCHS = (0, -1)  # a full fetch that opens a session, one that opens none
+_READ_COMMITTED = 1
+_POLL_S = 0.01
+
+
+@dataclass(slots=True)
+class _Part:
+    topic: str
+    index: int
+    offset: int
+    max_bytes: int
+    reader: EntryReader | None = None
+    error: errors.KafkaError | None = None
+    batches: list[bytes] = field(default_factory=list)
+    size: int = 0
+    high: int = -1
+    start: int = -1
+
+
+def readers(session: Session) -> ReaderPool:
+    pool = session.shared.readers
+    if pool is None:
+        raise errors.KafkaError("the listener keeps no readers (it is closing)")
+    return pool
+
+
+async def partition_topic(session: Session, topic: str, index: int) -> str:
+    """The Pulsar partition topic of a Kafka partition; UNKNOWN_TOPIC_OR_PARTITION when
+    the topic does not exist (a name Pulsar refuses included) or has no such partition."""
+    try:
+        validate_topic(topic)
+        count = await session.runtime.admin.partitions(topic, create_with=None)
+    except (errors.InvalidTopic, errors.UnknownTopicOrPartition):
+        raise errors.UnknownTopicOrPartition(f"topic {topic!r} does not exist") from None
+    except Exception as exc:
+        raise translate(exc, f"looking up topic {topic!r}") from exc
+    if not 0 <= index < count:
+        raise errors.UnknownTopicOrPartition(
+            f"topic {topic!r} has partitions 0..{count - 1}; got {index}"
+        )
+    return session.runtime.naming.partition_topic(topic, index)
+
+
+async def _open(session: Session, pool: ReaderPool, part: _Part) -> None:
+    try:
+        ptopic = await partition_topic(session, part.topic, part.index)
+        part.reader = await pool.take(ptopic, part.offset)
+    except Exception as exc:
+        part.error = translate(exc, f"fetching {part.topic}-{part.index} at {part.offset}")
+
+
+async def _read(pool: ReaderPool, part: _Part, room: int, first: bool) -> int:
+    """Read into ``part`` up to ``room`` bytes (a whole first batch when ``first``);
+    the bytes added."""
+    reader = part.reader
+    assert reader is not None
+    try:
+        entries = await reader.read(max(room, 1))
+    except Exception as exc:
+        part.error = translate(exc, f"reading {part.topic}-{part.index}")
+        part.reader = None
+        pool.discard(reader)
+        return -part.size
+    if reader.skipped_from is not None:
+        part.error = errors.OffsetOutOfRange(
+            f"{part.topic}-{part.index}: offset {reader.skipped_from} was deleted (retention) "
+            "while it was being read"
+        )
+        return -part.size
+    added = 0
+    for n, entry in enumerate(entries):
+        data = encode_entry(entry)
+        if len(data) > room and not (first and added == 0):
+            reader.unread(entries[n:])
+            break
+        part.batches.append(data)
+        part.size += len(data)
+        added += len(data)
+        room -= len(data)
+    return added
+
+
+async def _pass(pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int) -> int:
+    """One read of every partition in order, within the limits; the bytes added."""
+    added = 0
+    for part in parts:
+        if part.reader is None or part.error is not None:
+            continue
+        room = min(part.max_bytes - part.size, max_bytes - total - added)
+        if room <= 0 and total + added > 0:
+            continue
+        got = await _read(pool, part, room, total + added == 0)
+        if part.error is not None:
+            part.batches.clear()
+            part.size = 0
+        added += got
+    return added
+
+
+async def _wait(parts: list[_Part], left: float, read: bool) -> bool:
+    """Wait for a record to arrive on any partition with room left (up to ``left`` s);
+    False when there is nothing to wait for."""
+    waits, ready = [], False
+    for part in parts:
+        if part.reader is None or part.error is not None or part.size >= part.max_bytes:
+            continue
+        arrival = await part.reader.arrival()
+        if arrival is None:
+            ready = True
+        else:
+            waits.append(arrival)
+    if ready:
+        if not read:  # said readable, gave nothing (a slow delivery): do not spin
+            await asyncio.sleep(min(_POLL_S, left))
+        return True
+    if not waits:
+        return False
+    await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+    return True
+
+
+async def _fill(
+    pool: ReaderPool, parts: list[_Part], max_bytes: int, min_bytes: int, deadline: float
+) -> None:
+    """Read until ``min_bytes`` are there, a partition fails, or the deadline."""
+    total = 0
+    while True:
+        added = await _pass(pool, parts, max_bytes, total)
+        total += added
+        if total >= min_bytes or any(p.error is not None for p in parts):
+            return
+        left = deadline - time.monotonic()
+        if left <= 0 or not await _wait(parts, left, added > 0):
+            return
+
+
+async def _watermarks(pool: ReaderPool, part: _Part) -> None:
+    assert part.reader is not None
+    try:
+        part.high, part.start = await pool.watermarks(part.reader.topic, part.reader)
+    except Exception as exc:  # the records read still go; the end is at least theirs
+        log.warning("kafka fetch: no watermarks for %s: %r", part.reader.topic, exc)
+        part.high, part.start = part.reader.read_offset, -1
+
+
+async def fetch(session: Session, request: Any, version: int) -> Any:
+    if version >= 7 and request.session_epoch not in _FULL_EPOCHS:
+        return _session_error(
+            version,
+            errors.FetchSessionIdNotFound(
+                f"fetch session {request.session_id} (epoch {request.session_epoch}) is not "
+                "known: this broker keeps no fetch sessions; send full fetches"
+            ),
+        )
+    if request.isolation_level not in (0, _READ_COMMITTED):
+        raise errors.InvalidRequest(f"unknown isolation level {request.isolation_level}")
+    pool = readers(session)
+    parts = [
+        _Part(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        for t in request.topics
+        for p in t.partitions
+    ]
+    wait_ms = min(max(request.max_wait_ms, 0), session.settings.max_pull_wait_ms)
+    deadline = time.monotonic() + wait_ms / 1000
+    try:
+        await asyncio.gather(*(_open(session, pool, part) for part in parts))
+        await _fill(pool, parts, request.max_bytes, request.min_bytes, deadline)
+        await asyncio.gather(
+            *(_watermarks(pool, p) for p in parts if p.reader is not None and p.error is None)
+        )
+    finally:
+        for part in parts:
+            if part.reader is not None:
+                pool.give(part.reader)
+    return _answer(request, version, parts)
+
+
+def _partition(part: _Part, committed: bool) -> Any:
+    error = part.error
+    if error is not None:
+        return _Partition(
+            partition_index=part.index,
+            error_code=error.errno,
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=b"",
+        )
+    return _Partition(
+        partition_index=part.index,
+        error_code=errors.NONE_ERRNO,
+        high_watermark=part.high,
+        last_stable_offset=part.high,
+        log_start_offset=part.start,
+        aborted_transactions=[] if committed else None,
+        preferred_read_replica=-1,
+        records=b"".join(part.batches),
+    )
+
+
+def _answer(request: Any, version: int, parts: list[_Part]) -> Any:
+    committed = request.isolation_level == _READ_COMMITTED
+    topics: dict[str, list[Any]] = {}
+    for part in parts:
+        topics.setdefault(part.topic, []).append(_partition(part, committed))
+    return FetchResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=errors.NONE_ERRNO,
+        session_id=0,
+        responses=[_Topic(topic=name, partitions=p) for name, p in topics.items()],
+    )
+
+
+def _session_error(version: int, error: errors.KafkaError) -> Any:
+    return FetchResponse(
+        version=version, throttle_time_ms=0, error_code=error.errno, session_id=0, responses=[]
+    )
+
+
+def _error(request: Any, version: int, error: errors.KafkaError) -> Any:
+    """Every partition asked (and the request, v7+) answered with ``error``."""
+    parts = [
+        _Part(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, error=error)
+        for t in request.topics
+        for p in t.partitions
+    ]
+    answer = _answer(request, version, parts)
+    answer.error_code = error.errno
+    return answer
+
+
+APIS = (
+    Api(
+        key=1,
+        name="Fetch",
+        request=FetchRequest,
+        versions=(4, 12),
+        handle=fetch,
+        error_answer=_error,
+    ),
+)

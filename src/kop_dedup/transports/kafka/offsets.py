@@ -1,0 +1,278 @@
+"""OffsetCommit (v2-9) and OffsetFetch (v1-9) for consumers that assign partitions
+themselves (``assign()``, ``commit()``, ``committed()``): the group's offsets in the
+store the HTTP API and transactions share, through
+:mod:`kop_dedup.coordination.groups.simple` (Kafka's rules for who may commit).
+
+OffsetCommit, as Kafka's ``KafkaApis`` and group coordinator answer it: a partition of
+a topic that does not exist is UNKNOWN_TOPIC_OR_PARTITION (3), metadata over 4096
+bytes (``offset.metadata.max.bytes``) OFFSET_METADATA_TOO_LARGE (12); the others are
+committed together, or all get the group's answer (22, 25, or 69 from v9 for a
+generation of a group that does not exist). The retention time (v2-4) and leader
+epochs are ignored.
+
+OffsetFetch: -1 and empty metadata for a partition without a committed offset (a
+topic that does not exist included, as Kafka); ``require_stable`` (v7+) answers 88
+UNSTABLE_OFFSET_COMMIT for partitions with offsets pending in a transaction; a null
+topic list (v2+) answers every partition the group has an offset for; v8+ asks for
+several groups at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kafka.protocol.consumer import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+
+from kop_dedup import errors
+from kop_dedup.coordination.groups import simple
+from kop_dedup.coordination.groups.store import UNKNOWN_OFFSET, CommittedOffset, StagedOffset
+from kop_dedup.pulsar.failures import translate
+from kop_dedup.transports.kafka.fetch import partition_topic
+from kop_dedup.transports.kafka.registry import Api, Session
+
+__all__ = ["APIS", "offset_commit", "offset_fetch"]
+
+MAX_METADATA_BYTES = 4096
+_GROUP_ID_NOT_FOUND_FROM = 9
+_REQUIRE_STABLE_FROM = 7
+_GROUPS_FROM = 8
+_TOP_LEVEL_ERROR_FROM = 2
+
+_CTopic = OffsetCommitResponse.OffsetCommitResponseTopic
+_CPartition = _CTopic.OffsetCommitResponsePartition
+
+
+# -- OffsetCommit -------------------------------------------------------------------------
+
+
+async def _checked(
+    session: Session, topic: str, index: int, offset: int, metadata: str | None
+) -> StagedOffset | errors.KafkaError:
+    if len((metadata or "").encode()) > MAX_METADATA_BYTES:
+        return errors.OffsetMetadataTooLarge(
+            f"{topic}-{index}: metadata over {MAX_METADATA_BYTES} bytes"
+        )
+    try:
+        await partition_topic(session, topic, index)
+    except errors.KafkaError as exc:
+        return exc
+    return StagedOffset(topic, index, offset, metadata or "")
+
+
+async def offset_commit(session: Session, request: Any, version: int) -> Any:
+    asked = [(t.name, p) for t in request.topics for p in t.partitions]
+    checked = await asyncio.gather(
+        *(
+            _checked(session, t, p.partition_index, p.committed_offset, p.committed_metadata)
+            for t, p in asked
+        )
+    )
+    staged = [c for c in checked if isinstance(c, StagedOffset)]
+    outcome: errors.KafkaError | None = None
+    if staged:
+        missing = (
+            errors.GroupIdNotFound(f"group {request.group_id!r} does not exist")
+            if version >= _GROUP_ID_NOT_FOUND_FROM
+            else errors.IllegalGeneration(
+                f"group {request.group_id!r} does not exist: generation "
+                f"{request.generation_id_or_member_epoch} is not its"
+            )
+        )
+        try:
+            await simple.commit(
+                session.runtime.groups,
+                request.group_id,
+                request.member_id or "",
+                request.generation_id_or_member_epoch,
+                staged,
+                missing=missing,
+            )
+        except Exception as exc:
+            outcome = translate(exc, f"committing offsets of group {request.group_id!r}")
+    topics: dict[str, list[Any]] = {}
+    for (topic, p), result in zip(asked, checked, strict=True):
+        error = result if isinstance(result, errors.KafkaError) else outcome
+        code = errors.NONE_ERRNO if error is None else error.errno
+        topics.setdefault(topic, []).append(
+            _CPartition(partition_index=p.partition_index, error_code=code)
+        )
+    return OffsetCommitResponse(
+        version=version,
+        throttle_time_ms=0,
+        topics=[_CTopic(name=n, partitions=parts) for n, parts in topics.items()],
+    )
+
+
+def _commit_error(request: Any, version: int, error: errors.KafkaError) -> Any:
+    return OffsetCommitResponse(
+        version=version,
+        throttle_time_ms=0,
+        topics=[
+            _CTopic(
+                name=t.name,
+                partitions=[
+                    _CPartition(partition_index=p.partition_index, error_code=error.errno)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
+
+
+# -- OffsetFetch --------------------------------------------------------------------------
+
+
+def _asked(request: Any, version: int) -> list[tuple[str, list[tuple[str, list[int]]] | None]]:
+    """(group, [(topic, partitions)] or None for all) per group asked."""
+
+    def topics(items: Any) -> list[tuple[str, list[int]]] | None:
+        if items is None:
+            return None
+        return [(t.name, list(t.partition_indexes)) for t in items]
+
+    if version >= _GROUPS_FROM:
+        return [(g.group_id, topics(g.topics)) for g in request.groups]
+    return [(request.group_id, topics(request.topics))]
+
+
+def _fetched(
+    answers: list[CommittedOffset], wanted: list[tuple[str, list[int]]] | None
+) -> dict[str, list[tuple[int, CommittedOffset]]]:
+    """The answers per topic, in the order asked (every partition stored when None)."""
+    by_tp = {(a.topic, a.partition): a for a in answers}
+    out: dict[str, list[tuple[int, CommittedOffset]]] = {}
+    if wanted is None:
+        for a in answers:
+            out.setdefault(a.topic, []).append((a.partition, a))
+        return out
+    for topic, indexes in wanted:
+        for index in indexes:
+            found = by_tp.get((topic, index)) or CommittedOffset(
+                topic, index, UNKNOWN_OFFSET, "", None
+            )
+            out.setdefault(topic, []).append((index, found))
+    return out
+
+
+def _fetch_partition(cls: Any, index: int, answer: CommittedOffset | None, error: Any) -> Any:
+    failed = error if error is not None else (answer.error if answer is not None else None)
+    return cls(
+        partition_index=index,
+        committed_offset=UNKNOWN_OFFSET if answer is None or failed else answer.offset,
+        committed_leader_epoch=-1,
+        metadata="" if answer is None or failed else answer.metadata,
+        error_code=errors.NONE_ERRNO if failed is None else failed.errno,
+    )
+
+
+def _group_answer(
+    version: int,
+    group: str,
+    found: dict[str, list[tuple[int, CommittedOffset]]],
+    error: errors.KafkaError | None,
+) -> Any:
+    if version >= _GROUPS_FROM:
+        g = OffsetFetchResponse.OffsetFetchResponseGroup
+        topic, part = (
+            g.OffsetFetchResponseTopics,
+            g.OffsetFetchResponseTopics.OffsetFetchResponsePartitions,
+        )
+        return g(
+            group_id=group,
+            topics=[
+                topic(name=n, partitions=[_fetch_partition(part, i, a, None) for i, a in items])
+                for n, items in found.items()
+            ],
+            error_code=errors.NONE_ERRNO if error is None else error.errno,
+        )
+    topic = OffsetFetchResponse.OffsetFetchResponseTopic
+    part = topic.OffsetFetchResponsePartition
+    per_partition = error if version < _TOP_LEVEL_ERROR_FROM else None
+    return [
+        topic(name=n, partitions=[_fetch_partition(part, i, a, per_partition) for i, a in items])
+        for n, items in found.items()
+    ]
+
+
+async def offset_fetch(session: Session, request: Any, version: int) -> Any:
+    stable = version >= _REQUIRE_STABLE_FROM and bool(request.require_stable)
+    groups = []
+    for group, wanted in _asked(request, version):
+        error: errors.KafkaError | None = None
+        try:
+            answers = await simple.fetch(session.runtime.groups, group, require_stable=stable)
+        except Exception as exc:
+            error, answers = translate(exc, f"fetching offsets of group {group!r}"), []
+        found = _fetched(answers, wanted if wanted is not None or error is None else [])
+        groups.append((group, found, error))
+    if version >= _GROUPS_FROM:
+        return OffsetFetchResponse(
+            version=version,
+            throttle_time_ms=0,
+            groups=[_group_answer(version, g, f, e) for g, f, e in groups],
+        )
+    group, found, error = groups[0]
+    return OffsetFetchResponse(
+        version=version,
+        throttle_time_ms=0,
+        topics=_group_answer(version, group, found, error),
+        error_code=errors.NONE_ERRNO if error is None else error.errno,
+    )
+
+
+def _fetch_error(request: Any, version: int, error: errors.KafkaError) -> Any:
+    asked = _asked(request, version)
+    found = [(g, _fetched([], wanted or []), error) for g, wanted in asked]
+    if version >= _GROUPS_FROM:
+        return OffsetFetchResponse(
+            version=version,
+            throttle_time_ms=0,
+            groups=[_group_answer(version, g, f, e) for g, f, e in found],
+        )
+    return OffsetFetchResponse(
+        version=version,
+        throttle_time_ms=0,
+        topics=[
+            OffsetFetchResponse.OffsetFetchResponseTopic(
+                name=n,
+                partitions=[
+                    _fetch_partition(
+                        OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition,
+                        i,
+                        a,
+                        error,
+                    )
+                    for i, a in items
+                ],
+            )
+            for n, items in found[0][1].items()
+        ],
+        error_code=error.errno,
+    )
+
+
+APIS = (
+    Api(
+        key=8,
+        name="OffsetCommit",
+        request=OffsetCommitRequest,
+        versions=(2, 9),
+        handle=offset_commit,
+        error_answer=_commit_error,
+    ),
+    Api(
+        key=9,
+        name="OffsetFetch",
+        request=OffsetFetchRequest,
+        versions=(1, 9),
+        handle=offset_fetch,
+        error_answer=_fetch_error,
+    ),
+)
