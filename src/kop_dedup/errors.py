@@ -16,6 +16,7 @@ The tree::
     +-- RequestTimedOut (7, retriable)
     +-- MessageTooLarge (10)
     +-- OffsetMetadataTooLarge (12)
+    +-- CoordinatorNotAvailable (15, retriable)
     +-- NotCoordinator (16, retriable)
     +-- InvalidTopic (17)
     +-- NotEnoughReplicas (19, retriable)
@@ -39,6 +40,7 @@ The tree::
     +-- InvalidTransactionTimeout (50)
     +-- ConcurrentTransactions (51, retriable)
     +-- TransactionalIdAuthorizationFailed (53)
+    +-- OperationNotAttempted (55)
     +-- KafkaStorageError (56, retriable)
     +-- SaslAuthenticationFailed (58)
     +-- UnknownProducerId (59)
@@ -48,6 +50,7 @@ The tree::
     +-- InvalidRecord (87)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
+    +-- TransactionAbortable (120)
 
 Success has no class: its code and name are :data:`NONE_ERRNO` and
 :data:`NONE_NAME` (Kafka's ``NONE``, 0).
@@ -65,6 +68,7 @@ __all__ = [
     "NONE_ERRNO",
     "NONE_NAME",
     "ConcurrentTransactions",
+    "CoordinatorNotAvailable",
     "CorruptMessage",
     "DuplicateSequenceNumber",
     "FetchSessionIdNotFound",
@@ -89,6 +93,7 @@ __all__ = [
     "NotLeaderOrFollower",
     "OffsetMetadataTooLarge",
     "OffsetOutOfRange",
+    "OperationNotAttempted",
     "OutOfOrderSequenceNumber",
     "PolicyViolation",
     "ProducerFenced",
@@ -96,6 +101,7 @@ __all__ = [
     "SaslAuthenticationFailed",
     "TopicAlreadyExists",
     "TopicAuthorizationFailed",
+    "TransactionAbortable",
     "TransactionalIdAuthorizationFailed",
     "UnknownMemberId",
     "UnknownProducerId",
@@ -154,6 +160,10 @@ class MessageTooLarge(KafkaError):
 
 class OffsetMetadataTooLarge(KafkaError):
     errno, name = 12, "OFFSET_METADATA_TOO_LARGE"
+
+
+class CoordinatorNotAvailable(KafkaError):
+    errno, name, retriable = 15, "COORDINATOR_NOT_AVAILABLE", True
 
 
 class NotCoordinator(KafkaError):
@@ -248,6 +258,10 @@ class TransactionalIdAuthorizationFailed(KafkaError):
     errno, name = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
 
 
+class OperationNotAttempted(KafkaError):
+    errno, name = 55, "OPERATION_NOT_ATTEMPTED"
+
+
 class KafkaStorageError(KafkaError):
     errno, name, retriable = 56, "KAFKA_STORAGE_ERROR", True
 
@@ -282,6 +296,10 @@ class UnstableOffsetCommit(KafkaError):
 
 class ProducerFenced(KafkaError):
     errno, name = 90, "PRODUCER_FENCED"
+
+
+class TransactionAbortable(KafkaError):
+    errno, name = 120, "TRANSACTION_ABORTABLE"
 
 
 def _all_subclasses(cls: type[KafkaError]) -> list[type[KafkaError]]:

@@ -11,11 +11,6 @@ from tests.kafka_conformance import commit_then_abort
 pytestmark = pytest.mark.kafka
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Kafka listener refuses transactional ids and serves no Fetch yet (issue "
-    "18's next phase); strict: remove this mark when it passes",
-)
 def test_a_committed_and_an_aborted_transaction_read_alike_on_kafka_and_the_sidecar(conformance):
     kafka, sidecar = conformance
     assert commit_then_abort(kafka) == commit_then_abort(sidecar)

@@ -10,7 +10,6 @@ import pytest
 from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
-from kafka.protocol.producer import EndTxnRequest, InitProducerIdRequest
 
 from kop_dedup.protocol.records import rec
 from kop_dedup.transports.kafka.batches import build_batch
@@ -165,24 +164,12 @@ def test_a_failed_acks_zero_produce_closes_the_connection(sidecar_kafka):
     _still_serves(sidecar_kafka)
 
 
-def test_transactional_batches_get_kafka_errors_until_transactions_are_served(sidecar_kafka):
+def test_transactional_batches_without_the_requests_transactional_id_are_53(sidecar_kafka):
     topic = _created(sidecar_kafka)
     raw = build_batch(
         [rec(b"t")], producer_id=5, producer_epoch=0, base_sequence=0, transactional=True
     )
     assert _produce_code(sidecar_kafka, produce_request(topic, 0, [], raw=raw)) == 53
-    request = produce_request(topic, 0, [], raw=raw, transactional_id="app")
-    assert _produce_code(sidecar_kafka, request) == 48
-    with WireClient(sidecar_kafka) as c:
-        init = c.call(
-            InitProducerIdRequest(transactional_id="app", transaction_timeout_ms=60000), 4
-        )
-        end = c.call(
-            EndTxnRequest(transactional_id="app", producer_id=1, producer_epoch=0, committed=True),
-            1,
-        )
-    assert (init.error_code, init.producer_id) == (53, -1)  # fatal at once in clients
-    assert end.error_code == 35
 
 
 def test_fetch_is_advertised_and_served(sidecar_kafka):
@@ -282,16 +269,3 @@ def test_answers_leave_in_request_order_when_requests_are_pipelined(sidecar_kafk
         sent.append(c.send(MetadataRequest(topics=[]), 1))
         got = [struct.unpack_from(">i", c.receive_frame())[0] for _ in sent]
     assert got == sent
-
-
-def test_a_transactional_producer_fails_at_once_until_transactions_are_served(sidecar_kafka):
-    import time
-
-    from confluent_kafka import KafkaException, Producer
-
-    producer = Producer({"bootstrap.servers": sidecar_kafka, "transactional.id": _topic()})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as failed:
-        producer.init_transactions(30)
-    assert time.monotonic() - started < 10  # not librdkafka retrying until its timeout
-    assert failed.value.args[0].fatal()

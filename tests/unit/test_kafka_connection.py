@@ -78,6 +78,7 @@ class StubRuntime:
         self.settings = Settings(kafka_listener="127.0.0.1:0", **settings)
         self.admin, self.service = StubAdmin(), StubService()
         self.registry = type("R", (), {"allocator": StubAllocator()})()
+        self.publisher = type("P", (), {"client": None})()  # Fetch's readers: never opened here
 
 
 class Client:

@@ -33,7 +33,8 @@ and answers (:mod:`.requests`, frozen dataclasses), Kafka error classes
     #    per partition 49, 90, 51 while a decision is being applied)
     await coordinator.add_offsets("app", pid, epoch, "group")   # AddOffsetsToTxn: begins it
     answers = await coordinator.produce("app", batches, deadline, token=None)
-    # -> [ProduceAnswer(error, message_id, counted)], one per batch, in order
+    # -> [ProduceAnswer(error, message_id, counted)], one per batch, in order; a
+    #    partition not in the transaction joins it (join=False: 48 instead, Kafka's v1)
     await coordinator.stage_offsets(StageOffsets("app", pid, epoch, "group", offsets))
     await coordinator.end(EndTxn("app", pid, epoch, commit=True))
     # answered once the decision is durable; 0 for the same decision again after it

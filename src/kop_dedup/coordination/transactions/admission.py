@@ -61,6 +61,21 @@ idempotent produce path, which answers and counts it."""
 PartKey = tuple[str, int]
 
 
+def _not_added(txn: Transaction, key: PartKey) -> errors.KafkaError | None:
+    """Why a batch for ``key`` may not be journaled without joining its partition."""
+    if txn.state is TxnState.ONGOING and txn.partition(*key) is not None:
+        return None
+    if txn.state.preparing:
+        return errors.ConcurrentTransactions(
+            f"transaction {txn.ordinal} of {txn.transactional_id!r} is {txn.state.value}: "
+            "retry once it is complete"
+        )
+    return errors.InvalidTxnState(
+        f"{key[0]}-{key[1]} is not in a transaction of {txn.transactional_id!r}: add it "
+        "(AddPartitionsToTxn) before producing to it"
+    )
+
+
 def _position(message_id: str) -> tuple[int, int]:
     """(ledger, entry) of a receipt's ``ledger:entry:partition:batch``."""
     ledger, entry, *_ = message_id.split(":")
@@ -150,10 +165,16 @@ class ProduceAdmission:
         batches: Sequence[KafkaBatch],
         deadline: float,
         token: str | None = None,
+        *,
+        join: bool = True,
     ) -> list[ProduceAnswer]:
         """Journal transactional batches; one answer per batch, in order (see the
         module docstring). ``token``: the transaction they belong to (48 when it is not
-        the open one: :func:`kop_dedup.protocol.transactions.check_token`)."""
+        the open one: :func:`kop_dedup.protocol.transactions.check_token`).
+        ``join=False``: a batch for a partition not in the ongoing transaction is
+        refused, 48 INVALID_TXN_STATE (51 while a decision is applied), instead of
+        joining it (Kafka's transactions v1 with partition verification: the client
+        adds partitions with AddPartitionsToTxn before it produces to them)."""
         gate = self._gates.setdefault(transactional_id, _Gate())
         while gate.ending:
             remaining = deadline - time.monotonic()
@@ -165,7 +186,7 @@ class ProduceAdmission:
             await gate.changed(remaining)
         gate.inflight += 1
         try:
-            return await self._produce(transactional_id, batches, deadline, gate, token)
+            return await self._produce(transactional_id, batches, deadline, gate, token, join)
         finally:
             gate.inflight -= 1
             self._settle(transactional_id, gate)
@@ -177,6 +198,7 @@ class ProduceAdmission:
         deadline: float,
         gate: _Gate,
         token: str | None,
+        join: bool,
     ) -> list[ProduceAnswer]:
         try:
             txn = tx.known(await self._state.read(transactional_id), transactional_id)
@@ -198,6 +220,8 @@ class ProduceAdmission:
                 or elsewhere
                 or self._too_large(transactional_id, batch)
             )
+            if problem is None and not join:
+                problem = _not_added(txn, key)
             refused.append(None if problem is None else ProduceAnswer(problem))
             # only an ongoing transaction's partitions are joined already: one being
             # decided or applied (it may complete before the join below) is not this

@@ -293,10 +293,15 @@ class TransactionCoordinator:
         batches: Sequence[KafkaBatch],
         deadline: float,
         token: str | None = None,
+        *,
+        join: bool = True,
     ) -> list[ProduceAnswer]:
         """Journal transactional batches (see :mod:`.admission`); one answer per batch.
-        ``token``: the transaction they belong to (see the package docstring)."""
-        return await self.admission.produce(transactional_id, batches, deadline, token)
+        ``token``: the transaction they belong to (see the package docstring).
+        ``join=False``: only into partitions already added to the ongoing transaction
+        (48 INVALID_TXN_STATE for another, 51 while a decision is applied): Kafka's
+        transactions v1, where a client adds partitions before producing to them."""
+        return await self.admission.produce(transactional_id, batches, deadline, token, join=join)
 
     # -- offsets --------------------------------------------------------------------------
 

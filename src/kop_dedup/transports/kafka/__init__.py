@@ -15,7 +15,10 @@ the runtime's admin); no business rule lives here and no Pulsar client is import
 - One handler module per concern: :mod:`.versions` (ApiVersions), :mod:`.metadata`
   (Metadata, FindCoordinator), :mod:`.topics` (CreateTopics, DeleteTopics),
   :mod:`.producer_ids` (InitProducerId), :mod:`.produce` (Produce), :mod:`.sasl`,
-  :mod:`.pending` (APIs answered with an error until they are built).
+  :mod:`.fetch`, :mod:`.list_offsets`, :mod:`.offsets` (OffsetCommit, OffsetFetch),
+  :mod:`.transactions` (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn);
+  :mod:`.txn_codes`: what the transaction coordinator's errors are answered as, per
+  API and version (Kafka's conversions, in one place).
 
 Adding an API (Fetch, ListOffsets, OffsetCommit, ...): write ``fetch.py`` with
 
@@ -30,11 +33,11 @@ Adding an API (Fetch, ListOffsets, OffsetCommit, ...): write ``fetch.py`` with
     APIS = (Api(key=1, name="Fetch", request=FetchRequest, versions=(4, 12),
                 handle=fetch, error_answer=_error),)
 
-and add ``fetch.APIS`` to :data:`.apis.API_TABLE` (drop the placeholder from
-:mod:`.pending`). The connection decodes the request at its version, calls the
-handler, frames the answer in order, counts it in ``/metrics`` and logs it at DEBUG.
-A handler raises :class:`~kop_dedup.errors.KafkaError` to answer the whole request
-with one code, :class:`.registry.CloseConnection` where Kafka closes the connection.
+and add ``fetch.APIS`` to :data:`.apis.API_TABLE`. The connection decodes the request
+at its version, calls the handler, frames the answer in order, counts it in
+``/metrics`` and logs it at DEBUG. A handler raises
+:class:`~kop_dedup.errors.KafkaError` to answer the whole request with one code,
+:class:`.registry.CloseConnection` where Kafka closes the connection.
 """
 
 from __future__ import annotations

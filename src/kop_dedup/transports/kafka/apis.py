@@ -14,11 +14,11 @@ from kop_dedup.transports.kafka import (
     list_offsets,
     metadata,
     offsets,
-    pending,
     produce,
     producer_ids,
     sasl,
     topics,
+    transactions,
     versions,
 )
 from kop_dedup.transports.kafka.registry import Api
@@ -47,5 +47,5 @@ API_TABLE = build_table(
     fetch.APIS,
     list_offsets.APIS,
     offsets.APIS,
-    pending.APIS,
+    transactions.APIS,
 )

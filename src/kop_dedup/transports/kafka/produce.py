@@ -6,10 +6,20 @@ epoch, retriable codes whose retries are safe; a batch without a producer id is
 written without deduplication. Before that, as Kafka's ``KafkaApis`` does: acks other
 than -1, 0, 1 are INVALID_REQUIRED_ACKS; a topic that does not exist (Produce never
 creates one: Metadata does) or a partition out of range is
-UNKNOWN_TOPIC_OR_PARTITION; the batch is checked (:mod:`.batches`). Transactional
-batches need a transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the
-whole request) and are refused with INVALID_TXN_STATE until the listener serves
-transactions. The partitions of one request are produced side by side.
+UNKNOWN_TOPIC_OR_PARTITION; the batch is checked (:mod:`.batches`). The partitions of
+one request are produced side by side.
+
+Transactional batches need the request's transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request) and go, all of one request
+in one call, through the transaction coordinator's journal
+(``TransactionCoordinator.produce``): visible once the transaction commits, never if it
+aborts. Their answer carries no base offset (-1): a record's offset is known only when
+the commit copies it into the data partition. As Kafka's transactions v1 with partition
+verification, a batch for a partition the client did not add (AddPartitionsToTxn) is
+refused: INVALID_TXN_STATE up to v10, TRANSACTION_ABORTABLE in v11; a transactional
+Produce v12 comes from a client of transactions v2 (KIP-890), whose first batch adds its
+partition. The coordinator's answers are mapped as Kafka maps them (:mod:`.txn_codes`:
+47 for a fenced epoch, 19 NOT_ENOUGH_REPLICAS, retried, while a decision is applied).
 
 acks=1 and acks=all both answer once Pulsar has stored the entry (a Pulsar write is
 durable per the namespace's persistence policy); acks=0 gets no answer, and a failure
@@ -27,7 +37,9 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from kop_dedup import errors
+from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.pulsar.naming import validate_topic
+from kop_dedup.transports.kafka import txn_codes
 from kop_dedup.transports.kafka.batches import decode_batch, is_transactional
 from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
 
@@ -37,6 +49,9 @@ _Topic = ProduceResponse.TopicProduceResponse
 _Partition = _Topic.PartitionProduceResponse
 _ACKS = (-1, 0, 1)
 _MIN_SERVED = 3
+_IMPLICIT_ADD_FROM = 12  # transactions v2 (KIP-890): the first batch adds its partition
+Answer = tuple[int, errors.KafkaError | None, int]
+"""(partition, error, base offset) for one partition's batch."""
 
 
 def _partition(index: int, error: errors.KafkaError | None, base_offset: int = -1) -> Any:
@@ -51,36 +66,24 @@ def _partition(index: int, error: errors.KafkaError | None, base_offset: int = -
     )
 
 
-async def _one(
-    session: Session, version: int, topic: str, index: int, data: bytes, deadline: float
-) -> tuple[int, errors.KafkaError | None, int]:
-    """(partition, error, base offset) for one partition's batch."""
+async def _decoded(
+    session: Session, version: int, topic: str, index: int, data: bytes
+) -> KafkaBatch | errors.KafkaError:
+    """One partition's batch, checked; or the error it is answered."""
     runtime = session.runtime
     try:
         validate_topic(topic)
         count = await runtime.admin.partitions(topic, create_with=None)
     except (errors.InvalidTopic, errors.UnknownTopicOrPartition):
-        return index, errors.UnknownTopicOrPartition(f"topic {topic!r} does not exist"), -1
+        return errors.UnknownTopicOrPartition(f"topic {topic!r} does not exist")
     except errors.KafkaError as exc:
-        return index, exc, -1
+        return exc
     if not 0 <= index < count:
-        return (
-            index,
-            errors.UnknownTopicOrPartition(
-                f"topic {topic!r} has partitions 0..{count - 1}; got {index}"
-            ),
-            -1,
-        )
-    if is_transactional(data):
-        return (
-            index,
-            errors.InvalidTxnState(
-                "transactional batches are not served on the Kafka listener yet"
-            ),
-            -1,
+        return errors.UnknownTopicOrPartition(
+            f"topic {topic!r} has partitions 0..{count - 1}; got {index}"
         )
     try:
-        batch = decode_batch(
+        return decode_batch(
             topic,
             index,
             data,
@@ -88,15 +91,82 @@ async def _one(
             max_records=session.settings.max_batch_records,
         )
     except errors.KafkaError as exc:
-        return index, exc, -1
+        return exc
+
+
+async def _one(session: Session, batch: KafkaBatch, deadline: float) -> Answer:
+    """An idempotent (or plain) batch through the produce path."""
+    runtime = session.runtime
     result = await runtime.service.produce(batch, deadline)
     offset = -1
     if result.message_id is not None:
-        ptopic = runtime.service.naming.partition_topic(topic, index)
+        ptopic = runtime.service.naming.partition_topic(batch.topic, batch.partition)
         offset = await session.shared.offsets.base_offset(
             ptopic, result.message_id, len(batch.records)
         )
-    return index, result.error, offset
+    return batch.partition, result.error, offset
+
+
+async def _transactional(
+    session: Session,
+    version: int,
+    transactional_id: str,
+    batches: list[KafkaBatch],
+    deadline: float,
+) -> list[Answer]:
+    """A request's transactional batches, in one call of the transaction coordinator."""
+    runtime = session.runtime
+    answers = await runtime.transactions.produce(
+        transactional_id, batches, deadline, join=version >= _IMPLICIT_ADD_FROM
+    )
+    out: list[Answer] = []
+    for batch, answer in zip(batches, answers, strict=True):
+        if not answer.counted:
+            runtime.stats.record(
+                batch.topic,
+                batch.producer_id,
+                batch.producer_epoch,
+                answer.error,
+                len(batch.records),
+                0.0,
+            )
+        error = None if answer.error is None else txn_codes.for_produce(version, answer.error)
+        out.append((batch.partition, error, -1))
+    return out
+
+
+async def _all(
+    session: Session, version: int, request: Any, parts: list[tuple[str, Any]], deadline: float
+) -> list[Answer]:
+    """Every partition's answer, in request order: idempotent batches side by side,
+    the transactional ones together through the coordinator."""
+    datas = [p.records or b"" for _, p in parts]
+    decoded = await asyncio.gather(
+        *(_decoded(session, version, t, p.index, d) for (t, p), d in zip(parts, datas, strict=True))
+    )
+    results: dict[int, Answer] = {}
+    plain: dict[int, KafkaBatch] = {}
+    txn: dict[int, KafkaBatch] = {}
+    for i, ((_, p), batch) in enumerate(zip(parts, decoded, strict=True)):
+        if isinstance(batch, errors.KafkaError):
+            results[i] = (p.index, batch, -1)
+        elif is_transactional(datas[i]):
+            txn[i] = batch
+        else:
+            plain[i] = batch
+
+    async def transactional() -> list[Answer]:
+        if not txn:
+            return []
+        tid = request.transactional_id
+        return await _transactional(session, version, tid, list(txn.values()), deadline)
+
+    journaled, stored = await asyncio.gather(
+        transactional(), asyncio.gather(*(_one(session, b, deadline) for b in plain.values()))
+    )
+    results.update(zip(txn, journaled, strict=True))
+    results.update(zip(plain, stored, strict=True))
+    return [results[i] for i in range(len(parts))]
 
 
 async def produce(session: Session, request: Any, version: int) -> Any:
@@ -117,7 +187,7 @@ async def _produce(session: Session, request: Any, version: int) -> Any:
     s = session.settings
     acks = request.acks
     parts = [(t.name, p) for t in request.topic_data for p in t.partition_data]
-    results: list[tuple[int, errors.KafkaError | None, int]]
+    results: list[Answer]
     if acks not in _ACKS:
         results = [
             (p.index, errors.InvalidRequiredAcks(f"acks must be -1, 0 or 1; got {acks}"), -1)
@@ -133,11 +203,7 @@ async def _produce(session: Session, request: Any, version: int) -> Any:
     else:
         timeout_ms = request.timeout_ms if request.timeout_ms > 0 else s.default_timeout_ms
         deadline = time.monotonic() + min(timeout_ms, s.max_timeout_ms) / 1000
-        results = list(
-            await asyncio.gather(
-                *(_one(session, version, t, p.index, p.records or b"", deadline) for t, p in parts)
-            )
-        )
+        results = await _all(session, version, request, parts, deadline)
         by_topic = [t for t, _ in parts]
     failed = [e for _, e, _ in results if e is not None]
     if acks == 0:
