@@ -112,7 +112,9 @@ def test_confluent_transaction_past_its_timeout_is_aborted_and_its_producer_fenc
 ):
     topic = create(sidecar_kafka, 1, "txto")
     tid = txn_id()
-    producer = transactional_producer(sidecar_kafka, tid, **{"transaction.timeout.ms": 2000})
+    # librdkafka caps each message's delivery timeout at the transaction's: 2 s let the
+    # sends time out on a loaded machine before the test could watch the timeout abort
+    producer = transactional_producer(sidecar_kafka, tid, **{"transaction.timeout.ms": 6000})
     producer.init_transactions(30)
     producer.begin_transaction()
     sent_records(producer, topic, 1, 10, "late-")
