@@ -144,7 +144,9 @@ class TxnWire:
         member: str = "",
         generation: int = -1,
     ) -> dict[tuple[str, int], int]:
-        """One TxnOffsetCommit; each partition's code."""
+        """TxnOffsetCommit, sent again while every partition answers a coordinator code
+        (14, 15, 16: Kafka's group coordinator loads its partition after the first
+        FindCoordinator for the group, and a client waits for it); each partition's code."""
         t = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
         by_topic: dict[str, list[Any]] = {}
         for (topic, partition), offset in offsets.items():
@@ -166,12 +168,17 @@ class TxnWire:
             group_instance_id=None,
             topics=[t(name=n, partitions=ps) for n, ps in by_topic.items()],
         )
-        answer = self.client.call(request, version)
-        return {
-            (topic.name, p.partition_index): p.error_code
-            for topic in answer.topics
-            for p in topic.partitions
-        }
+        deadline = time.monotonic() + self.timeout
+        while True:
+            answer = self.client.call(request, version)
+            codes = {
+                (topic.name, p.partition_index): p.error_code
+                for topic in answer.topics
+                for p in topic.partitions
+            }
+            if not set(codes.values()) <= {14, 15, 16} or time.monotonic() > deadline:
+                return codes
+            time.sleep(0.1)
 
     # -- Produce, EndTxn --------------------------------------------------------------------
 
