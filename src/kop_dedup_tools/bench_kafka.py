@@ -42,6 +42,7 @@ from typing import Any
 
 from kop_dedup_tools.bench_fetch import fill, read_direct, read_kafka
 from kop_dedup_tools.bench_kafka_results import (
+    MEASURES,
     KafkaCell,
     summarize_kafka,
     write_kafka_results,
@@ -367,12 +368,9 @@ def _report(cell: KafkaCell) -> None:
     )
 
 
-def _cells(
-    args: argparse.Namespace, sc: SidecarProcess, kafka: dict[str, Any]
+def _produce_cells(
+    args: argparse.Namespace, sc: SidecarProcess, boots: dict[str, str]
 ) -> Iterator[KafkaCell]:
-    boots = {"listener": sc.kafka_bootstrap}
-    if kafka:
-        boots["kafka"] = kafka["bootstrap"]
     secs, size = args.seconds, args.value_size
     for producers in args.kafka_producers:
         for rep in range(args.reps):
@@ -384,17 +382,37 @@ def _cells(
                     else:
                         listener = sc if side == "listener" else None
                         yield produce_cell(side, boots[side], producers, secs, size, listener)
-    with step("kafka fetch", sc):
-        yield from fetch_cells(boots, args, sc)
+
+
+def _txn_cells(
+    args: argparse.Namespace, sc: SidecarProcess, boots: dict[str, str]
+) -> Iterator[KafkaCell]:
     for producers in args.kafka_producers:
         for n in args.txn_records:
             for rep in range(args.reps):
                 pairs = list(boots.items())
                 for side, b in pairs if rep % 2 == 0 else pairs[::-1]:
+                    listener = sc if side == "listener" else None
                     with step(f"kafka txn of {n}, {producers} producers, {side}", sc):
                         yield txn_cell(
-                            side, b, producers, n, secs, size, sc if side == "listener" else None
+                            side, b, producers, n, args.seconds, args.value_size, listener
                         )
+
+
+def _cells(
+    args: argparse.Namespace, sc: SidecarProcess, kafka: dict[str, Any]
+) -> Iterator[KafkaCell]:
+    """Every cell of the measures asked for, in the order produce, fetch, txn."""
+    boots = {"listener": sc.kafka_bootstrap}
+    if kafka:
+        boots["kafka"] = kafka["bootstrap"]
+    if "produce" in args.kafka_measures:
+        yield from _produce_cells(args, sc, boots)
+    if "fetch" in args.kafka_measures:
+        with step("kafka fetch", sc):
+            yield from fetch_cells(boots, args, sc)
+    if "txn" in args.kafka_measures:
+        yield from _txn_cells(args, sc, boots)
 
 
 def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
@@ -414,6 +432,7 @@ def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
         "value_bytes": args.value_size,
         "seconds": args.seconds,
         "fetch_records": args.fetch_records,
+        "measures": args.kafka_measures,
         "producer_config": PRODUCER_CONFIG,
         "kafka": kafka or None,
     }
@@ -446,6 +465,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="--kafka's records per transaction",
     )
     p.add_argument("--fetch-records", type=int, default=100_000, help="--kafka's records to fetch")
+    p.add_argument(
+        "--kafka-measures",
+        nargs="+",
+        choices=MEASURES,
+        default=list(MEASURES),
+        help="--kafka's measures to run (default all)",
+    )
 
 
 MODE = BenchMode(("kafka",), add_options, run)
