@@ -21,7 +21,9 @@ exception type and message) with the sidecar's log tail.
 its CPU cost per batch as producers grow from 1 to 64 (:mod:`kop_dedup_tools.bench_memory`).
 ``--transactions`` compares transactions with the same records produced idempotently
 (:mod:`kop_dedup_tools.bench_txn`); ``--groups`` compares consumer-group pulls with
-direct Pulsar consumers (:mod:`kop_dedup_tools.bench_groups`).
+direct Pulsar consumers (:mod:`kop_dedup_tools.bench_groups`); ``--kafka`` compares Kafka
+clients through the sidecar's Kafka listener with direct Pulsar clients, and
+``--against-kafka`` with a real Apache Kafka too (:mod:`kop_dedup_tools.bench_kafka`).
 
 This module is the command: its options, the mode the options choose, the broker of the
 run, and the default mode's (the matrix's: :mod:`kop_dedup_tools.bench_matrix`) results.
@@ -47,7 +49,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kop_dedup.cli import add_pulsar_url_options
-from kop_dedup_tools import bench_groups, bench_memory, bench_txn
+from kop_dedup_tools import bench_groups, bench_kafka, bench_memory, bench_txn
 from kop_dedup_tools.bench_http import KeepAlive
 from kop_dedup_tools.bench_matrix import run_matrix
 from kop_dedup_tools.bench_memory import run_memory
@@ -171,7 +173,13 @@ def _matrix(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None
 
 # -- the command -------------------------------------------------------------------
 
-_MODES: tuple[BenchMode, ...] = (bench_groups.MODE, bench_memory.MODE, bench_txn.MODE)
+_MODES: tuple[BenchMode, ...] = (
+    bench_groups.MODE,
+    bench_memory.MODE,
+    bench_txn.MODE,
+    bench_kafka.MODE,
+    bench_kafka.MODE_AGAINST_KAFKA,
+)
 """The modes besides the matrix, the first chosen running when several are asked for
 (so a mode chosen by more flags, ``--kafka --groups``, goes before one chosen by fewer)."""
 
@@ -225,4 +233,5 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--idle-states", type=int, default=10_000)  # --memory's
     p.add_argument("--out", default="bench-results", help="results and logs (kept)")
     bench_groups.MODE.add_options(p)  # --groups, --members, --pull-records, --prefill
+    bench_kafka.MODE.add_options(p)  # --kafka, --against-kafka and theirs
     p.set_defaults(func=_handler)

@@ -28,10 +28,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "measure"]
+__all__ = ["fill", "main", "measure", "read_direct", "read_kafka"]
 
 
-def _fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, batch: int) -> None:
+def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, batch: int) -> None:
     from confluent_kafka import Producer  # noqa: PLC0415 - a measurement's own dependency
 
     producer = Producer(
@@ -59,7 +59,7 @@ def _fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, 
         raise RuntimeError("the fill did not flush within 300 s")
 
 
-def _direct(service_url: str, ptopics: list[str], records: int) -> tuple[float, float]:
+def read_direct(service_url: str, ptopics: list[str], records: int) -> tuple[float, float]:
     import pulsar  # noqa: PLC0415 - a measurement's own dependency
 
     client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
@@ -81,7 +81,7 @@ def _direct(service_url: str, ptopics: list[str], records: int) -> tuple[float, 
     return elapsed, cpu
 
 
-def _kafka(bootstrap: str, topic: str, partitions: int, records: int) -> tuple[float, float]:
+def read_kafka(bootstrap: str, topic: str, partitions: int, records: int) -> tuple[float, float]:
     from confluent_kafka import (  # noqa: PLC0415 - a measurement's own dependency
         OFFSET_BEGINNING,
         Consumer,
@@ -134,7 +134,7 @@ def measure(
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
         filled = time.monotonic()
-        _fill(bootstrap, topic, partitions, records, size, batch)
+        fill(bootstrap, topic, partitions, records, size, batch)
         fill_s = time.monotonic() - filled
         ptopics = [f"persistent://public/kafka/{topic}-partition-{p}" for p in range(partitions)]
         runs: dict[str, list[dict[str, float]]] = {"direct": [], "kafka": []}
@@ -143,9 +143,9 @@ def measure(
             for side in order:
                 sidecar_cpu = sidecar.cpu_seconds()
                 seconds, client_cpu = (
-                    _direct(service_url, ptopics, records)
+                    read_direct(service_url, ptopics, records)
                     if side == "direct"
-                    else _kafka(bootstrap, topic, partitions, records)
+                    else read_kafka(bootstrap, topic, partitions, records)
                 )
                 sidecar_cpu = sidecar.cpu_seconds() - sidecar_cpu
                 runs[side].append(
