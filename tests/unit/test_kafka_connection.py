@@ -304,6 +304,19 @@ def test_metadata_answers_this_node_as_leader_of_every_partition():
     run(test)
 
 
+def test_a_metadata_request_that_fails_still_names_this_node():
+    async def test(listener, runtime, c):
+        async def unavailable() -> list[str]:
+            raise errors.KafkaStorageError("the broker does not answer")
+
+        runtime.admin.topics = unavailable
+        body = await c.call(MetadataRequest(topics=None), 9)
+        assert [(b.node_id, b.host, b.port) for b in body.brokers] == [(0, *listener.bound)]
+        assert body.controller_id == 0
+
+    run(test)
+
+
 def test_a_taken_address_is_refused_with_a_message_naming_the_setting():
     import socket
 

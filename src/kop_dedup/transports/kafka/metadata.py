@@ -101,6 +101,24 @@ def _answer(session: Session | None, version: int, topics: list[Any]) -> Any:
 
 
 async def metadata(session: Session, request: Any, version: int) -> Any:
+    """Metadata; a failure answers every topic asked for with its code and still names
+    this node: librdkafka (2.10+) decommissions a broker missing from a Metadata answer,
+    and a transactional producer whose group coordinator was decommissioned hangs in
+    send_offsets_to_transaction (librdkafka #5511)."""
+    try:
+        return await _metadata(session, request, version)
+    except errors.KafkaError as exc:
+        error = exc
+    except Exception as exc:
+        error = translate(exc, "listing topics")
+    topics = [] if request.topics is None else request.topics
+    answer = _answer(session, version, [_topic(t.name, error) for t in topics])
+    if version >= 13:
+        answer.error_code = error.errno
+    return answer
+
+
+async def _metadata(session: Session, request: Any, version: int) -> Any:
     everything = request.topics is None or (version == 0 and not request.topics)
     if everything:
         names: list[str | None] = []
