@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kop_dedup import errors
 from kop_dedup.coordination.groups.simple import Route, route
+from kop_dedup.protocol.groups import Group, GroupConfig, Member
 from kop_dedup.protocol.records import rec
 from kop_dedup.pulsar.fetching import StoredEntry
 from kop_dedup.transports.kafka.fetch import _Part, _pass
@@ -89,8 +90,8 @@ def test_the_first_batch_comes_whole_even_over_both_limits():
 # -- who may commit -------------------------------------------------------------------------------
 
 MISSING = errors.IllegalGeneration("no such group")
-GROUP = {"generation": 4, "members": {"m1": {}}}
-EMPTY = {"generation": 4, "members": {}}
+EMPTY = Group(GroupConfig(), generation=4)
+GROUP = Group(GroupConfig(), generation=4, members={"m1": Member("m1", ("t",), 0, 0)})
 
 
 @pytest.mark.parametrize(
@@ -108,6 +109,7 @@ EMPTY = {"generation": 4, "members": {}}
     ],
 )
 def test_where_a_commit_goes_or_the_error_it_gets(doc, member, generation, answer):
+    """``doc`` is what the group coordinator's ``describe`` answers: a typed Group."""
     if isinstance(answer, Route):
         assert route(doc, "g", member, generation, MISSING) is answer
         return

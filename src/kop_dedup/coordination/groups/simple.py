@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any
 
 from kop_dedup import errors
 from kop_dedup.coordination.groups.coordinator import GroupCoordinator, StaleMember
 from kop_dedup.coordination.groups.store import CommittedOffset, StagedOffset
+from kop_dedup.protocol.groups import Group
 
 __all__ = ["Route", "commit", "fetch", "route"]
 
@@ -43,7 +43,7 @@ class Route(enum.Enum):
 
 
 def route(
-    group_doc: dict[str, Any] | None,
+    described: Group | None,
     group: str,
     member: str,
     generation: int,
@@ -51,11 +51,11 @@ def route(
 ) -> Route:
     """Where a commit goes, or the Kafka error it gets (see the module docstring)."""
     simple = generation < 0 and not member
-    if group_doc is None:
+    if described is None:
         if generation < 0:
             return Route.STORE
         raise missing
-    if not group_doc.get("members"):
+    if not described.members:
         if generation < 0:
             return Route.STORE
         raise errors.UnknownMemberId(
