@@ -32,3 +32,14 @@ records = st.builds(
     headers=headers,
     timestamp=st.none() | st.integers(min_value=0, max_value=(1 << 62)),
 )
+
+ledger_ids = st.integers(min_value=-1, max_value=(1 << 63) - 1)
+"""Pulsar ledger and entry ids (-1: before the first entry, as ``lastMessageId`` says)."""
+
+entry_positions = st.tuples(ledger_ids, ledger_ids)
+"""``(ledger, entry)``: an EntryPosition."""
+
+message_positions = st.tuples(
+    ledger_ids, ledger_ids, st.integers(min_value=-1, max_value=(1 << 31) - 1)
+)
+"""``(ledger, entry, batch index)``: a MessagePosition (batch -1: not batched)."""

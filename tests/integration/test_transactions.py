@@ -225,6 +225,21 @@ def test_a_batch_of_another_producer_id_is_invalid_producer_id_mapping(tapi):
     assert unknown[0]["errorCode"] == 49
 
 
+def test_a_transactional_batch_without_a_producer_id_is_invalid_producer_id_mapping(tapi):
+    """Admission's producer check is the one a journaled batch gets: a non-idempotent
+    batch (producer id -1) in a transactional request is 49, and joins nothing."""
+    tid, topic = uniq("tx"), uniq("a")
+    pid, epoch = init(tapi, tid)
+    plain = {**batch(topic, -1, 0, 2, epoch=-1), "baseSequence": -1, "lastSequence": -1}
+    answer = tproduce(tapi, tid, plain)
+    assert answer[0]["errorCode"] == 49, answer
+    assert "init-producer-id" in answer[0]["errorMessage"], answer
+    assert state(tapi, tid)["state"] == "Empty"
+    # the transaction's own producer still produces into it
+    assert tproduce(tapi, tid, batch(topic, pid, 0, 1, epoch=epoch))[0]["errorCode"] == 0
+    assert end(tapi, tid, pid, epoch, False)["errorCode"] == 0
+
+
 def test_end_txn_with_nothing_open_is_invalid_txn_state(tapi):
     tid = uniq("tx")
     pid, epoch = init(tapi, tid)

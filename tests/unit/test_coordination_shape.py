@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
+import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -112,3 +115,78 @@ def test_latest_records_keeps_the_last_record_per_key_and_tombstones_remove():
     assert [(k, r.value) for k, r in state.items()] == [("a", b"2")]
     assert "b" not in state
     assert len(state) == 1
+
+
+def _has(obj: object, name: str) -> bool:
+    """An attribute of a class or module, or one its ``__init__``/methods assign."""
+    if hasattr(obj, name):
+        return True
+    return inspect.isclass(obj) and bool(
+        re.search(rf"self\.{name}\b[^=\n(]*=[^=]", inspect.getsource(obj))
+    )
+
+
+def _bullets(text: str) -> list[str]:
+    """The list items of a docstring section, each with its continuation lines."""
+    items: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("- "):
+            items.append(line)
+        elif line.startswith("  ") and items:
+            items[-1] += " " + line.strip()
+    return items
+
+
+def _section(doc: str, start: str, end: str) -> str:
+    return doc[doc.index(start) : doc.index(end)]
+
+
+def test_the_documented_transport_surface_exists():
+    """Every call the coordination docstring lists as the transports' surface exists on
+    the class (or module) it names, every reference resolves, and every error code it
+    quotes is that Kafka error's."""
+    from kop_dedup import errors
+    from kop_dedup.coordination.epochs import EpochRegistry
+    from kop_dedup.coordination.groups import simple
+    from kop_dedup.coordination.groups.coordinator import GroupCoordinator
+    from kop_dedup.coordination.groups.lag import GroupLag
+    from kop_dedup.coordination.groups.store import GroupStore
+    from kop_dedup.coordination.producer_ids import ProducerIdAllocator
+    from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator
+
+    doc = kop_dedup.coordination.__doc__ or ""
+    sections = {
+        ("Registries (", "Transactions ("): [ProducerIdAllocator, EpochRegistry],
+        ("Transactions (", "Errors: 49"): [TransactionCoordinator],
+        ("Consumer groups (", "Errors: ``StaleMember``"): [
+            GroupCoordinator,
+            GroupLag,
+            GroupStore,
+            simple,
+        ],
+    }
+    named = 0
+    for (start, end), owners in sections.items():
+        bullets = "\n".join(_bullets(_section(doc, start, end)))
+        for token in re.findall(r"``([A-Za-z_][\w.]*)", bullets):
+            if token.startswith("runtime."):
+                continue  # the Runtime attribute, named in the section's heading
+            owner_name, _, name = token.rpartition(".")
+            candidates = [o for o in owners if not owner_name or o.__name__ == owner_name]
+            assert any(_has(o, name) for o in candidates), f"{token} ({start.strip('( ')})"
+            named += 1
+    assert named >= 28
+    for ref in re.findall(r":(?:class|mod):`~?([\w.]+)`", doc):
+        path = f"kop_dedup.coordination{ref}" if ref.startswith(".") else ref
+        module, _, attr = path.rpartition(".")
+        try:
+            importlib.import_module(path)
+        except ImportError:
+            assert hasattr(importlib.import_module(module), attr), ref
+    for code, name in re.findall(r"\b(\d{1,3}) ([A-Z][A-Z_]{3,})\b", doc):
+        assert errors.BY_CODE[int(code)].name == name, (code, name)
+    for runtime_attr in re.findall(r"``runtime\.(\w+)``", doc):
+        assert re.search(
+            rf"self\.{runtime_attr}\b[^=\n]*=",
+            Path(importlib.import_module("kop_dedup.runtime").__file__ or "").read_text(),
+        ), runtime_attr

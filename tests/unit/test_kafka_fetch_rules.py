@@ -90,8 +90,8 @@ def test_the_first_batch_comes_whole_even_over_both_limits():
 # -- who may commit -------------------------------------------------------------------------------
 
 MISSING = errors.IllegalGeneration("no such group")
-GROUP = Group(GroupConfig(), generation=4, members={"m1": Member("m1", ("t",), 0, 0)})
 EMPTY = Group(GroupConfig(), generation=4)
+GROUP = Group(GroupConfig(), generation=4, members={"m1": Member("m1", ("t",), 0, 0)})
 
 
 @pytest.mark.parametrize(
@@ -109,6 +109,7 @@ EMPTY = Group(GroupConfig(), generation=4)
     ],
 )
 def test_where_a_commit_goes_or_the_error_it_gets(doc, member, generation, answer):
+    """``doc`` is what the group coordinator's ``describe`` answers: a typed Group."""
     if isinstance(answer, Route):
         assert route(doc, "g", member, generation, MISSING) is answer
         return

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kop_dedup import errors
 from kop_dedup.protocol.records import MAX_EPOCH
@@ -19,6 +21,7 @@ from kop_dedup.protocol.transactions import (
     init,
     join,
     prepare,
+    producer_problem,
     stage_offsets,
     timed_out,
 )
@@ -248,3 +251,36 @@ def test_the_history_of_tokens_is_bounded():
     assert len(t.history) == HISTORY
     assert t.history[-1].token == f"t{HISTORY + 4}"
     assert check_end(t, 7, 0, commit=True, token=f"t{HISTORY + 4}") is EndCheck.DONE
+
+
+@given(
+    st.integers(min_value=-1, max_value=(1 << 63) - 1).filter(lambda p: p != 7),
+    st.integers(min_value=-1, max_value=MAX_EPOCH),
+)
+def test_a_batch_of_any_other_producer_id_is_invalid_producer_id_mapping(pid, epoch):
+    """A non-idempotent batch (producer id -1) included: the transaction's producer id
+    comes from the allocator, never -1, so this check is the only one a journaled batch
+    needs (the produce service no longer asks again whether it has a producer id)."""
+    for on_produce in (True, False):
+        problem = producer_problem(ongoing(), "app", pid, epoch, on_produce=on_produce)
+        assert isinstance(problem, errors.InvalidProducerIdMapping)
+        assert "call init-producer-id" in problem.message
+
+
+def test_the_transactions_own_producer_and_epoch_pass_and_others_are_fenced():
+    t = ongoing()
+    assert producer_problem(t, "app", 7, 0, on_produce=True) is None
+    assert isinstance(
+        producer_problem(t, "app", 7, 1, on_produce=True), errors.InvalidProducerEpoch
+    )
+    bumped = init(
+        complete(prepare(t, False, {}, now_ms=2), now_ms=3),
+        "app",
+        timeout_ms=5,
+        check_back_url=None,
+        now_ms=4,
+        new_producer_id=None,
+    )
+    assert isinstance(
+        producer_problem(bumped, "app", 7, 0, on_produce=False), errors.ProducerFenced
+    )

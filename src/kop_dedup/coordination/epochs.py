@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.expiry import Bounds, ExpiringMap
 from kop_dedup.pulsar.exclusive import MutexBusy, NameMutex
 from kop_dedup.pulsar.tables import (
@@ -172,7 +173,7 @@ class EpochRegistry:
         self._watched: asyncio.Future[None] | None = None
 
     def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        return now_ms(self._clock)
 
     def _apply(self, record: TableRecord) -> None:
         pid = int(record.key)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.epochs import EpochRegistry
 from kop_dedup.coordination.expiry import Bounds, ExpiringMap
 from kop_dedup.coordination.producer_ids import ProducerIdAllocator
@@ -71,7 +72,7 @@ class TransactionalIds:
         self._unwritten: list[str] = []  # expired here, tombstone not written yet
 
     def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        return now_ms(self._clock)
 
     def _apply(self, record: TableRecord) -> None:
         if record.value is None:

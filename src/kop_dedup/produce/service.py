@@ -194,9 +194,7 @@ class ProduceService:
             raise errors.UnknownTopicOrPartition(
                 f"topic {batch.topic!r} has partitions 0..{count - 1}; got {batch.partition}"
             )
-        if journal is not None:
-            if not batch.idempotent:
-                raise errors.InvalidRecord("a transactional batch needs a producer id")
+        if journal is not None:  # admitted: its producer is the transaction's (admission.py)
             return await self._produce_idempotent(journal[0], batch, deadline, journal[1])
         ptopic = self.naming.partition_topic(batch.topic, batch.partition)
         if not batch.idempotent:

@@ -70,20 +70,17 @@ __all__ = [
 
 
 def producer_problem(
-    txn: Transaction | None,
+    txn: Transaction,
     transactional_id: str,
     producer_id: int,
     epoch: int,
     *,
     on_produce: bool,
 ) -> errors.KafkaError | None:
-    """Kafka: an unknown id or another producer id -> 49; an older epoch -> 47 on
-    produce, 90 on the transaction calls; a newer one than the coordinator knows is
-    refused too (only the coordinator bumps a transactional producer's epoch)."""
-    if txn is None:
-        return errors.InvalidProducerIdMapping(
-            f"transactional id {transactional_id!r} is unknown: call init-producer-id with it"
-        )
+    """Kafka: another producer id (a non-idempotent batch's -1 too) -> 49; an older
+    epoch -> 47 on produce, 90 on the transaction calls; a newer one than the
+    coordinator knows is refused too (only the coordinator bumps a transactional
+    producer's epoch). An unknown id is :func:`known`'s 49, checked first."""
     if producer_id != txn.producer_id:
         return errors.InvalidProducerIdMapping(
             f"transactional id {transactional_id!r} maps to producer {txn.producer_id}, "

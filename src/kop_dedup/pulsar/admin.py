@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from kop_dedup import errors
+from kop_dedup.pulsar.message_ids import EntryPosition
 from kop_dedup.pulsar.naming import Naming, validate_topic
 
 __all__ = ["DEDUP_POLICY_TTL_S", "AdminError", "PulsarAdmin"]
@@ -360,7 +361,7 @@ class PulsarAdmin:
             out[index] = [str(p.get("producerName")) for p in stats.get("publishers") or []]
         return out
 
-    async def last_position(self, topic: str) -> tuple[int, int] | None:
+    async def last_position(self, topic: str) -> EntryPosition | None:
         """(ledger, entry) of a (partition) topic's last entry: everything stored so far
         lies at or before it. Entry -1: the current ledger is still empty (the entries
         before it are in earlier ledgers). None: the topic has no ledger at all."""
@@ -419,7 +420,7 @@ class PulsarAdmin:
             return None
         return int(ledger), int(entry), _index_headers(resp.headers)
 
-    async def position_at(self, topic: str, timestamp_ms: int) -> tuple[int, int]:
+    async def position_at(self, topic: str, timestamp_ms: int) -> EntryPosition:
         """(ledger, entry) of the first entry published at or after ``timestamp_ms`` (one
         past the last entry when none is)."""
         path = topic.removeprefix("persistent://")

@@ -1,17 +1,12 @@
 """Reading a topic's entries between two positions, back as the Kafka batches they carry.
 
-A *position* is ``(ledger id, entry id)``: the broker's order of entries within a
-topic (ledger ids only grow within a topic, entry ids within a ledger). Entry -1 is
-"before the first entry of that ledger", which is what the admin API's
-``lastMessageId`` answers for a ledger still empty. Positions travel as
-``"<ledger>:<entry>"`` strings (:func:`encode_position`).
+A position here is a :data:`~kop_dedup.pulsar.message_ids.EntryPosition`
+``(ledger id, entry id)``: the broker's order of entries within a topic. Positions
+travel as ``"<ledger>:<entry>"`` strings (``message_ids.encode_entry_position``).
 
 One Kafka batch is one Pulsar batch entry (see producers.py), so the records of one
 entry, in batch-index order, are one :class:`StoredBatch`; a journal entry is one
 message holding the whole batch (see wire.py).
-
->>> decode_position(encode_position((12, 3)))
-(12, 3)
 """
 
 from __future__ import annotations
@@ -24,6 +19,7 @@ from typing import Any
 import pulsar
 
 from kop_dedup.protocol.records import KafkaBatch
+from kop_dedup.pulsar.message_ids import EntryPosition
 from kop_dedup.pulsar.tables import PulsarClient, discard
 from kop_dedup.pulsar.wire import (
     PROP_ENTRY_FORMAT,
@@ -33,20 +29,9 @@ from kop_dedup.pulsar.wire import (
     decode_whole,
 )
 
-__all__ = ["Position", "StoredBatch", "decode_position", "encode_position", "read_batches"]
-
-Position = tuple[int, int]
+__all__ = ["StoredBatch", "read_batches"]
 
 _READ_WAIT_MS = 10_000
-
-
-def encode_position(position: Position) -> str:
-    return f"{position[0]}:{position[1]}"
-
-
-def decode_position(text: str) -> Position:
-    ledger, _, entry = text.partition(":")
-    return int(ledger), int(entry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,23 +39,23 @@ class StoredBatch:
     """The records of one entry, as a Kafka batch, with the entry's position and the
     properties of its first record (what every record of the batch shares)."""
 
-    position: Position
+    position: EntryPosition
     batch: KafkaBatch
     properties: Mapping[str, str]
 
 
 def _scan(
     reader: Any,
-    after: Position | None,
-    upto: Position,
+    after: EntryPosition | None,
+    upto: EntryPosition,
     select: Callable[[Mapping[str, str]], bool],
     topic_name: str,
     partition: int,
 ) -> list[StoredBatch]:
     """The picked batches after ``after`` up to ``upto`` (blocking calls: run on a worker
     thread; one loop hop for the whole range instead of two per message)."""
-    whole: dict[Position, StoredBatch] = {}
-    groups: dict[Position, list[tuple[DecodedRecord, Mapping[str, str]]]] = {}
+    whole: dict[EntryPosition, StoredBatch] = {}
+    groups: dict[EntryPosition, list[tuple[DecodedRecord, Mapping[str, str]]]] = {}
     while reader.has_message_available():
         msg = reader.read_next(_READ_WAIT_MS)  # a Timeout raises: the caller retries
         mid = msg.message_id()
@@ -116,8 +101,8 @@ async def read_batches(
     client: PulsarClient,
     topic: str,
     *,
-    after: Position | None,
-    upto: Position,
+    after: EntryPosition | None,
+    upto: EntryPosition,
     topic_name: str,
     partition: int,
     select: Callable[[Mapping[str, str]], bool],

@@ -40,7 +40,8 @@ import _pulsar
 import pulsar
 
 from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
-from kop_dedup.pulsar.positions import Position, Positions
+from kop_dedup.pulsar.message_ids import MessagePosition
+from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.reading import after
 from kop_dedup.pulsar.tables import PulsarClient, discard
 from kop_dedup.pulsar.wire import (
@@ -65,7 +66,7 @@ class StoredEntry:
     """The records of one entry (or of its rest, after a read that ended inside it)."""
 
     base_offset: int
-    position: Position
+    position: MessagePosition
     """Where its first record is: (ledger, entry, batch index)."""
     producer_id: int
     producer_epoch: int
@@ -113,17 +114,17 @@ class _Raw:
     size: int
 
     @property
-    def position(self) -> Position:
+    def position(self) -> MessagePosition:
         return self.ledger, self.entry, self.batch_index
 
     @property
-    def last(self) -> Position:
+    def last(self) -> MessagePosition:
         """Its last message's position (a batch's messages come in batch-index order)."""
         first = self.batch_index
         return self.ledger, self.entry, first if first < 0 else first + len(self.records) - 1
 
 
-def _position(msg: Any) -> Position:
+def _position(msg: Any) -> MessagePosition:
     mid = msg.message_id()
     return mid.ledger_id(), mid.entry_id(), mid.batch_index()
 
@@ -188,7 +189,7 @@ def _read_available(reader: Any, held: Any, max_bytes: int) -> tuple[list[_Raw],
         msg = None
 
 
-def _same_place(a: Position, b: Position) -> bool:
+def _same_place(a: MessagePosition, b: MessagePosition) -> bool:
     """Whether two positions name one message (batch index -1: a message sent without
     batching, the same as index 0)."""
     return a[:2] == b[:2] and max(a[2], 0) == max(b[2], 0)
@@ -204,19 +205,19 @@ class EntryReader:
         positions: Positions,
         topic: str,
         offset: int,
-        position: Position | None,
+        position: MessagePosition | None,
     ) -> None:
         self.topic = topic
         self._client, self._positions = client, positions
         self._start = position
-        self._expected: Position | None = position
+        self._expected: MessagePosition | None = position
         """Where the next message from Pulsar should be (None: not known, look it up)."""
         self._read_offset = offset
         """The offset of the next message from Pulsar (after ``_unread`` and ``_held``)."""
         self._unread: collections.deque[StoredEntry] = collections.deque()
         self._held: Any = None
         """A message taken from Pulsar and not counted yet (the next entry's first)."""
-        self._last: Position | None = None
+        self._last: MessagePosition | None = None
         """The position of the last message taken from Pulsar."""
         self._floor = offset
         """Records below the offset asked for are not handed out."""
@@ -239,7 +240,7 @@ class EntryReader:
         return self._read_offset
 
     @property
-    def next_position(self) -> Position | None:
+    def next_position(self) -> MessagePosition | None:
         """Where the next record is, when known without a lookup."""
         if self._unread:
             return self._unread[0].position
@@ -339,7 +340,7 @@ class EntryReader:
         out.extend(await self._counted(raw))
         return out
 
-    def _continues(self, position: Position) -> bool:
+    def _continues(self, position: MessagePosition) -> bool:
         """Whether the message at ``position`` is the one counted next, without asking:
         where the reader was told to start or stopped, or the next entry of the same
         ledger (entries are dense within a ledger)."""

@@ -7,18 +7,16 @@ counted from 0 with no gaps, batched entries included. So a message's **offset**
 next offset to be written) is the last entry's index + 1, and the records between two
 offsets are exactly their difference: what ``ready``/``inflight``/``lag`` count.
 
-A **position** is ``(ledger, entry, batch index)``: where a reader starts (inclusive);
-batch index -1 is a message sent without batching.
-``(L, E, n)`` with ``n`` the entry's message count means "after entry E": a reader
-started there begins with the next entry. Positions travel as ``"L:E:B"``.
+A position here is a :data:`~kop_dedup.pulsar.message_ids.MessagePosition`
+``(ledger, entry, batch index)``: where a reader starts (inclusive); batch index -1 is a
+message sent without batching. ``(L, E, n)`` with ``n`` the entry's message count means
+"after entry E": a reader started there begins with the next entry. Positions travel
+as ``"L:E:B"`` (``message_ids.encode_message_position``).
 
 The Python client exposes neither the index on a message nor a way to find the
 position of an offset (Pulsar's PIP-415 is newer than 4.0), so this module asks the
 admin API: one lookup for the offset of a position, a binary search over the topic's
 entries (about log2(entries) lookups) for the position of an offset.
-
->>> encode_position((12, 3, 0)), decode_position("12:3:0")
-('12:3:0', (12, 3, 0))
 """
 
 from __future__ import annotations
@@ -27,16 +25,9 @@ from collections import OrderedDict
 
 from kop_dedup import errors
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
+from kop_dedup.pulsar.message_ids import MessagePosition
 
-__all__ = [
-    "NOT_INDEXED",
-    "Position",
-    "Positions",
-    "decode_position",
-    "encode_position",
-]
-
-Position = tuple[int, int, int]
+__all__ = ["NOT_INDEXED", "Positions"]
 
 _INDEXES_KEPT = 10_000
 
@@ -46,15 +37,6 @@ NOT_INDEXED = (
     "AppendIndexMetadataInterceptor in broker.conf (the local launcher does); entries "
     "written before that have no offset"
 )
-
-
-def encode_position(position: Position) -> str:
-    return f"{position[0]}:{position[1]}:{position[2]}"
-
-
-def decode_position(text: str) -> Position:
-    ledger, entry, batch = text.split(":")
-    return int(ledger), int(entry), int(batch)
 
 
 class Positions:
@@ -80,12 +62,12 @@ class Positions:
             self._indexes.popitem(last=False)
         return found
 
-    async def offset_of(self, topic: str, position: Position) -> int:
+    async def offset_of(self, topic: str, position: MessagePosition) -> int:
         """The offset of the message at a position (one lookup)."""
         index, count = await self._index(topic, position[0], position[1])
         return index - count + 1 + max(position[2], 0)
 
-    async def end(self, topic: str) -> tuple[int, Position | None]:
+    async def end(self, topic: str) -> tuple[int, MessagePosition | None]:
         """(end offset, the position after the last message); (0, None) when the topic has
         never held a message."""
         last = await self._admin.last_position(topic)
@@ -97,7 +79,7 @@ class Positions:
         index, count = await self._index(topic, last[0], last[1])
         return index + 1, (last[0], last[1], count)
 
-    async def earliest(self, topic: str) -> tuple[int, Position | None]:
+    async def earliest(self, topic: str) -> tuple[int, MessagePosition | None]:
         """(the first offset still stored, its position); the end when nothing is stored."""
         first = await self._admin.first_entry(topic)
         if first is None:
@@ -116,7 +98,7 @@ class Positions:
 
     async def at_time(
         self, topic: str, timestamp_ms: int
-    ) -> tuple[int, Position | None, str | None]:
+    ) -> tuple[int, MessagePosition | None, str | None]:
         """The first message published at or after a time, and whether that was clamped:
         ``"earliest"`` (the time is before the earliest message still stored: the
         earliest), ``"end"`` (nothing was published that late: the end), else None.
@@ -142,7 +124,7 @@ class Positions:
                 clamped = "earliest"
         return offset, (ledger, entry, 0), clamped
 
-    async def locate(self, topic: str, offset: int) -> Position:
+    async def locate(self, topic: str, offset: int) -> MessagePosition:
         """The position of an offset; OFFSET_OUT_OF_RANGE outside [earliest, end]."""
         first, first_at = await self.earliest(topic)
         end, end_at = await self.end(topic)
@@ -157,7 +139,7 @@ class Positions:
             return first_at
         return await self._search(topic, offset) or end_at
 
-    async def _search(self, topic: str, offset: int) -> Position | None:
+    async def _search(self, topic: str, offset: int) -> MessagePosition | None:
         """Binary search over the stored entries for the one holding ``offset``."""
         entries = [(ledger, n) for ledger, n in await self._admin.ledgers(topic) if n > 0]
         total = sum(n for _, n in entries)

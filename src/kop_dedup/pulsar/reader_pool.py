@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from kop_dedup import errors
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.fetching import EntryReader, StoredEntry
-from kop_dedup.pulsar.positions import Position, Positions
+from kop_dedup.pulsar.message_ids import MessagePosition
+from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.tables import PulsarClient
 
 __all__ = ["PoolLimits", "ReaderPool", "TimedOffset"]
@@ -76,7 +77,9 @@ class ReaderPool:
         self._kept: collections.OrderedDict[tuple[str, int], EntryReader] = (
             collections.OrderedDict()
         )
-        self._known: collections.OrderedDict[tuple[str, int], Position] = collections.OrderedDict()
+        self._known: collections.OrderedDict[tuple[str, int], MessagePosition] = (
+            collections.OrderedDict()
+        )
         """Positions of offsets learnt from readers (an offset's position never changes)."""
         self._ends: dict[str, tuple[int, float]] = {}
         self._starts: dict[str, tuple[int, float]] = {}
@@ -109,13 +112,13 @@ class ReaderPool:
             position = await self._locate(topic, offset)
         return self._new(topic, offset, position)
 
-    def _new(self, topic: str, offset: int, position: Position | None) -> EntryReader:
+    def _new(self, topic: str, offset: int, position: MessagePosition | None) -> EntryReader:
         reader = EntryReader(self._client, self.positions, topic, offset, position)
         self._live.add(reader)
         self.opened += 1
         return reader
 
-    async def _locate(self, topic: str, offset: int) -> Position | None:
+    async def _locate(self, topic: str, offset: int) -> MessagePosition | None:
         """Where ``offset`` is; None when the topic never held a record (offset 0: read
         from the earliest message that will come)."""
         first, first_at = await self.positions.earliest(topic)
@@ -174,7 +177,7 @@ class ReaderPool:
                 del cache[name]
         await asyncio.gather(*(r.close() for r in mine), return_exceptions=True)
 
-    def _learn(self, key: tuple[str, int], position: Position) -> None:
+    def _learn(self, key: tuple[str, int], position: MessagePosition) -> None:
         self._known[key] = position
         self._known.move_to_end(key)
         if len(self._known) > _KNOWN_KEPT:

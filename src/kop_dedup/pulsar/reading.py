@@ -23,7 +23,8 @@ from typing import Any
 import pulsar
 
 from kop_dedup.protocol.records import KafkaRecord
-from kop_dedup.pulsar.positions import Position, Positions
+from kop_dedup.pulsar.message_ids import MessagePosition
+from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.tables import PulsarClient, discard
 from kop_dedup.pulsar.wire import DecodedRecord
 
@@ -37,7 +38,7 @@ class Pulled:
     """One record read, with its offset and position."""
 
     offset: int
-    position: Position
+    position: MessagePosition
     record: KafkaRecord
     size: int
     publish_time_ms: int
@@ -45,7 +46,7 @@ class Pulled:
 
 @dataclass(slots=True)
 class _Raw:
-    position: Position
+    position: MessagePosition
     record: KafkaRecord
     size: int
     publish_time_ms: int
@@ -79,7 +80,7 @@ def _read_available(reader: Any, limit: int, max_bytes: int | None) -> list[_Raw
     return out
 
 
-def after(position: Position) -> Position:
+def after(position: MessagePosition) -> MessagePosition:
     """Where a reader starts to read what follows the message at ``position``: the next
     message of its batch, or (a message sent without batching, batch index -1; a reader
     started at any batch index of such an entry reads it again) the next entry."""
@@ -96,7 +97,7 @@ class PartitionReader:
         positions: Positions,
         topic: str,
         offset: int,
-        position: Position,
+        position: MessagePosition,
     ) -> None:
         self.topic = topic
         self.next_offset, self.next_position = offset, position

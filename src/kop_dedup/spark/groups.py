@@ -50,8 +50,9 @@ import httpx
 
 from kop_dedup import errors
 from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.message_ids import MessagePosition
 from kop_dedup.pulsar.naming import Naming
-from kop_dedup.pulsar.positions import Position, Positions
+from kop_dedup.pulsar.positions import Positions
 
 __all__ = [
     "RANGES",
@@ -216,7 +217,7 @@ async def _locate(
     return out
 
 
-def _bound(position: Position | None) -> Bound:
+def _bound(position: MessagePosition | None) -> Bound:
     """A position as the audit compares it: a message sent without batching (batch
     index -1) is batch index 0 of its entry."""
     if position is None:

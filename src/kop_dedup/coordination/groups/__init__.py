@@ -23,10 +23,11 @@ loads, ``GroupMetadata`` holds the state and its transitions as pure data):
 
 The pure rules are in :mod:`kop_dedup.protocol.groups`.
 
-**The surface transports call** (HTTP today, the Kafka listener next). Errors are
-Kafka's (:mod:`kop_dedup.errors`): ``StaleMember`` wraps 22 ILLEGAL_GENERATION or 25
-UNKNOWN_MEMBER_ID, ``UnknownGroup`` is 69 GROUP_ID_NOT_FOUND, ``InvalidRequest`` 42,
-``OffsetOutOfRange`` 1, NOT_COORDINATOR and the broker's failures are retriable.
+**The surface transports call** (HTTP and the Kafka listener; every coordinator's is
+listed in :mod:`kop_dedup.coordination`). Errors are Kafka's (:mod:`kop_dedup.errors`):
+``StaleMember`` wraps 22 ILLEGAL_GENERATION or 25 UNKNOWN_MEMBER_ID, ``UnknownGroup``
+is 69 GROUP_ID_NOT_FOUND, ``InvalidRequest`` 42, ``OffsetOutOfRange`` 1,
+NOT_COORDINATOR and the broker's failures are retriable.
 
 ``GroupCoordinator`` (runtime.groups)
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.access import StoreAccess
 from kop_dedup.coordination.groups.view import NO_GROUP, key
 
@@ -33,10 +33,6 @@ log = logging.getLogger(__name__)
 CLEAN = key("c", NO_GROUP)
 """The partition's own doc: whether its last owner closed cleanly (and the version
 floor, see :mod:`.view`)."""
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class CleanClose:
@@ -69,7 +65,7 @@ class CleanClose:
         if p in self.fresh:
             marker = store.view_doc(p, CLEAN)
             if marker is not None and marker.get("clean"):
-                await store.write(p, CLEAN, {**marker, "clean": False, "atMs": _now_ms()})
+                await store.write(p, CLEAN, {**marker, "clean": False, "atMs": now_ms()})
                 self.unrecovered.discard(p)
             self.fresh.discard(p)
         if p not in self.unrecovered:
@@ -94,7 +90,7 @@ class CleanClose:
                 if not store.parts.owned(p):
                     return False
                 marker = store.view_doc(p, CLEAN) or {}
-                await store.write(p, CLEAN, {**marker, "clean": True, "atMs": _now_ms()})
+                await store.write(p, CLEAN, {**marker, "clean": True, "atMs": now_ms()})
             await store.durable(p)
             return True
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.api import (
     Joined,
     PartitionOffset,
@@ -59,10 +60,6 @@ from kop_dedup.pulsar.tables import PulsarClient
 __all__ = ["GroupCoordinator", "GroupSettings", "StaleMember"]
 
 log = logging.getLogger(__name__)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class GroupCoordinator:
@@ -217,7 +214,7 @@ class GroupCoordinator:
                 auto_offset_reset=auto_offset_reset,
                 session_timeout_ms=session_timeout_ms,
                 broadcast_expire_ms=broadcast_expire_ms,
-                now_ms=_now_ms(),
+                now_ms=now_ms(),
             )
             return await self._write_group(p, group_id, group)
 
@@ -244,7 +241,7 @@ class GroupCoordinator:
 
         async def change(p: int) -> Group:
             before = self.group(group_id) or self._new_group()
-            group, back = before.join(member, topics, counts, now_ms=_now_ms())
+            group, back = before.join(member, topics, counts, now_ms=now_ms())
             written = await self._write_group(p, group_id, group)
             await self._send_back(p, group_id, before, back)
             return written
@@ -282,7 +279,7 @@ class GroupCoordinator:
         group = self.group(group_id)
         if group is None or member not in group.members:
             raise StaleMember.unknown(group_id, member)
-        refreshed = group.seen(member, _now_ms())
+        refreshed = group.seen(member, now_ms())
         return group if refreshed is None else await self._write_group(p, group_id, refreshed)
 
     async def check_member(self, group_id: str, member: str | None, generation: int | None) -> None:
@@ -307,7 +304,7 @@ class GroupCoordinator:
             before = self.group(group_id)
             if before is None:
                 raise StaleMember.unknown(group_id, member)
-            group, back = before.leave(group_id, member, now_ms=_now_ms())
+            group, back = before.leave(group_id, member, now_ms=now_ms())
             await self._write_group(p, group_id, group)
             await self._send_back(p, group_id, before, back)
 
@@ -317,7 +314,7 @@ class GroupCoordinator:
     async def sweep(self) -> None:
         """Members that missed their session leave (on partitions this sidecar owns);
         idle readers close."""
-        now = _now_ms()
+        now = now_ms()
         for p in range(self.store.parts.count):
             if not self.store.parts.owned(p):
                 continue
@@ -330,7 +327,7 @@ class GroupCoordinator:
     async def _expire(self, group_id: str) -> None:
         async def change(p: int) -> list[str]:
             before = self.group(group_id)
-            expired = None if before is None else before.expire(_now_ms())
+            expired = None if before is None else before.expire(now_ms())
             if before is None or expired is None:
                 return []
             group, back, gone = expired
@@ -423,7 +420,7 @@ class GroupCoordinator:
             deliveries = {tp: self.delivery(group_id, owner, tp) for tp in assigned}
             resets = {tp: self.resets_of(group_id, tp).for_member(member) for tp in assigned}
             wanted = commit_offsets(group_id, group, member, offsets, deliveries, resets)
-            now = _now_ms()
+            now = now_ms()
             done, writes = [], []
             for tp, asked in wanted:
                 delivery = deliveries[tp]

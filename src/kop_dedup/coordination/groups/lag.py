@@ -23,16 +23,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import time
 
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.api import LagReport, PartitionLag, UnknownGroup
 from kop_dedup.coordination.groups.coordinator import GroupCoordinator
 from kop_dedup.coordination.groups.state import GroupState
 from kop_dedup.protocol import groups as proto
 from kop_dedup.protocol.groups import LagRow, Mode, TopicPartition
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
-from kop_dedup.pulsar.positions import Position, decode_position
+from kop_dedup.pulsar.message_ids import MessagePosition, decode_message_position
 
 __all__ = ["GroupLag", "subscription_name"]
 
@@ -46,10 +46,6 @@ def subscription_name(group: str) -> str:
     if _SAFE_NAME.match(group):
         return f"kop-group-{group}"
     return f"kop-group-{hashlib.sha1(group.encode()).hexdigest()[:16]}"  # noqa: S324 - a name
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class GroupLag:
@@ -85,7 +81,7 @@ class GroupLag:
         state = self._groups.state(group)
         if state.group is None and not state.offsets:
             raise UnknownGroup(f"no group {group!r}")
-        now = _now_ms()
+        now = now_ms()
         members = [] if state.group is None else sorted(state.group.members)
         rows: list[PartitionLag] = []
         for tp in state.partitions():
@@ -151,14 +147,14 @@ class GroupLag:
                 log.debug("lag of group %r: %r", group, exc)
                 continue
             rows.extend(_rows(report))
-        self.rows, self.refreshed_ms = rows, _now_ms()
+        self.rows, self.refreshed_ms = rows, now_ms()
 
     # -- the Pulsar subscription that follows committed offsets -------------------------------
 
     async def follow_cursors(self) -> None:
         """On partitions this sidecar owns: move each group's durable subscription to its
         committed offset (clustering) or the group minimum (broadcast)."""
-        now = _now_ms()
+        now = now_ms()
         followed: dict[tuple[str, TopicPartition], int] = {}
         for group in await self._groups.owned_groups():
             for tp, offset, position in self._targets(self._groups.state(group), now):
@@ -182,16 +178,18 @@ class GroupLag:
             )
 
     @staticmethod
-    def _targets(state: GroupState, now: int) -> list[tuple[TopicPartition, int, Position | None]]:
-        def at(position: str | None) -> Position | None:
-            return decode_position(position) if position else None
+    def _targets(
+        state: GroupState, now: int
+    ) -> list[tuple[TopicPartition, int, MessagePosition | None]]:
+        def at(position: str | None) -> MessagePosition | None:
+            return decode_message_position(position) if position else None
 
         if state.mode is Mode.CLUSTERING:
             return [(tp, c.offset, at(c.position)) for tp, c in sorted(state.offsets.items())]
         assert state.group is not None
         expire = state.group.config.broadcast_expire_ms
         members = state.group.members
-        best: dict[TopicPartition, tuple[int, Position | None]] = {}
+        best: dict[TopicPartition, tuple[int, MessagePosition | None]] = {}
         for (m, tp), c in state.member_offsets.items():
             last = max(members[m].last_seen_ms if m in members else 0, c.seen_ms or 0)
             if now - last > expire:
@@ -201,7 +199,7 @@ class GroupLag:
         return [(tp, o, p) for tp, (o, p) in sorted(best.items())]
 
     async def _cursor_position(
-        self, topic: str, offset: int, position: Position | None
+        self, topic: str, offset: int, position: MessagePosition | None
     ) -> tuple[int, int, int]:
         """Where the subscription's cursor goes: the entry holding ``offset`` at its batch
         index, or the next entry once the offset is past the last message of one (the
@@ -223,7 +221,7 @@ class GroupLag:
         return ledger, entry, batch
 
     async def _move_cursor(
-        self, group: str, tp: TopicPartition, offset: int, position: Position | None
+        self, group: str, tp: TopicPartition, offset: int, position: MessagePosition | None
     ) -> None:
         topic, sub = self._groups.partition_topic(tp), subscription_name(group)
         ledger, entry, batch = await self._cursor_position(topic, offset, position)

@@ -15,11 +15,11 @@ position of that record, when known) lets a pull start without a lookup.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.access import StoreAccess
 from kop_dedup.coordination.groups.view import Doc, key
 
@@ -68,7 +68,7 @@ class Offsets:
         same partitions stays: that transaction still decides whether its own offsets
         apply (Kafka keeps pending transactional offsets across plain commits too)."""
         offsets = list(offsets)
-        now = int(time.time() * 1000)
+        now = now_ms()
         store = self._store
 
         async def change(p: int) -> None:

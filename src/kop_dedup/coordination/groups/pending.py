@@ -27,9 +27,9 @@ coordinator through ``pending_is_live(transactional_id, ordinal, marked_ms)``.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.access import StoreAccess
 from kop_dedup.coordination.groups.offsets import StagedOffset, offset_doc
 from kop_dedup.coordination.groups.view import Doc, key
@@ -51,10 +51,6 @@ def _names(marker: Doc | None, transactional_id: str, ordinal: int) -> bool:
     )
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class PendingOffsets:
     """The KIP-447 markers of the group store (see the module docstring)."""
 
@@ -71,7 +67,7 @@ class PendingOffsets:
         store = self._store
 
         async def change(p: int) -> None:
-            now = _now_ms()
+            now = now_ms()
             for topic, partition in keys:
                 committed = store.view_doc(p, key("o", group, topic, partition))
                 await store.write(
@@ -96,7 +92,7 @@ class PendingOffsets:
         store = self._store
 
         async def change(p: int) -> list[StagedOffset]:
-            now = _now_ms()
+            now = now_ms()
             applied = []
             for o in offsets:
                 marker_key = key("p", group, o.topic, o.partition)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.access import CoordinatorAccess
 from kop_dedup.coordination.groups.api import AppliedReset, Clamped, PullResult
 from kop_dedup.coordination.groups.locks import MemberLocks
@@ -50,7 +51,11 @@ from kop_dedup.protocol.groups import (
     plan_start,
     same_standing,
 )
-from kop_dedup.pulsar.positions import Position, decode_position, encode_position
+from kop_dedup.pulsar.message_ids import (
+    MessagePosition,
+    decode_message_position,
+    encode_message_position,
+)
 from kop_dedup.pulsar.reading import Pulled, after
 
 __all__ = ["Pulls"]
@@ -64,10 +69,6 @@ _EMPTY_POLL_S = 0.1
 """How often a long poll on partitions that are all still empty plans again."""
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 async def _present() -> bool:
     return False
 
@@ -76,7 +77,7 @@ async def _present() -> bool:
 class _Plan:
     tp: TopicPartition
     offset: int
-    position: Position | None
+    position: MessagePosition | None
     reset_epoch: int
     """The epoch the delivery carries once recorded."""
     version: int
@@ -270,7 +271,7 @@ class Pulls:
         groups = self._groups
         group = await groups.seen(p, group_id, member)
         owner = group.owner(member)
-        now = _now_ms()
+        now = now_ms()
         state = groups.state(group_id) if group.mode is Mode.BROADCAST else None
         plans = []
         for tp in group.assigned(member):
@@ -285,7 +286,7 @@ class Pulls:
                 Committed.from_doc(groups.store.doc(group_id, "o", tp[0], tp[1])),
                 now,
             )
-            position = decode_position(planned.position) if planned.position else None
+            position = decode_message_position(planned.position) if planned.position else None
             clamped = None
             if position is None:
                 offset, position, was_clamped = await self._resolve(
@@ -313,7 +314,7 @@ class Pulls:
 
     async def _resolve(
         self, tp: TopicPartition, start: Start, offset: int | None
-    ) -> tuple[int, Position | None, bool]:
+    ) -> tuple[int, MessagePosition | None, bool]:
         """(offset, position, clamped) for a planned start."""
         positions = self._groups.positions
         topic = self._groups.partition_topic(tp)
@@ -418,7 +419,7 @@ class Pulls:
                 return None  # another pull of this member (through another sidecar) moved it
             if self._reset_seen(group_id, member, plan.tp) != plan.reset_seen:
                 return None  # a reset landed meanwhile: the next plan applies it
-        now = _now_ms()
+        now = now_ms()
         token = uuid.uuid4().hex[:16]
         writes: list[tuple[str, dict[str, Any]]] = []
         written: list[_Written] = []
@@ -439,7 +440,7 @@ class Pulls:
                 reset_epoch=plan.reset_epoch,
                 first=got[0].offset if got else None,
                 end=end,
-                position=None if position is None else encode_position(position),
+                position=None if position is None else encode_message_position(position),
                 member=member,
                 pull=token,
                 now_ms=now,

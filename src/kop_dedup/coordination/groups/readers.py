@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 
 from kop_dedup.protocol.groups import TopicPartition
-from kop_dedup.pulsar.positions import Position, Positions
+from kop_dedup.pulsar.message_ids import MessagePosition
+from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.reading import PartitionReader
 from kop_dedup.pulsar.tables import PulsarClient
 
@@ -41,7 +42,13 @@ class ReaderPool:
         return len(self._readers)
 
     def reader(
-        self, group: str, member: str, tp: TopicPartition, topic: str, offset: int, at: Position
+        self,
+        group: str,
+        member: str,
+        tp: TopicPartition,
+        topic: str,
+        offset: int,
+        at: MessagePosition,
     ) -> PartitionReader:
         """The member's reader of ``tp`` standing at ``offset`` (``topic``: its Pulsar
         partition topic; ``at``: the position of ``offset``)."""

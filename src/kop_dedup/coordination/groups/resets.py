@@ -8,9 +8,8 @@ for some members leaves an earlier one pending for the others.
 
 from __future__ import annotations
 
-import time
-
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.access import CoordinatorAccess
 from kop_dedup.coordination.groups.api import (
     ResetRequest,
@@ -20,14 +19,10 @@ from kop_dedup.coordination.groups.api import (
 )
 from kop_dedup.coordination.groups.store import key
 from kop_dedup.protocol.groups import Mode, Reset
+from kop_dedup.pulsar.message_ids import encode_message_position
 from kop_dedup.pulsar.naming import validate_topic
-from kop_dedup.pulsar.positions import encode_position
 
 __all__ = ["GroupResets"]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class GroupResets:
@@ -57,7 +52,7 @@ class GroupResets:
                     f"group {group_id!r} is a clustering group: a partition has one reader, "
                     "whichever member it is; members is for broadcast groups"
                 )
-            now = _now_ms()
+            now = now_ms()
             out = []
             for r in resolved:
                 tp = (r.topic, r.partition)
@@ -115,7 +110,7 @@ class GroupResets:
             request.topic,
             part,
             offset,
-            None if position is None else encode_position(position),
+            None if position is None else encode_message_position(position),
             clamped is not None,
             clamped,
         )

@@ -18,10 +18,10 @@ them again as the owner, under the partition's lock, on the state as it then is.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.coordinator import GroupCoordinator
 from kop_dedup.coordination.groups.state import GroupState
 from kop_dedup.coordination.groups.store import key
@@ -37,10 +37,6 @@ log = logging.getLogger(__name__)
 
 Forgotten = Callable[[str, list[TopicPartition]], Awaitable[None]]
 """Told of a forgotten group and the partitions it had (its subscriptions go)."""
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class GroupRetention:
@@ -62,7 +58,7 @@ class GroupRetention:
         """One round over the groups of the partitions this sidecar owns."""
         groups = self._groups
         await groups.store.sweep()
-        now = _now_ms()
+        now = now_ms()
         for group_id in await groups.owned_groups():
             state = groups.state(group_id)
             if self._expired(state, now):
@@ -83,7 +79,7 @@ class GroupRetention:
 
         async def change(p: int) -> list[TopicPartition] | None:
             state = groups.state(group_id)
-            if not self._expired(state, _now_ms()):
+            if not self._expired(state, now_ms()):
                 return None
             tps = sorted(set(state.partitions()) | {tp for _, tp in state.member_offsets})
             for k, _ in groups.store.docs(group_id):
@@ -111,7 +107,7 @@ class GroupRetention:
             state = groups.state(group_id)
             if state.group is None:
                 return []
-            gone = departed_broadcast_members(state.group, state.last_seen(), _now_ms())
+            gone = departed_broadcast_members(state.group, state.last_seen(), now_ms())
             if not gone:
                 return []
             for k, _ in groups.store.docs(group_id):
@@ -136,7 +132,7 @@ class GroupRetention:
         async def change(p: int) -> None:
             group = groups.group(group_id)
             if group is not None and group.changed_ms is None:
-                timed = replace(group, changed_ms=_now_ms())
+                timed = replace(group, changed_ms=now_ms())
                 await groups.store.write(p, key("g", group_id), timed.to_doc())
 
         await groups.store.owned(group_id, change)

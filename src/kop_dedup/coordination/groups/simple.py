@@ -43,7 +43,7 @@ class Route(enum.Enum):
 
 
 def route(
-    stored: Group | None,
+    described: Group | None,
     group: str,
     member: str,
     generation: int,
@@ -51,11 +51,11 @@ def route(
 ) -> Route:
     """Where a commit goes, or the Kafka error it gets (see the module docstring)."""
     simple = generation < 0 and not member
-    if stored is None:
+    if described is None:
         if generation < 0:
             return Route.STORE
         raise missing
-    if not stored.members:
+    if not described.members:
         if generation < 0:
             return Route.STORE
         raise errors.UnknownMemberId(

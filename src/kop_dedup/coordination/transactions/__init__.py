@@ -20,9 +20,10 @@ Kafka's coordinator split, one concept per module:
 
 The transitions themselves are pure data in :mod:`kop_dedup.protocol.transactions`.
 
-**The surface transports call** (HTTP today, the Kafka listener next). Typed requests
-and answers (:mod:`.requests`, frozen dataclasses), Kafka error classes
-(:mod:`kop_dedup.errors`) raised or carried in answers, no transport types.
+**The surface transports call** (HTTP and the Kafka listener; every coordinator's is
+listed in :mod:`kop_dedup.coordination`). Typed requests and answers
+(:mod:`.requests`, frozen dataclasses), Kafka error classes (:mod:`kop_dedup.errors`)
+raised or carried in answers, no transport types.
 ``coordinator`` is a :class:`~.coordinator.TransactionCoordinator`::
 
     ids = await coordinator.init_producer_id(InitProducerId("app", timeout_ms=60_000))

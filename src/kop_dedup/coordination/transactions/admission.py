@@ -33,6 +33,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.transactions.copier import copy_overhead
 from kop_dedup.coordination.transactions.journal import (
     PROP_TXN_ID,
@@ -43,10 +44,11 @@ from kop_dedup.coordination.transactions.journal import (
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.coordination.transactions.requests import ProduceAnswer
 from kop_dedup.coordination.transactions.settings import TxnSettings
-from kop_dedup.coordination.transactions.state import TransactionStateManager, now_ms
+from kop_dedup.coordination.transactions.state import TransactionStateManager
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.protocol.transactions import SHARED, Partition, Transaction, TxnState
+from kop_dedup.pulsar.message_ids import EntryPosition
 from kop_dedup.pulsar.wire import entry_size_bound
 
 __all__ = ["Journaler", "ProduceAdmission"]
@@ -76,7 +78,7 @@ def _not_added(txn: Transaction, key: PartKey) -> errors.KafkaError | None:
     )
 
 
-def _position(message_id: str) -> tuple[int, int]:
+def _position(message_id: str) -> EntryPosition:
     """(ledger, entry) of a receipt's ``ledger:entry:partition:batch``."""
     ledger, entry, *_ = message_id.split(":")
     return int(ledger), int(entry)

@@ -23,16 +23,17 @@ import logging
 import time
 
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.store import GroupStore, StagedOffset
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.ordering import CopyOrder, Ticket
 from kop_dedup.coordination.transactions.settings import TxnSettings
-from kop_dedup.coordination.transactions.state import TransactionStateManager, now_ms
+from kop_dedup.coordination.transactions.state import TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.protocol.transactions import Offset, Partition, Transaction, TxnState
-from kop_dedup.pulsar.entries import encode_position
+from kop_dedup.pulsar.message_ids import encode_entry_position
 from kop_dedup.pulsar.tables import KeyedWriter
 
 __all__ = ["Ends", "TransactionApplier"]
@@ -93,7 +94,7 @@ class TransactionApplier:
                 else None
             )
             if kept is not None:
-                journal_end = encode_position(kept[-1][0]) if kept else None
+                journal_end = encode_entry_position(kept[-1][0]) if kept else None
             else:
                 journal_end = await self._journal.end(part.topic, part.partition)
             data_start = (

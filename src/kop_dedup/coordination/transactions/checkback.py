@@ -29,11 +29,12 @@ from typing import Any
 
 import httpx
 
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.transactions.applier import TransactionApplier
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.settings import TxnSettings
-from kop_dedup.coordination.transactions.state import Decide, TransactionStateManager, now_ms
+from kop_dedup.coordination.transactions.state import Decide, TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.transactions import Transaction, TxnState

@@ -6,9 +6,8 @@ holds the transitions as pure data): init-producer-id (fencing an open transacti
 first), the partitions and offsets a transaction begins with, the offsets staged in
 it, its end, and the timeouts of transactions left open. What it decides is driven to
 completion by :mod:`.applier`; transactional batches are admitted by :mod:`.admission`;
-transactions in doubt are asked about by :mod:`.checkback`.
-
-The surface transports call is listed in the package docstring.
+transactions in doubt are asked about by :mod:`.checkback`. The surface transports call
+is listed in :mod:`kop_dedup.coordination`.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.epochs import EpochRegistry
 from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.producer_ids import ProducerIdAllocator
@@ -36,7 +36,7 @@ from kop_dedup.coordination.transactions.requests import (
     StageOffsets,
 )
 from kop_dedup.coordination.transactions.settings import TxnSettings
-from kop_dedup.coordination.transactions.state import TransactionStateManager, now_ms
+from kop_dedup.coordination.transactions.state import TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch

@@ -63,8 +63,9 @@ from kop_dedup.coordination.transactions.journal import (
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.protocol.transactions import Partition, Transaction
-from kop_dedup.pulsar.entries import StoredBatch, decode_position, read_batches
+from kop_dedup.pulsar.entries import StoredBatch, read_batches
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.pulsar.message_ids import decode_entry_position
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import BatchReceipt, Publisher, PulsarProducer
 from kop_dedup.pulsar.tables import PulsarClient
@@ -164,8 +165,8 @@ class Copier:
         return await read_batches(
             self._client,
             self._journal.partition_topic(part.topic, part.partition),
-            after=None if part.journal_start is None else decode_position(part.journal_start),
-            upto=decode_position(part.journal_end),
+            after=None if part.journal_start is None else decode_entry_position(part.journal_start),
+            upto=decode_entry_position(part.journal_end),
             topic_name=part.topic,
             partition=part.partition,
             select=self._picks(txn),
@@ -180,8 +181,12 @@ class Copier:
             kept = self.local.batches(txn.transactional_id, txn.ordinal, part.key)
             if kept is not None:
                 self.local.hits += 1
-                after = None if part.journal_start is None else decode_position(part.journal_start)
-                upto = decode_position(part.journal_end)
+                after = (
+                    None
+                    if part.journal_start is None
+                    else decode_entry_position(part.journal_start)
+                )
+                upto = decode_entry_position(part.journal_end)
                 return [b for p, b in kept if (after is None or p > after) and p <= upto]
         self.local.misses += 1
         return [s.batch for s in await self.journaled(txn, part)]
@@ -411,8 +416,8 @@ class Copier:
         copies = await read_batches(
             self._client,
             self._naming.partition_topic(part.topic, part.partition),
-            after=None if part.data_start is None else decode_position(part.data_start),
-            upto=decode_position(end),
+            after=None if part.data_start is None else decode_entry_position(part.data_start),
+            upto=decode_entry_position(end),
             topic_name=part.topic,
             partition=part.partition,
             select=self._picks(txn),

@@ -22,7 +22,11 @@ import time
 
 from kop_dedup.bounded import BoundedMap
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
-from kop_dedup.pulsar.entries import Position, encode_position
+from kop_dedup.pulsar.message_ids import (
+    EntryPosition,
+    decode_entry_position,
+    encode_entry_position,
+)
 from kop_dedup.pulsar.naming import Naming
 
 __all__ = [
@@ -88,7 +92,7 @@ class Journal:
         self._retention = retention_minutes
         self._ready: BoundedMap[tuple[str, int], None] = BoundedMap(remembered)
         """Journals created (with their retention) by this sidecar, the latest ``remembered``."""
-        self._seen: BoundedMap[str, tuple[Position, float]] = BoundedMap(remembered)
+        self._seen: BoundedMap[str, tuple[EntryPosition, float]] = BoundedMap(remembered)
         """The last position a receipt showed per topic, and when (the latest ``remembered``)."""
 
     def topic(self, topic: str, partition: int) -> str:
@@ -110,7 +114,7 @@ class Journal:
             log.warning("could not set the retention of %s: %s", journal, exc)
         self._ready[topic, partition] = None
 
-    def note(self, ptopic: str, position: Position) -> None:
+    def note(self, ptopic: str, position: EntryPosition) -> None:
         """A receipt: ``ptopic`` (a journal or data partition topic) holds ``position``."""
         seen = self._seen.get(ptopic)
         if seen is None or position >= seen[0]:
@@ -130,11 +134,10 @@ class Journal:
     async def _recent(self, ptopic: str) -> str | None:
         seen = self._seen.get(ptopic)
         if seen is not None and time.monotonic() - seen[1] < _RECENT_S:
-            return encode_position(seen[0])
+            return encode_entry_position(seen[0])
         end = await self._last(ptopic)
         if end is not None:
-            ledger, _, entry = end.partition(":")
-            self.note(ptopic, (int(ledger), int(entry)))
+            self.note(ptopic, decode_entry_position(end))
         return end
 
     async def end(self, topic: str, partition: int) -> str | None:
@@ -152,4 +155,4 @@ class Journal:
             if exc.status == 404:
                 return None
             raise
-        return None if position is None else encode_position(position)
+        return None if position is None else encode_entry_position(position)

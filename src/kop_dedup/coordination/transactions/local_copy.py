@@ -33,7 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from kop_dedup.protocol.records import KafkaBatch
-from kop_dedup.pulsar.entries import Position
+from kop_dedup.pulsar.message_ids import EntryPosition
 
 __all__ = ["LocalCopy"]
 
@@ -51,7 +51,7 @@ def _cost(batch: KafkaBatch) -> int:
 
 @dataclass(slots=True)
 class _Part:
-    batches: list[tuple[Position, KafkaBatch]] = field(default_factory=list)
+    batches: list[tuple[EntryPosition, KafkaBatch]] = field(default_factory=list)
     complete: bool = True
 
 
@@ -87,7 +87,7 @@ class LocalCopy:
         self._bound()
 
     def add(
-        self, transactional_id: str, ordinal: int, batch: KafkaBatch, position: Position
+        self, transactional_id: str, ordinal: int, batch: KafkaBatch, position: EntryPosition
     ) -> None:
         """A batch the journal stored at ``position`` (ignored without an open, complete
         entry)."""
@@ -132,7 +132,7 @@ class LocalCopy:
 
     def batches(
         self, transactional_id: str, ordinal: int, part: PartKey
-    ) -> list[tuple[Position, KafkaBatch]] | None:
+    ) -> list[tuple[EntryPosition, KafkaBatch]] | None:
         """Every batch the journal holds for the transaction in ``part``, in journal
         order; None when this copy cannot say (read the journal)."""
         entry = self._entry(transactional_id, ordinal, part)

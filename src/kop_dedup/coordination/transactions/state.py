@@ -14,12 +14,12 @@ its recovery run, before the next change).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.partitions import StatePartitions
 from kop_dedup.coordination.transactions.log import TransactionView, encode
 from kop_dedup.coordination.transactions.settings import TxnSettings
@@ -28,7 +28,7 @@ from kop_dedup.protocol.transactions import Transaction
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.tables import PulsarClient
 
-__all__ = ["Decide", "TransactionStateManager", "now_ms"]
+__all__ = ["Decide", "TransactionStateManager"]
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,6 @@ Decide = Callable[[Transaction | None], Awaitable[T]]
 """Given the current state (None: an unknown id), the next one (the current one: no
 change). A decide for a known id only raises for None (:func:`tx.known`) and answers a
 Transaction."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class TransactionStateManager:

@@ -7,13 +7,13 @@ Calls that succeed or fail as a whole answer HTTP 200 with Kafka's code in the b
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.coordination.transactions.requests import EndTxn, StageOffsets, TxnOffset
 from kop_dedup.protocol.transactions import Transaction
@@ -148,7 +148,7 @@ def _describe(txn: Transaction, now_ms: int) -> dict[str, Any]:
 @router.get("/v1/transactions", tags=["transactions"])
 async def list_transactions(runtime: RuntimeDep) -> dict[str, Any]:
     """The open transactions (Ongoing, or decided and being applied), oldest first."""
-    now = int(time.time() * 1000)
+    now = now_ms()
     txns = await runtime.transactions.open_transactions()
     return {"transactions": [_describe(t, now) for t in txns]}
 
@@ -162,7 +162,7 @@ async def describe_transaction(transactionalId: str, runtime: RuntimeDep) -> JSO
         return JSONResponse(
             {"error": f"no transactional id {transactionalId!r} is known"}, status_code=404
         )
-    return JSONResponse(_describe(txn, int(time.time() * 1000)))
+    return JSONResponse(_describe(txn, now_ms()))
 
 
 @router.post(
