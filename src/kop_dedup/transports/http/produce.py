@@ -194,6 +194,10 @@ class ProduceEndpoint:
                 await invalid_request(exc.problems)(scope, receive, send)
                 return
             del raw
+            limit = runtime.settings.max_batches_per_request
+            if len(batches) > limit:
+                await _too_many(len(batches), limit)(scope, receive, send)
+                return
             results = await _produce(runtime, batches, timeout_ms, transactional)
             body = _encode({"results": [batch_answer(r) for r in results]})
             await send(
@@ -209,6 +213,18 @@ class ProduceEndpoint:
             await send({"type": "http.response.body", "body": body})
         finally:
             budget.release(held)
+
+
+def _too_many(count: int, limit: int) -> JSONResponse:
+    """413 answered once for the whole request (not one 42 per batch)."""
+    error = errors.InvalidRequest(
+        f"{count} batches in one request; the limit is {limit} "
+        "(KOP_DEDUP_MAX_BATCHES_PER_REQUEST): split the request"
+    )
+    return JSONResponse(
+        {"errorCode": error.errno, "error": error.name, "errorMessage": error.message},
+        status_code=413,
+    )
 
 
 async def _read_body(receive: Receive) -> bytes | None:
@@ -231,11 +247,6 @@ async def _produce(
     """One result per batch, in request order; the batches of one request concurrently
     (a later batch may be the one an earlier batch's sequence waits for)."""
     s = runtime.settings
-    if len(batches) > s.max_batches_per_request:
-        err = errors.InvalidRequest(
-            f"{len(batches)} batches in one request; the limit is {s.max_batches_per_request}"
-        )
-        return [BatchResult(b.topic, b.partition, err) for b in batches]
     deadline = time.monotonic() + min(timeout_ms or s.default_timeout_ms, s.max_timeout_ms) / 1000
     service = runtime.service
     if transactional is not None:
