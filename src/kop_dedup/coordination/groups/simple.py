@@ -80,7 +80,9 @@ async def commit(
 ) -> None:
     """Commit ``offsets`` for ``group`` as Kafka would let this commit through; raises
     the Kafka error it gets instead (nothing is written then)."""
-    where = route(await groups.describe(group), group, member, generation, missing)
+    described = await groups.describe(group)
+    doc = None if described is None else described.to_doc()
+    where = route(doc, group, member, generation, missing)
     if where is Route.STORE:
         await groups.store.commit(group, offsets)
         return
