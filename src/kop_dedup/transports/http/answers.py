@@ -25,6 +25,7 @@ __all__ = [
     "TOO_LARGE_RESPONSE",
     "batch_answer",
     "invalid_request",
+    "over_setting",
 ]
 
 # How the answers other than a route's own are documented in the OpenAPI document.
@@ -78,4 +79,20 @@ def invalid_request(problems: Iterable[Mapping[str, Any]]) -> JSONResponse:
             ],
         },
         status_code=422,
+    )
+
+
+def over_setting(field: str, value: int, limit: int, setting: str) -> JSONResponse | None:
+    """The 422 for a body field above the setting that caps it (the OpenAPI document
+    shows the same maximum), or None when it is within."""
+    if value <= limit:
+        return None
+    return invalid_request(
+        [
+            {
+                "loc": ("body", field),
+                "msg": f"Input should be less than or equal to {limit} (KOP_DEDUP_{setting})",
+                "type": "less_than_equal",
+            }
+        ]
     )

@@ -27,10 +27,15 @@ from kop_dedup.coordination.groups.api import (
 )
 from kop_dedup.protocol.groups import AutoReset, Group, Mode, StaleMember
 from kop_dedup.pulsar.failures import translate
-from kop_dedup.transports.http.answers import INVALID_RESPONSE, JSON_OBJECT, TOO_LARGE_RESPONSE
+from kop_dedup.transports.http.answers import (
+    INVALID_RESPONSE,
+    JSON_OBJECT,
+    TOO_LARGE_RESPONSE,
+    over_setting,
+)
 from kop_dedup.transports.http.bodies import body_spec, parsed_body, register_bodies
 from kop_dedup.transports.http.deps import Authorized, RuntimeDep
-from kop_dedup.transports.http.models import Int32, Int64, Model
+from kop_dedup.transports.http.models import Int32, Int64, Model, Offset, PartitionIndex
 
 __all__ = [
     "CommitIn",
@@ -74,13 +79,19 @@ class JoinIn(Model):
 class PullIn(Model):
     maxRecords: int = Field(ge=1, le=100_000)  # noqa: N815
     maxBytes: int | None = Field(default=None, ge=1)  # noqa: N815
-    waitMs: int = Field(default=0, ge=0, le=600_000)  # noqa: N815
+    waitMs: int = Field(  # noqa: N815
+        default=0,
+        ge=0,
+        le=(1 << 63) - 1,
+        description="at most KOP_DEDUP_MAX_PULL_WAIT_MS (the document's maximum is the "
+        "setting's value); also at most half the group's session",
+    )
 
 
 class CommitOffsetIn(Model):
     topic: str = Field(min_length=1, max_length=249)
-    partition: Int32 = Field(ge=0)
-    offset: Int64 = Field(ge=0, description="the next record to read")
+    partition: PartitionIndex
+    offset: Offset
 
 
 class CommitIn(Model):
@@ -349,13 +360,15 @@ async def pull(
     retention (the pull starts at the earliest still stored). A client that goes away
     mid-poll loses nothing: what it was not answered stays ready."""
     s = runtime.settings
+    if late := over_setting("waitMs", body.waitMs, s.max_pull_wait_ms, "MAX_PULL_WAIT_MS"):
+        return late
     try:
         result = await runtime.groups.pull(
             groupId,
             memberId,
             max_records=min(body.maxRecords, s.max_pull_records),
             max_bytes=body.maxBytes,
-            wait_ms=min(body.waitMs, s.max_pull_wait_ms),
+            wait_ms=body.waitMs,
             gone=request.is_disconnected,
         )
     except Exception as exc:

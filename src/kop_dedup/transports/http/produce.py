@@ -44,6 +44,7 @@ from kop_dedup.transports.http.answers import (
     TOO_LARGE_RESPONSE,
     batch_answer,
     invalid_request,
+    over_setting,
 )
 from kop_dedup.transports.http.deps import STARTING, refusal
 from kop_dedup.transports.http.models import ProduceIn, ProduceOut, to_batch
@@ -58,7 +59,8 @@ __all__ = [
 ]
 
 PATH = "/v1/produce"
-MAX_REQUEST_TIMEOUT_MS = 3_600_000
+MAX_REQUEST_TIMEOUT_MS = (1 << 63) - 1
+"""The decoder's bound; the route refuses more than ``MAX_TIMEOUT_MS`` (422)."""
 
 
 class ProduceRequest(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
@@ -194,9 +196,14 @@ class ProduceEndpoint:
                 await invalid_request(exc.problems)(scope, receive, send)
                 return
             del raw
-            limit = runtime.settings.max_batches_per_request
-            if len(batches) > limit:
-                await _too_many(len(batches), limit)(scope, receive, send)
+            s = runtime.settings
+            if timeout_ms is not None and (
+                late := over_setting("timeoutMs", timeout_ms, s.max_timeout_ms, "MAX_TIMEOUT_MS")
+            ):
+                await late(scope, receive, send)
+                return
+            if len(batches) > s.max_batches_per_request:
+                await _too_many(len(batches), s.max_batches_per_request)(scope, receive, send)
                 return
             results = await _produce(runtime, batches, timeout_ms, transactional)
             body = _encode({"results": [batch_answer(r) for r in results]})
@@ -247,7 +254,7 @@ async def _produce(
     """One result per batch, in request order; the batches of one request concurrently
     (a later batch may be the one an earlier batch's sequence waits for)."""
     s = runtime.settings
-    deadline = time.monotonic() + min(timeout_ms or s.default_timeout_ms, s.max_timeout_ms) / 1000
+    deadline = time.monotonic() + (timeout_ms or s.default_timeout_ms) / 1000
     service = runtime.service
     if transactional is not None:
         return await _produce_transactional(runtime, batches, deadline, transactional)
