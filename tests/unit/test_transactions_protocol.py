@@ -248,3 +248,31 @@ def test_the_history_of_tokens_is_bounded():
     assert len(t.history) == HISTORY
     assert t.history[-1].token == f"t{HISTORY + 4}"
     assert check_end(t, 7, 0, commit=True, token=f"t{HISTORY + 4}") is EndCheck.DONE
+
+
+def test_an_init_naming_an_epoch_ahead_of_the_ids_says_it_is_ahead_not_fenced():
+    t = fresh()  # producer 7 at epoch 0
+    with pytest.raises(errors.ProducerFenced) as ahead:
+        init(
+            t,
+            "app",
+            timeout_ms=5,
+            check_back_url=None,
+            now_ms=1,
+            new_producer_id=None,
+            expected=(7, 3),
+        )
+    assert "epoch 3 is ahead of transactional id 'app''s epoch 0" in ahead.value.message
+    assert "fenced" not in ahead.value.message
+    bumped = init(t, "app", timeout_ms=5, check_back_url=None, now_ms=2, new_producer_id=None)
+    bumped = init(bumped, "app", timeout_ms=5, check_back_url=None, now_ms=3, new_producer_id=None)
+    with pytest.raises(errors.ProducerFenced, match="epoch 0 is fenced"):
+        init(
+            bumped,
+            "app",
+            timeout_ms=5,
+            check_back_url=None,
+            now_ms=4,
+            new_producer_id=None,
+            expected=(7, 0),
+        )

@@ -174,6 +174,12 @@ def init(
         last_epoch = txn.producer_epoch
     elif expected is not None and expected[1] == txn.last_producer_epoch:
         pid, epoch, last_epoch = txn.producer_id, txn.producer_epoch, txn.last_producer_epoch
+    elif expected is not None and expected[1] > txn.producer_epoch:
+        raise errors.ProducerFenced(
+            f"producer {expected[0]} epoch {expected[1]} is ahead of transactional id "
+            f"{transactional_id!r}'s epoch {txn.producer_epoch}: it was never handed out; "
+            "call init-producer-id without producerId and producerEpoch"
+        )
     elif expected is not None:
         raise errors.ProducerFenced(
             f"producer {expected[0]} epoch {expected[1]} is fenced: transactional id "
