@@ -50,7 +50,10 @@ router = APIRouter(dependencies=[Authorized], tags=["groups"])
 
 _ANSWERS: dict[int | str, dict[str, Any]] = {
     400: {"description": "cannot be carried out as asked (see errorMessage)", **JSON_OBJECT},
-    404: {"description": "no such group", **JSON_OBJECT},
+    404: {
+        "description": "no such group (69), or a topic named that does not exist (3)",
+        **JSON_OBJECT,
+    },
     409: {"description": "the member is stale: errorCode 22 or 25", **JSON_OBJECT},
     503: {"description": "a retriable failure below: retry", **JSON_OBJECT},
     **TOO_LARGE_RESPONSE,
@@ -59,7 +62,8 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
 
 GroupName = Annotated[str, Field(min_length=1, max_length=32_767)]
 MAX_TOPICS = 100
-"""Topics one member may read (each joined topic may be created, as a produce would)."""
+"""Topics one member may read (a missing one is 3, HTTP 404, unless
+GROUP_AUTO_CREATE_TOPICS)."""
 
 
 class GroupIn(Model):
@@ -127,6 +131,8 @@ def _failure(exc: Exception, what: str) -> JSONResponse:
     if isinstance(exc, UnknownGroup):
         return _error(exc, 404)
     error = translate(exc, what)
+    if isinstance(error, errors.UnknownTopicOrPartition):
+        return _error(error, 404)  # a topic the group names does not exist
     if isinstance(error, errors.InvalidRequest | errors.OffsetOutOfRange | errors.InvalidTopic):
         return _error(error, 400)
     return _error(error, 503 if error.retriable else 400)

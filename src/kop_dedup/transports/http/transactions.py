@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from kop_dedup import errors
+from kop_dedup.coordination.groups.api import UnknownGroup
 from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.coordination.transactions.requests import EndTxn, StageOffsets, TxnOffset
 from kop_dedup.protocol.transactions import Transaction
@@ -186,7 +187,9 @@ async def fetch_offsets(
     runtime: RuntimeDep,
     requireStable: Annotated[bool, Query()] = False,  # noqa: N803
 ) -> JSONResponse:
-    """A group's committed offsets (-1: none). With ``requireStable=true``, a partition
+    """A group's committed offsets (-1: none); 404 with 69 GROUP_ID_NOT_FOUND for a
+    group with nothing stored (no offsets, no configuration), as the other group
+    routes answer. With ``requireStable=true``, a partition
     whose offsets wait in a transaction not yet complete answers 88
     UNSTABLE_OFFSET_COMMIT (retry) instead of its offset."""
     try:
@@ -195,6 +198,13 @@ async def fetch_offsets(
         error = translate(exc, "fetching offsets")
         body = _answer(error).model_dump()
         return JSONResponse({**body, "groupId": groupId, "offsets": []})
+    if not answers and await runtime.groups.describe(groupId) is None:
+        # as every other route of a group with nothing stored: 404, 69
+        missing = UnknownGroup(
+            f"no group {groupId!r}: nothing is stored for it (no offsets, no configuration)"
+        )
+        body = _answer(missing).model_dump()
+        return JSONResponse({**body, "groupId": groupId, "offsets": []}, status_code=404)
     return JSONResponse(
         {
             "groupId": groupId,
