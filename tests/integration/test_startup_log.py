@@ -25,16 +25,21 @@ def test_a_start_sums_up_the_state_partitions_it_took_in_one_info_line_per_log(p
             if r.levelno == level
             and r.name.startswith(("kop_dedup.coordination", "kop_dedup.pulsar"))
             and system in r.getMessage()
+            and "partition" in r.getMessage()
         ]
 
     with ThreadSidecar(pulsar, system_namespace=system, txn_log_partitions=8, offsets_partitions=8):
         # every partition taken (at DEBUG now; each was an INFO line before)
-        owned = lambda: [r for r in caplog.records if "owns partition" in r.getMessage()]  # noqa: E731
+        owned = lambda: [  # noqa: E731
+            r
+            for r in caplog.records
+            if "owns partition" in r.getMessage() and system in r.getMessage()
+        ]
         wait_until("all 16 state partitions to be taken", lambda: len(owned()) >= 16)
         wait_until("the INFO summaries", lambda: len(mine(logging.INFO)) >= 2, timeout=10)
         infos = [r.getMessage() for r in mine(logging.INFO)]
     assert len(infos) == 2, infos
-    details = [r for r in owned() if system in r.getMessage()]
+    details = owned()
     assert len(details) == 16, [r.getMessage() for r in details]
     assert all(r.levelno == logging.DEBUG for r in details), [r.getMessage() for r in details]
     assert any(m.startswith("transaction log: took 8 of 8 partitions") for m in infos), infos
