@@ -36,7 +36,11 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"description": "the sidecar is starting", **JSON_OBJECT},
 }
 TOO_LARGE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    413: {"description": "body over KOP_DEDUP_MAX_REQUEST_BYTES", **JSON_OBJECT}
+    413: {
+        "description": "body over KOP_DEDUP_MAX_REQUEST_BYTES, or a produce request with "
+        "more batches than KOP_DEDUP_MAX_BATCHES_PER_REQUEST (errorCode 42)",
+        **JSON_OBJECT,
+    }
 }
 INVALID_RESPONSE: dict[int | str, dict[str, Any]] = {
     422: {

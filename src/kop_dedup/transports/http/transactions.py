@@ -181,7 +181,11 @@ async def commit_offsets(
     return await _call("committing offsets", runtime.offsets.commit(groupId, _staged(body.offsets)))
 
 
-@router.get("/v1/groups/{groupId}/offsets", tags=["groups"])
+@router.get(
+    "/v1/groups/{groupId}/offsets",
+    tags=["groups"],
+    responses={404: {"description": "no such group: errorCode 69", **JSON_OBJECT}},
+)
 async def fetch_offsets(
     groupId: str,  # noqa: N803
     runtime: RuntimeDep,
