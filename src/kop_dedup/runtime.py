@@ -84,6 +84,8 @@ def txn_settings(settings: Settings) -> TxnSettings:
         decisions_retention_minutes=settings.journal_retention_minutes,
         max_message_bytes=settings.pulsar_max_message_bytes,
         journal_whole_batches=settings.txn_journal_whole_batches,
+        max_batch_records=settings.max_batch_records,
+        max_batch_bytes=settings.max_batch_bytes,
     )
 
 
