@@ -28,7 +28,7 @@ from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.coordination.transactions.settings import TxnSettings
-from kop_dedup.errors import KafkaError
+from kop_dedup.errors import KafkaError, UnknownTopicOrPartition
 from kop_dedup.observability.stats import Stats
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.produce.service import ProduceService
@@ -84,6 +84,8 @@ def txn_settings(settings: Settings) -> TxnSettings:
         decisions_retention_minutes=settings.journal_retention_minutes,
         max_message_bytes=settings.pulsar_max_message_bytes,
         journal_whole_batches=settings.txn_journal_whole_batches,
+        max_batch_records=settings.max_batch_records,
+        max_batch_bytes=settings.max_batch_bytes,
     )
 
 
@@ -145,7 +147,7 @@ class Runtime:
             self.publisher.client,
             self.admin,
             self.naming,
-            partitions_of=self._partitions_of,
+            partitions_of=self._group_partitions_of,
             settings=GroupSettings(
                 cursor_interval_s=settings.group_cursor_interval_ms / 1000,
                 sweep_interval_s=settings.group_sweep_interval_ms / 1000,
@@ -222,6 +224,21 @@ class Runtime:
         return await self.admin.partitions(
             topic, create_with=s.default_partitions if s.auto_create_topics else None
         )
+
+    async def _group_partitions_of(self, topic: str) -> int:
+        """A group's topics are created only when GROUP_AUTO_CREATE_TOPICS says so (and
+        AUTO_CREATE_TOPICS too): else 3, so that a typo in a join or reset is no topic."""
+        s = self.settings
+        create = s.auto_create_topics and s.group_auto_create_topics
+        try:
+            return await self.admin.partitions(
+                topic, create_with=s.default_partitions if create else None
+            )
+        except UnknownTopicOrPartition as exc:
+            raise UnknownTopicOrPartition(
+                f"topic {topic!r} does not exist; a group does not create topics (produce "
+                "to it first, or set KOP_DEDUP_GROUP_AUTO_CREATE_TOPICS=true)"
+            ) from exc
 
     def _copy_state_lost(self, txn: Transaction, part: Partition, present: int) -> None:
         self.transactions.stats.copy_state_lost += 1

@@ -46,7 +46,11 @@ class Settings(BaseSettings):
     ensure_deduplication: bool = True
     """Enable dedup on the namespace at start-up; when False, refuse to start if it is off."""
     auto_create_topics: bool = True
+    """Produce creates a missing topic (Kafka's auto.create.topics.enable)."""
     default_partitions: int = Field(default=1, ge=1, le=10_000)
+    group_auto_create_topics: bool = False
+    """A group join or reset naming a missing topic creates it (when auto_create_topics
+    is on too); off: 3 UNKNOWN_TOPIC_OR_PARTITION (HTTP 404), so a typo is no topic."""
 
     # -- produce behaviour
     reorder_window_ms: int = Field(default=5_000, ge=0)

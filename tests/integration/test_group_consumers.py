@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kop_dedup.coordination.groups.lag import subscription_name
+from kop_dedup_tools.topics import create_topic
 from tests.helpers import gauges, uniq
 from tests.integration.groups import (
     NS,
@@ -228,6 +229,7 @@ def test_a_client_that_goes_away_mid_poll_loses_nothing(pulsar):
         ThreadSidecar(pulsar, group_pull_answer_delay_ms=1_500) as sc,
         httpx.Client(base_url=sc.url, timeout=60) as api,
     ):
+        create_topic(pulsar.admin_url, topic, partitions=1)  # a join creates no topic
         configure(api, group)
         member = join(api, group, [topic])["memberId"]
         start = [{"topic": topic, "partition": 0, "offset": 0}]

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from kop_dedup_tools.topics import create_topic
 from tests.helpers import batch, read_all, uniq, wait_until
 from tests.sidecar import ProcessSidecar, ThreadSidecar
 
@@ -209,6 +210,7 @@ def test_txn_offset_commit_with_a_member_is_fenced_like_the_members_commit(pulsa
     """KIP-447: a stale generation answers 22 ILLEGAL_GENERATION, an unknown member 25
     UNKNOWN_MEMBER_ID, and nothing is staged; the current member and generation stage."""
     tid, topic, group, source = uniq("tx"), uniq("a"), uniq("g"), uniq("src")
+    create_topic(pulsar.admin_url, source, partitions=1)  # a join creates no topic
     with ThreadSidecar(pulsar, **FAST) as sc, httpx.Client(base_url=sc.url, timeout=60) as api:
         first = api.post(f"/v1/groups/{group}/members", json={"topics": [source]}).json()
         joined = api.post(f"/v1/groups/{group}/members", json={"topics": [source]}).json()

@@ -104,6 +104,40 @@ def test_a_transaction_with_a_single_record_on_a_partition_commits(tapi, pulsar_
     assert values(pulsar_reader_client, b) == [f"{pid}:{epoch}:{i}" for i in range(2)]
 
 
+def test_a_batch_refused_for_a_missing_partition_does_not_join_the_transaction(
+    tapi, pulsar_reader_client
+):
+    """A batch answered 3 (its partition does not exist) was never journaled: its
+    partition is not in the transaction, which commits only what was journaled."""
+    tid, a, b = uniq("tx"), uniq("a"), uniq("b")
+    pid, epoch = init(tapi, tid)
+    answers = tproduce(
+        tapi,
+        tid,
+        batch(a, pid, 0, 1, epoch=epoch),
+        batch(b, pid, 0, 1, epoch=epoch, partition=1),  # b gets one partition
+    )
+    assert [r["errorCode"] for r in answers] == [0, 3], answers
+    assert "partitions 0..0" in answers[1]["errorMessage"], answers
+    assert [(p["topic"], p["partition"]) for p in state(tapi, tid)["partitions"]] == [(a, 0)]
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
+    wait_until("the commit to complete", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    assert [(p["topic"], p["partition"]) for p in state(tapi, tid)["partitions"]] == [(a, 0)]
+    assert values(pulsar_reader_client, a) == [f"{pid}:{epoch}:0"]
+
+
+def test_a_malformed_batch_refused_87_does_not_join_the_transaction(tapi, pulsar_reader_client):
+    tid, a, b = uniq("tx"), uniq("a"), uniq("b")
+    pid, epoch = init(tapi, tid)
+    bad = {**batch(b, pid, 0, 2, epoch=epoch), "lastSequence": 5}  # 2 records, not 6
+    answers = tproduce(tapi, tid, batch(a, pid, 0, 1, epoch=epoch), bad)
+    assert [r["errorCode"] for r in answers] == [0, 87], answers
+    assert [(p["topic"], p["partition"]) for p in state(tapi, tid)["partitions"]] == [(a, 0)]
+    assert end(tapi, tid, pid, epoch, True)["errorCode"] == 0
+    wait_until("the commit to complete", lambda: state(tapi, tid)["state"] == "CompleteCommit")
+    assert values(pulsar_reader_client, a) == [f"{pid}:{epoch}:0"]
+
+
 def test_an_aborted_transaction_stays_invisible(tapi, pulsar_reader_client):
     tid, a = uniq("tx"), uniq("a")
     pid, epoch = init(tapi, tid)

@@ -260,3 +260,12 @@ def test_departed_broadcast_members_go_once_past_broadcast_expire_ms():
     seen = {"stays": 0, "left-long-ago": 0, "left-recently": 9_000}
     assert departed_broadcast_members(group, seen, now_ms=10_000) == ["left-long-ago"]
     assert departed_broadcast_members(joined(CLUSTERING, "a"), seen, now_ms=10**9) == []
+
+
+def test_a_generation_ahead_of_the_groups_is_named_ahead_not_stale():
+    ahead = StaleMember.generation("g", 3, 1).error
+    assert isinstance(ahead, errors.IllegalGeneration)
+    assert "generation 3 is ahead of group 'g''s generation 1" in ahead.message
+    assert "stale" not in ahead.message
+    behind = StaleMember.generation("g", 1, 3).error
+    assert "generation 1 is stale: group 'g' is at generation 3" in behind.message

@@ -93,8 +93,15 @@ def test_a_batch_result_is_rendered_from_the_result_object(error, message_id):
     ]
 
 
-def test_too_many_batches_are_each_answered_invalid_request():
+def test_too_many_batches_are_answered_once_413_invalid_request():
     client = Client(max_batches_per_request=2)
     r = client.post("/v1/produce", json={"batches": [one_batch(), one_batch(), one_batch()]})
-    assert [x["errorCode"] for x in r.json()["results"]] == [errors.InvalidRequest.errno] * 3
+    assert r.status_code == 413, r.text
+    body = r.json()
+    assert (body["errorCode"], body["error"]) == (
+        errors.InvalidRequest.errno,
+        errors.InvalidRequest.name,
+    )
+    assert "3 batches in one request; the limit is 2" in body["errorMessage"]
+    assert "results" not in body  # one answer, not one copy per batch
     assert client.runtime.service.batches == []

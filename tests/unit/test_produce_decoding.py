@@ -268,7 +268,7 @@ BOUNDS = [
     ("batch", "baseSequence", -(1 << 31), (1 << 31) - 1),
     ("batch", "lastSequence", -(1 << 31), (1 << 31) - 1),
     ("record", "timestamp", -(1 << 63), (1 << 63) - 1),
-    ("body", "timeoutMs", 1, 3_600_000),
+    ("body", "timeoutMs", 1, (1 << 63) - 1),  # the decoders; the route caps it at MAX_TIMEOUT_MS
 ]
 
 

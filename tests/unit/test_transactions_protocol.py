@@ -284,3 +284,31 @@ def test_the_transactions_own_producer_and_epoch_pass_and_others_are_fenced():
     assert isinstance(
         producer_problem(bumped, "app", 7, 0, on_produce=False), errors.ProducerFenced
     )
+
+
+def test_an_init_naming_an_epoch_ahead_of_the_ids_says_it_is_ahead_not_fenced():
+    t = fresh()  # producer 7 at epoch 0
+    with pytest.raises(errors.ProducerFenced) as ahead:
+        init(
+            t,
+            "app",
+            timeout_ms=5,
+            check_back_url=None,
+            now_ms=1,
+            new_producer_id=None,
+            expected=(7, 3),
+        )
+    assert "epoch 3 is ahead of transactional id 'app''s epoch 0" in ahead.value.message
+    assert "fenced" not in ahead.value.message
+    bumped = init(t, "app", timeout_ms=5, check_back_url=None, now_ms=2, new_producer_id=None)
+    bumped = init(bumped, "app", timeout_ms=5, check_back_url=None, now_ms=3, new_producer_id=None)
+    with pytest.raises(errors.ProducerFenced, match="epoch 0 is fenced"):
+        init(
+            bumped,
+            "app",
+            timeout_ms=5,
+            check_back_url=None,
+            now_ms=4,
+            new_producer_id=None,
+            expected=(7, 0),
+        )

@@ -62,6 +62,8 @@ from kop_dedup.pulsar.tables import KeyedTable, PulsarClient, TableRecord
 __all__ = ["OWNER_KEY", "StatePartitions", "partition_of"]
 
 log = logging.getLogger(__name__)
+_ORPHAN = "it had no owner"
+"""How an adopted partition was taken (logged at DEBUG; the round logs one INFO line)."""
 
 OWNER_KEY = "__owner__"
 """The key of ownership markers; never a coordinator key."""
@@ -247,7 +249,10 @@ class StatePartitions:
             await part.table.catch_up()
             if not part.marker_seen.is_set():
                 await asyncio.sleep(0.005)
-        log.info("%s: owns partition %d (%s)", self.name, part.index, how)
+        # adoptions are summed up by adopt_orphans (one INFO line a round, for a start's
+        # every partition); a takeover for a request is worth a line of its own
+        level = logging.DEBUG if how == _ORPHAN else logging.INFO
+        log.log(level, "%s: owns partition %d of %s (%s)", self.name, part.index, part.topic, how)
         task = asyncio.create_task(self._on_acquired(part.index), name=f"recover {part.topic}")
         self._recovering.add(task)
         task.add_done_callback(self._recovered)
@@ -299,7 +304,7 @@ class StatePartitions:
         one wins, the earlier one's marker write fails and it leaves the partition."""
         asked_at = time.monotonic()
         live = await self._writers()
-        taken = 0
+        taken: list[int] = []
         for part in self._parts:
             names = live.get(part.index, [])
             if part.writer.owned:
@@ -323,12 +328,21 @@ class StatePartitions:
                     continue
                 try:
                     await part.writer.open()
-                    await self._settle(part, "it had no owner")
+                    await self._settle(part, _ORPHAN)
                 except OwnershipLost:
                     log.info("%s: another sidecar adopted %s first", self.name, part.topic)
                     continue
-            taken += 1
-        return taken
+            taken.append(part.index)
+        if taken:
+            log.info(
+                "%s: took %d of %d partitions of %s that had no owner: %s",
+                self.name,
+                len(taken),
+                self.count,
+                self.topic,
+                ",".join(map(str, taken)),
+            )
+        return len(taken)
 
     async def _watch(self, interval_s: float) -> None:
         while not self._closed:

@@ -172,10 +172,7 @@ def init(
     elif expected is not None and expected[1] == txn.last_producer_epoch:
         pid, epoch, last_epoch = txn.producer_id, txn.producer_epoch, txn.last_producer_epoch
     elif expected is not None:
-        raise errors.ProducerFenced(
-            f"producer {expected[0]} epoch {expected[1]} is fenced: transactional id "
-            f"{transactional_id!r} is at epoch {txn.producer_epoch}"
-        )
+        raise _not_current(txn, expected)
     return replace(
         txn,
         producer_id=pid,
@@ -186,6 +183,22 @@ def init(
         check_back_url=check_back_url,
         check_backs=0,
         updated_ms=now_ms,
+    )
+
+
+def _not_current(txn: Transaction, expected: tuple[int, int]) -> errors.ProducerFenced:
+    """An init naming an epoch of the id's producer that is neither its current nor its
+    last one: older (fenced) or never handed out (ahead)."""
+    pid, epoch = expected
+    if epoch > txn.producer_epoch:
+        return errors.ProducerFenced(
+            f"producer {pid} epoch {epoch} is ahead of transactional id "
+            f"{txn.transactional_id!r}'s epoch {txn.producer_epoch}: it was never handed "
+            "out; call init-producer-id without producerId and producerEpoch"
+        )
+    return errors.ProducerFenced(
+        f"producer {pid} epoch {epoch} is fenced: transactional id "
+        f"{txn.transactional_id!r} is at epoch {txn.producer_epoch}"
     )
 
 

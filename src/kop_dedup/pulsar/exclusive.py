@@ -203,7 +203,7 @@ class FencedWriter:
         )
         self._lost = None
         self.opened_at = time.monotonic()
-        log.info("took ownership of %s", self.topic)
+        log.debug("took ownership of %s", self.topic)  # its owner logs the summary
 
     async def send(
         self, key: str, value: bytes, *, properties: Mapping[str, str] | None = None

@@ -10,7 +10,11 @@ once the transaction commits.
 A batch is refused whole (10 MESSAGE_TOO_LARGE, the limit named) when its journal entry
 or its copy into the data partition could exceed the broker's maxMessageSize: the
 transaction's markers count (:func:`.copier.copy_overhead`,
-:func:`.journal.journal_overhead`), so a batch answered 0 can always be copied.
+:func:`.journal.journal_overhead`), so a batch answered 0 can always be copied. A
+malformed batch (87, 10), a topic name that is invalid (17) or a partition that does not
+exist (3) is refused before its partition joins: such a batch joins nothing. (A batch
+the sequence rules refuse at journal time, 45 or 47, has joined its partition already:
+the transaction then holds a partition with nothing of it journaled.)
 
 A join names this sidecar the partition's journaler (and opens a local copy of its
 batches); one another sidecar joined is marked shared. Joins of one id run one at a
@@ -46,9 +50,10 @@ from kop_dedup.coordination.transactions.requests import ProduceAnswer
 from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.coordination.transactions.state import TransactionStateManager
 from kop_dedup.protocol import transactions as tx
-from kop_dedup.protocol.records import KafkaBatch
+from kop_dedup.protocol.records import KafkaBatch, check_shape
 from kop_dedup.protocol.transactions import SHARED, Partition, Transaction, TxnState
 from kop_dedup.pulsar.message_ids import EntryPosition
+from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.pulsar.wire import entry_size_bound
 
 __all__ = ["Journaler", "ProduceAdmission"]
@@ -221,6 +226,7 @@ class ProduceAdmission:
                 )
                 or elsewhere
                 or self._too_large(transactional_id, batch)
+                or await self._unfit(batch)
             )
             if problem is None and not join:
                 problem = _not_added(txn, key)
@@ -296,6 +302,24 @@ class ProduceAdmission:
                 answer = ProduceAnswer(error, message_id, counted=True)
             answers.append(answer)
         return answers
+
+    async def _unfit(self, batch: KafkaBatch) -> errors.KafkaError | None:
+        """87 or 10 for a malformed batch, 17 or 3 when its topic or partition cannot
+        exist: checked before the partition joins, so a batch the journal would refuse
+        for these joins nothing (Kafka's AddPartitionsToTxn answers 3 for a partition
+        that does not exist)."""
+        s = self._settings
+        try:
+            check_shape(batch, max_records=s.max_batch_records, max_bytes=s.max_batch_bytes)
+            validate_topic(batch.topic)
+            count = await self._partitions_of(batch.topic)
+        except errors.KafkaError as exc:
+            return exc
+        if 0 <= batch.partition < count:
+            return None
+        return errors.UnknownTopicOrPartition(
+            f"topic {batch.topic!r} has partitions 0..{count - 1}; got {batch.partition}"
+        )
 
     def _too_large(self, transactional_id: str, batch: KafkaBatch) -> errors.KafkaError | None:
         """MESSAGE_TOO_LARGE when the batch's journal entry or copy could outgrow the

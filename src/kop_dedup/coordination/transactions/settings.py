@@ -27,5 +27,9 @@ class TxnSettings:
     max_message_bytes: int = 5 * 1024 * 1024
     """The broker's maxMessageSize: a batch whose journal entry or copy could exceed it is
     refused at produce (MESSAGE_TOO_LARGE)."""
+    max_batch_records: int | None = None
+    max_batch_bytes: int | None = None
+    """The produce path's batch limits: a batch over them (or malformed: 87) is refused
+    before its partition joins the transaction."""
     journal_whole_batches: bool = True
     """A journal entry is one message holding the whole batch (else one per record)."""

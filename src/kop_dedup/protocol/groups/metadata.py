@@ -87,6 +87,14 @@ class StaleMember(errors.KafkaError):
 
     @classmethod
     def generation(cls, group: str, generation: int, current: int) -> StaleMember:
+        if generation > current:
+            return cls(
+                errors.IllegalGeneration(
+                    f"generation {generation} is ahead of group {group!r}'s generation "
+                    f"{current}: it was never handed out; send the generation a join, "
+                    "heartbeat or pull answered"
+                )
+            )
         return cls(
             errors.IllegalGeneration(
                 f"generation {generation} is stale: group {group!r} is at generation "

@@ -25,6 +25,7 @@ __all__ = [
     "TOO_LARGE_RESPONSE",
     "batch_answer",
     "invalid_request",
+    "over_setting",
 ]
 
 # How the answers other than a route's own are documented in the OpenAPI document.
@@ -35,7 +36,11 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"description": "the sidecar is starting", **JSON_OBJECT},
 }
 TOO_LARGE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    413: {"description": "body over KOP_DEDUP_MAX_REQUEST_BYTES", **JSON_OBJECT}
+    413: {
+        "description": "body over KOP_DEDUP_MAX_REQUEST_BYTES, or a produce request with "
+        "more batches than KOP_DEDUP_MAX_BATCHES_PER_REQUEST (errorCode 42)",
+        **JSON_OBJECT,
+    }
 }
 INVALID_RESPONSE: dict[int | str, dict[str, Any]] = {
     422: {
@@ -78,4 +83,20 @@ def invalid_request(problems: Iterable[Mapping[str, Any]]) -> JSONResponse:
             ],
         },
         status_code=422,
+    )
+
+
+def over_setting(field: str, value: int, limit: int, setting: str) -> JSONResponse | None:
+    """The 422 for a body field above the setting that caps it (the OpenAPI document
+    shows the same maximum), or None when it is within."""
+    if value <= limit:
+        return None
+    return invalid_request(
+        [
+            {
+                "loc": ("body", field),
+                "msg": f"Input should be less than or equal to {limit} (KOP_DEDUP_{setting})",
+                "type": "less_than_equal",
+            }
+        ]
     )

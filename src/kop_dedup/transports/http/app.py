@@ -120,6 +120,14 @@ class _App(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+def _maximum(schemas: dict[str, Any], model: str, field: str, limit: int) -> None:
+    """The document shows the cap a setting puts on a field (the route refuses more)."""
+    prop = schemas[model]["properties"][field]
+    for kind in prop.get("anyOf", [prop]):
+        if kind.get("type") == "integer":
+            kind["maximum"] = limit
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
 
@@ -174,7 +182,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             schema = get_openapi(
                 title=app.title, version=app.version, summary=app.summary, routes=app.routes
             )
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(body_schemas())
+            schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+            schemas.update(body_schemas())
+            _maximum(schemas, "ProduceIn", "timeoutMs", settings.max_timeout_ms)
+            _maximum(schemas, "PullIn", "waitMs", settings.max_pull_wait_ms)
             schema["paths"] = {**openapi_paths(), **schema.get("paths", {})}
             app.openapi_schema = schema
         return app.openapi_schema

@@ -27,10 +27,15 @@ from kop_dedup.coordination.groups.api import (
 )
 from kop_dedup.protocol.groups import AutoReset, Group, Mode, StaleMember
 from kop_dedup.pulsar.failures import translate
-from kop_dedup.transports.http.answers import INVALID_RESPONSE, JSON_OBJECT, TOO_LARGE_RESPONSE
+from kop_dedup.transports.http.answers import (
+    INVALID_RESPONSE,
+    JSON_OBJECT,
+    TOO_LARGE_RESPONSE,
+    over_setting,
+)
 from kop_dedup.transports.http.bodies import body_spec, parsed_body, register_bodies
 from kop_dedup.transports.http.deps import Authorized, RuntimeDep
-from kop_dedup.transports.http.models import Int32, Int64, Model
+from kop_dedup.transports.http.models import Int32, Int64, Model, Offset, PartitionIndex
 
 __all__ = [
     "CommitIn",
@@ -45,7 +50,10 @@ router = APIRouter(dependencies=[Authorized], tags=["groups"])
 
 _ANSWERS: dict[int | str, dict[str, Any]] = {
     400: {"description": "cannot be carried out as asked (see errorMessage)", **JSON_OBJECT},
-    404: {"description": "no such group", **JSON_OBJECT},
+    404: {
+        "description": "no such group (69), or a topic named that does not exist (3)",
+        **JSON_OBJECT,
+    },
     409: {"description": "the member is stale: errorCode 22 or 25", **JSON_OBJECT},
     503: {"description": "a retriable failure below: retry", **JSON_OBJECT},
     **TOO_LARGE_RESPONSE,
@@ -54,7 +62,8 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
 
 GroupName = Annotated[str, Field(min_length=1, max_length=32_767)]
 MAX_TOPICS = 100
-"""Topics one member may read (each joined topic may be created, as a produce would)."""
+"""Topics one member may read (a missing one is 3, HTTP 404, unless
+GROUP_AUTO_CREATE_TOPICS)."""
 
 
 class GroupIn(Model):
@@ -74,13 +83,19 @@ class JoinIn(Model):
 class PullIn(Model):
     maxRecords: int = Field(ge=1, le=100_000)  # noqa: N815
     maxBytes: int | None = Field(default=None, ge=1)  # noqa: N815
-    waitMs: int = Field(default=0, ge=0, le=600_000)  # noqa: N815
+    waitMs: int = Field(  # noqa: N815
+        default=0,
+        ge=0,
+        le=(1 << 63) - 1,
+        description="at most KOP_DEDUP_MAX_PULL_WAIT_MS (the document's maximum is the "
+        "setting's value); also at most half the group's session",
+    )
 
 
 class CommitOffsetIn(Model):
     topic: str = Field(min_length=1, max_length=249)
-    partition: Int32 = Field(ge=0)
-    offset: Int64 = Field(ge=0, description="the next record to read")
+    partition: PartitionIndex
+    offset: Offset
 
 
 class CommitIn(Model):
@@ -116,6 +131,8 @@ def _failure(exc: Exception, what: str) -> JSONResponse:
     if isinstance(exc, UnknownGroup):
         return _error(exc, 404)
     error = translate(exc, what)
+    if isinstance(error, errors.UnknownTopicOrPartition):
+        return _error(error, 404)  # a topic the group names does not exist
     if isinstance(error, errors.InvalidRequest | errors.OffsetOutOfRange | errors.InvalidTopic):
         return _error(error, 400)
     return _error(error, 503 if error.retriable else 400)
@@ -349,13 +366,15 @@ async def pull(
     retention (the pull starts at the earliest still stored). A client that goes away
     mid-poll loses nothing: what it was not answered stays ready."""
     s = runtime.settings
+    if late := over_setting("waitMs", body.waitMs, s.max_pull_wait_ms, "MAX_PULL_WAIT_MS"):
+        return late
     try:
         result = await runtime.groups.pull(
             groupId,
             memberId,
             max_records=min(body.maxRecords, s.max_pull_records),
             max_bytes=body.maxBytes,
-            wait_ms=min(body.waitMs, s.max_pull_wait_ms),
+            wait_ms=body.waitMs,
             gone=request.is_disconnected,
         )
     except Exception as exc:

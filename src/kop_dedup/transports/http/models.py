@@ -38,8 +38,10 @@ __all__ = [
     "InitProducerIdOut",
     "KafkaAnswer",
     "Model",
+    "Offset",
     "OffsetCommitIn",
     "OffsetIn",
+    "PartitionIndex",
     "ProduceIn",
     "ProduceOut",
     "RecordIn",
@@ -50,6 +52,10 @@ __all__ = [
 Int64 = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
 Int32 = Annotated[int, Field(ge=-(1 << 31), le=(1 << 31) - 1)]
 Int16 = Annotated[int, Field(ge=-(1 << 15), le=(1 << 15) - 1)]
+# An Annotated bound wins over a Field(ge=...) given beside it: the non-negative kinds
+# carry their own bounds (a negative offset or partition is a 422 naming the field).
+PartitionIndex = Annotated[int, Field(ge=0, le=(1 << 31) - 1)]
+Offset = Annotated[int, Field(ge=0, le=(1 << 63) - 1, description="the next record to read")]
 B64 = Annotated[str | None, Field(description="base64, or null", examples=["aGVsbG8="])]
 _PLAIN = "; -1 for a non-idempotent batch"
 
@@ -96,7 +102,11 @@ _BINDS = (
 
 class ProduceIn(Model):
     timeoutMs: int | None = Field(  # noqa: N815
-        default=None, ge=1, le=3_600_000, description="per-request deadline, milliseconds"
+        default=None,
+        ge=1,
+        le=(1 << 63) - 1,
+        description="per-request deadline, milliseconds; at most KOP_DEDUP_MAX_TIMEOUT_MS "
+        "(the document's maximum is the setting's value)",
     )
     transactionalId: TransactionalId | None = Field(  # noqa: N815
         default=None,
@@ -140,8 +150,8 @@ class InitProducerIdIn(Model):
 
 class OffsetIn(Model):
     topic: str = Field(min_length=1, max_length=1000)
-    partition: Int32 = Field(ge=0)
-    offset: Int64 = Field(ge=0, description="the next record to read")
+    partition: PartitionIndex
+    offset: Offset
     metadata: str | None = Field(default=None, max_length=32_767)
 
 

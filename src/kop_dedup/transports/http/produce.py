@@ -44,6 +44,7 @@ from kop_dedup.transports.http.answers import (
     TOO_LARGE_RESPONSE,
     batch_answer,
     invalid_request,
+    over_setting,
 )
 from kop_dedup.transports.http.deps import STARTING, refusal
 from kop_dedup.transports.http.models import ProduceIn, ProduceOut, to_batch
@@ -58,7 +59,8 @@ __all__ = [
 ]
 
 PATH = "/v1/produce"
-MAX_REQUEST_TIMEOUT_MS = 3_600_000
+MAX_REQUEST_TIMEOUT_MS = (1 << 63) - 1
+"""The decoder's bound; the route refuses more than ``MAX_TIMEOUT_MS`` (422)."""
 
 
 class ProduceRequest(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
@@ -194,6 +196,15 @@ class ProduceEndpoint:
                 await invalid_request(exc.problems)(scope, receive, send)
                 return
             del raw
+            s = runtime.settings
+            if timeout_ms is not None and (
+                late := over_setting("timeoutMs", timeout_ms, s.max_timeout_ms, "MAX_TIMEOUT_MS")
+            ):
+                await late(scope, receive, send)
+                return
+            if len(batches) > s.max_batches_per_request:
+                await _too_many(len(batches), s.max_batches_per_request)(scope, receive, send)
+                return
             results = await _produce(runtime, batches, timeout_ms, transactional)
             body = _encode({"results": [batch_answer(r) for r in results]})
             await send(
@@ -209,6 +220,18 @@ class ProduceEndpoint:
             await send({"type": "http.response.body", "body": body})
         finally:
             budget.release(held)
+
+
+def _too_many(count: int, limit: int) -> JSONResponse:
+    """413 answered once for the whole request (not one 42 per batch)."""
+    error = errors.InvalidRequest(
+        f"{count} batches in one request; the limit is {limit} "
+        "(KOP_DEDUP_MAX_BATCHES_PER_REQUEST): split the request"
+    )
+    return JSONResponse(
+        {"errorCode": error.errno, "error": error.name, "errorMessage": error.message},
+        status_code=413,
+    )
 
 
 async def _read_body(receive: Receive) -> bytes | None:
@@ -231,12 +254,7 @@ async def _produce(
     """One result per batch, in request order; the batches of one request concurrently
     (a later batch may be the one an earlier batch's sequence waits for)."""
     s = runtime.settings
-    if len(batches) > s.max_batches_per_request:
-        err = errors.InvalidRequest(
-            f"{len(batches)} batches in one request; the limit is {s.max_batches_per_request}"
-        )
-        return [BatchResult(b.topic, b.partition, err) for b in batches]
-    deadline = time.monotonic() + min(timeout_ms or s.default_timeout_ms, s.max_timeout_ms) / 1000
+    deadline = time.monotonic() + (timeout_ms or s.default_timeout_ms) / 1000
     service = runtime.service
     if transactional is not None:
         return await _produce_transactional(runtime, batches, deadline, transactional)

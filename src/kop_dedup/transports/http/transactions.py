@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
+from kop_dedup.coordination.groups.api import UnknownGroup
 from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.coordination.transactions.requests import EndTxn, StageOffsets, TxnOffset
 from kop_dedup.protocol.transactions import Transaction
@@ -180,13 +181,19 @@ async def commit_offsets(
     return await _call("committing offsets", runtime.offsets.commit(groupId, _staged(body.offsets)))
 
 
-@router.get("/v1/groups/{groupId}/offsets", tags=["groups"])
+@router.get(
+    "/v1/groups/{groupId}/offsets",
+    tags=["groups"],
+    responses={404: {"description": "no such group: errorCode 69", **JSON_OBJECT}},
+)
 async def fetch_offsets(
     groupId: str,  # noqa: N803
     runtime: RuntimeDep,
     requireStable: Annotated[bool, Query()] = False,  # noqa: N803
 ) -> JSONResponse:
-    """A group's committed offsets (-1: none). With ``requireStable=true``, a partition
+    """A group's committed offsets (-1: none); 404 with 69 GROUP_ID_NOT_FOUND for a
+    group with nothing stored (no offsets, no configuration), as the other group
+    routes answer. With ``requireStable=true``, a partition
     whose offsets wait in a transaction not yet complete answers 88
     UNSTABLE_OFFSET_COMMIT (retry) instead of its offset."""
     try:
@@ -195,6 +202,13 @@ async def fetch_offsets(
         error = translate(exc, "fetching offsets")
         body = _answer(error).model_dump()
         return JSONResponse({**body, "groupId": groupId, "offsets": []})
+    if not answers and await runtime.groups.describe(groupId) is None:
+        # as every other route of a group with nothing stored: 404, 69
+        missing = UnknownGroup(
+            f"no group {groupId!r}: nothing is stored for it (no offsets, no configuration)"
+        )
+        body = _answer(missing).model_dump()
+        return JSONResponse({**body, "groupId": groupId, "offsets": []}, status_code=404)
     return JSONResponse(
         {
             "groupId": groupId,
