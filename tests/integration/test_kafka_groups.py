@@ -1,0 +1,217 @@
+"""Kafka consumer groups through the listener, with real clients: confluent-kafka,
+kafka-python and aiokafka members in one group split the partitions, rebalance when a
+member joins, leaves or is killed, commit, and read every record (none lost); a member
+moved to a second sidecar keeps its membership; Kafka and HTTP groups refuse each
+other's calls (23, 409)."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    OffsetCommitRequest,
+    SyncGroupRequest,
+)
+
+from tests.integration.kafka_consume import create, produce
+from tests.integration.kafka_members import Member, killable_member, split, wait_until
+from tests.kafka_wire import WireClient
+from tests.sidecar import ThreadSidecar
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def kg(pulsar: Any) -> Iterator[ThreadSidecar]:
+    """A sidecar whose Kafka groups accept sessions from 1 s and sweep every 100 ms."""
+    with ThreadSidecar(
+        pulsar, kafka_group_min_session_timeout_ms=1000, group_sweep_interval_ms=100
+    ) as sc:
+        yield sc
+
+
+def _records(n: int, tag: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    return [(i % PARTITIONS, None, f"{tag}-{i}".encode()) for i in range(n)]
+
+
+def _committed(bootstrap: str, topic: str, group: str) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        c.close()
+
+
+def _ends(produced: list[Any]) -> dict[int, int]:
+    ends: dict[int, int] = {}
+    for r in produced:
+        ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+    return ends
+
+
+def test_three_clients_split_a_topic_and_rebalance_on_join_and_leave(kg: ThreadSidecar):
+    bootstrap = kg.kafka_bootstrap
+    topic = create(bootstrap, PARTITIONS, "grp")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    produced = produce(bootstrap, topic, _records(120, "a"))
+    first = Member("confluent", bootstrap, topic, group).start()
+    wait_until(lambda: first.assigned == frozenset(range(PARTITIONS)), what="one member holds all")
+    others = [Member(k, bootstrap, topic, group).start() for k in ("kafka-python", "aiokafka")]
+    members = [first, *others]
+    wait_until(lambda: split(members, PARTITIONS), what="three members split the partitions")
+    produced += produce(bootstrap, topic, _records(120, "b"))
+    leaving = others[0]
+    leaving.stop()  # LeaveGroup: the two left take its partitions
+    rest = [first, others[1]]
+    wait_until(lambda: split(rest, PARTITIONS), what="two members split after a leave")
+    produced += produce(bootstrap, topic, _records(120, "c"))
+    wanted = {(r.partition, r.offset) for r in produced}
+    wait_until(lambda: wanted <= {s for m in members for s in m.seen}, what="every record read")
+    for m in rest:
+        m.stop()
+    assert _committed(bootstrap, topic, group) == _ends(produced)
+
+
+def test_a_killed_member_is_expired_and_its_partitions_move(kg: ThreadSidecar):
+    bootstrap = kg.kafka_bootstrap
+    topic = create(bootstrap, PARTITIONS, "grk")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    survivor = Member("confluent", bootstrap, topic, group).start()
+    wait_until(lambda: survivor.assigned == frozenset(range(PARTITIONS)), what="first member")
+    victim = killable_member(bootstrap, topic, group)
+    try:
+        wait_until(
+            lambda: 0 < len(survivor.assigned) < PARTITIONS, what="the second member's share"
+        )
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        produced = produce(bootstrap, topic, _records(60, "k"))
+        wait_until(
+            lambda: survivor.assigned == frozenset(range(PARTITIONS)),
+            what="the survivor takes every partition back after the session",
+        )
+        wanted = {(r.partition, r.offset) for r in produced}
+        wait_until(lambda: wanted <= set(survivor.seen), what="the survivor reads all")
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+        survivor.stop()
+    assert _committed(bootstrap, topic, group) == _ends(produced)
+
+
+def _join(c: WireClient, group: str, member: str, session_ms: int = 6000) -> Any:
+    proto = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")
+    return c.call(
+        JoinGroupRequest(
+            group_id=group,
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=session_ms,
+            member_id=member,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[proto],
+            reason=None,
+        ),
+        5,
+    )
+
+
+def _joined(c: WireClient, group: str) -> Any:
+    """KIP-394's round trip: an id first (79), then the join with it."""
+    first = _join(c, group, "")
+    assert first.error_code == 79
+    assert first.member_id
+    answer = _join(c, group, first.member_id)
+    assert answer.error_code == 0
+    return answer
+
+
+def test_a_member_keeps_its_membership_on_another_sidecar(kg: ThreadSidecar, pulsar: Any):
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with WireClient(kg.kafka_bootstrap) as c:
+        joined = _joined(c, group)
+        assert (joined.generation_id, joined.leader) == (1, joined.member_id)
+        sync = c.call(
+            SyncGroupRequest(
+                group_id=group,
+                generation_id=1,
+                member_id=joined.member_id,
+                group_instance_id=None,
+                assignments=[
+                    SyncGroupRequest.SyncGroupRequestAssignment(
+                        member_id=joined.member_id, assignment=b"mine"
+                    )
+                ],
+            ),
+            3,
+        )
+        assert (sync.error_code, bytes(sync.assignment)) == (0, b"mine")
+    with ThreadSidecar(pulsar) as other, WireClient(other.kafka_bootstrap) as c2:
+        beat = c2.call(
+            HeartbeatRequest(
+                group_id=group, generation_id=1, member_id=joined.member_id, group_instance_id=None
+            ),
+            3,
+        )
+        assert beat.error_code == 0
+        stale = c2.call(
+            HeartbeatRequest(
+                group_id=group, generation_id=0, member_id=joined.member_id, group_instance_id=None
+            ),
+            3,
+        )
+        assert stale.error_code == 22
+        topic = create(other.kafka_bootstrap, 1, "grm")
+        t = OffsetCommitRequest.OffsetCommitRequestTopic
+        commit = c2.call(
+            OffsetCommitRequest(
+                group_id=group,
+                generation_id_or_member_epoch=1,
+                member_id=joined.member_id,
+                group_instance_id=None,
+                topics=[
+                    t(
+                        name=topic,
+                        partitions=[
+                            t.OffsetCommitRequestPartition(
+                                partition_index=0,
+                                committed_offset=0,
+                                committed_leader_epoch=-1,
+                                committed_metadata="",
+                            )
+                        ],
+                    )
+                ],
+            ),
+            8,
+        )
+        assert commit.topics[0].partitions[0].error_code == 0
+
+
+def test_kafka_and_http_groups_refuse_each_other(kg: ThreadSidecar):
+    kafka_group, http_group = f"k-{uuid.uuid4().hex[:8]}", f"h-{uuid.uuid4().hex[:8]}"
+    topic = create(kg.kafka_bootstrap, 1, "grx")
+    with httpx.Client(base_url=kg.url, timeout=60) as http, WireClient(kg.kafka_bootstrap) as c:
+        joined = http.post(f"/v1/groups/{http_group}/members", json={"topics": [topic]})
+        assert joined.status_code == 200, joined.text
+        first = _join(c, http_group, "")
+        assert first.error_code == 23
+        _joined(c, kafka_group)
+        member = joined.json()["memberId"]
+        refused = http.post(f"/v1/groups/{kafka_group}/members", json={"topics": [topic]})
+        assert (refused.status_code, refused.json()["errorCode"]) == (409, 23)
+        pull = http.post(f"/v1/groups/{kafka_group}/members/{member}/pull", json={"maxRecords": 10})
+        assert (pull.status_code, pull.json()["errorCode"]) == (409, 23)
+        commit = http.post(f"/v1/groups/{kafka_group}/members/{member}/commit", json={})
+        assert (commit.status_code, commit.json()["errorCode"]) == (409, 23)
