@@ -9,11 +9,13 @@ from __future__ import annotations
 import signal
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka.protocol.consumer import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -53,6 +55,21 @@ def _committed(bootstrap: str, topic: str, group: str) -> dict[int, int]:
         c.close()
 
 
+def _describe(bootstrap: str, group: str) -> Any:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    return SimpleNamespace(
+        state=described.state.name,
+        protocol_type="consumer" if described.is_simple_consumer_group is False else "",
+        members=described.members,
+    )
+
+
+def _listed(bootstrap: str) -> set[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return {g.group_id for g in admin.list_consumer_groups().result(timeout=30).valid}
+
+
 def _ends(produced: list[Any]) -> dict[int, int]:
     ends: dict[int, int] = {}
     for r in produced:
@@ -70,6 +87,13 @@ def test_three_clients_split_a_topic_and_rebalance_on_join_and_leave(kg: ThreadS
     others = [Member(k, bootstrap, topic, group).start() for k in ("kafka-python", "aiokafka")]
     members = [first, *others]
     wait_until(lambda: split(members, PARTITIONS), what="three members split the partitions")
+    described = _describe(bootstrap, group)
+    assert (described.state, described.protocol_type, len(described.members)) == (
+        "STABLE",
+        "consumer",
+        3,
+    )
+    assert group in _listed(bootstrap)
     produced += produce(bootstrap, topic, _records(120, "b"))
     leaving = others[0]
     leaving.stop()  # LeaveGroup: the two left take its partitions
@@ -80,7 +104,14 @@ def test_three_clients_split_a_topic_and_rebalance_on_join_and_leave(kg: ThreadS
     wait_until(lambda: wanted <= {s for m in members for s in m.seen}, what="every record read")
     for m in rest:
         m.stop()
-    assert _committed(bootstrap, topic, group) == _ends(produced)
+    ends = _ends(produced)
+    assert _committed(bootstrap, topic, group) == ends
+    with httpx.Client(base_url=kg.url, timeout=60) as http:
+        lag = http.get(f"/v1/groups/{group}/lag")
+    assert lag.status_code == 200, lag.text
+    rows = {r["partition"]: (r["committed"], r["end"], r["lag"]) for r in lag.json()["partitions"]}
+    assert rows == {p: (end, end, 0) for p, end in ends.items()}
+    assert _describe(bootstrap, group).state == "EMPTY"
 
 
 def test_a_killed_member_is_expired_and_its_partitions_move(kg: ThreadSidecar):
