@@ -43,9 +43,14 @@ class Member:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop (a LeaveGroup as it closes), checking nothing: for cleanup."""
         self._stop.set()
-        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def stop(self) -> None:
+        self.halt()
         assert not self._thread.is_alive(), f"{self.kind} did not stop"
         assert self.errors == [], self.errors
 

@@ -25,6 +25,7 @@ from kafka.protocol.consumer import (
 
 from tests.integration.kafka_consume import create, produce
 from tests.integration.kafka_members import Member, killable_member, split, wait_until
+from tests.kafka_tools import run_verifiable_consumer
 from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
 
@@ -46,10 +47,12 @@ def _records(n: int, tag: str) -> list[tuple[int, bytes | None, bytes | None]]:
     return [(i % PARTITIONS, None, f"{tag}-{i}".encode()) for i in range(n)]
 
 
-def _committed(bootstrap: str, topic: str, group: str) -> dict[int, int]:
+def _committed(
+    bootstrap: str, topic: str, group: str, partitions: int = PARTITIONS
+) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        got = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
         return {tp.partition: tp.offset for tp in got}
     finally:
         c.close()
@@ -82,36 +85,46 @@ def test_three_clients_split_a_topic_and_rebalance_on_join_and_leave(kg: ThreadS
     topic = create(bootstrap, PARTITIONS, "grp")
     group = f"g-{uuid.uuid4().hex[:8]}"
     produced = produce(bootstrap, topic, _records(120, "a"))
-    first = Member("confluent", bootstrap, topic, group).start()
-    wait_until(lambda: first.assigned == frozenset(range(PARTITIONS)), what="one member holds all")
-    others = [Member(k, bootstrap, topic, group).start() for k in ("kafka-python", "aiokafka")]
-    members = [first, *others]
-    wait_until(lambda: split(members, PARTITIONS), what="three members split the partitions")
-    described = _describe(bootstrap, group)
-    assert (described.state, described.protocol_type, len(described.members)) == (
-        "STABLE",
-        "consumer",
-        3,
-    )
-    assert group in _listed(bootstrap)
-    produced += produce(bootstrap, topic, _records(120, "b"))
-    leaving = others[0]
-    leaving.stop()  # LeaveGroup: the two left take its partitions
-    rest = [first, others[1]]
-    wait_until(lambda: split(rest, PARTITIONS), what="two members split after a leave")
-    produced += produce(bootstrap, topic, _records(120, "c"))
-    wanted = {(r.partition, r.offset) for r in produced}
-    wait_until(lambda: wanted <= {s for m in members for s in m.seen}, what="every record read")
-    for m in rest:
-        m.stop()
-    ends = _ends(produced)
-    assert _committed(bootstrap, topic, group) == ends
-    with httpx.Client(base_url=kg.url, timeout=60) as http:
-        lag = http.get(f"/v1/groups/{group}/lag")
-    assert lag.status_code == 200, lag.text
-    rows = {r["partition"]: (r["committed"], r["end"], r["lag"]) for r in lag.json()["partitions"]}
-    assert rows == {p: (end, end, 0) for p, end in ends.items()}
-    assert _describe(bootstrap, group).state == "EMPTY"
+    members: list[Member] = []
+    try:
+        first = Member("confluent", bootstrap, topic, group).start()
+        members.append(first)
+        wait_until(
+            lambda: first.assigned == frozenset(range(PARTITIONS)), what="one member holds all"
+        )
+        others = [Member(k, bootstrap, topic, group).start() for k in ("kafka-python", "aiokafka")]
+        members += others
+        wait_until(lambda: split(members, PARTITIONS), what="three members split the partitions")
+        described = _describe(bootstrap, group)
+        assert (described.state, described.protocol_type, len(described.members)) == (
+            "STABLE",
+            "consumer",
+            3,
+        )
+        assert group in _listed(bootstrap)
+        produced += produce(bootstrap, topic, _records(120, "b"))
+        leaving = others[0]
+        leaving.stop()  # LeaveGroup: the two left take its partitions
+        rest = [first, others[1]]
+        wait_until(lambda: split(rest, PARTITIONS), what="two members split after a leave")
+        produced += produce(bootstrap, topic, _records(120, "c"))
+        wanted = {(r.partition, r.offset) for r in produced}
+        wait_until(lambda: wanted <= {s for m in members for s in m.seen}, what="every record read")
+        for m in rest:
+            m.stop()
+        ends = _ends(produced)
+        assert _committed(bootstrap, topic, group) == ends
+        with httpx.Client(base_url=kg.url, timeout=60) as http:
+            lag = http.get(f"/v1/groups/{group}/lag")
+        assert lag.status_code == 200, lag.text
+        rows = {
+            r["partition"]: (r["committed"], r["end"], r["lag"]) for r in lag.json()["partitions"]
+        }
+        assert rows == {p: (end, end, 0) for p, end in ends.items()}
+        assert _describe(bootstrap, group).state == "EMPTY"
+    finally:
+        for m in members:
+            m.halt()
 
 
 def test_a_killed_member_is_expired_and_its_partitions_move(kg: ThreadSidecar):
@@ -158,76 +171,81 @@ def _join(c: WireClient, group: str, member: str, session_ms: int = 6000) -> Any
     )
 
 
-def _joined(c: WireClient, group: str) -> Any:
+def _joined(c: WireClient, group: str, session_ms: int = 6000) -> Any:
     """KIP-394's round trip: an id first (79), then the join with it."""
-    first = _join(c, group, "")
+    first = _join(c, group, "", session_ms)
     assert first.error_code == 79
     assert first.member_id
-    answer = _join(c, group, first.member_id)
+    answer = _join(c, group, first.member_id, session_ms)
     assert answer.error_code == 0
     return answer
 
 
 def test_a_member_keeps_its_membership_on_another_sidecar(kg: ThreadSidecar, pulsar: Any):
     group = f"g-{uuid.uuid4().hex[:8]}"
-    with WireClient(kg.kafka_bootstrap) as c:
-        joined = _joined(c, group)
-        assert (joined.generation_id, joined.leader) == (1, joined.member_id)
-        sync = c.call(
-            SyncGroupRequest(
-                group_id=group,
-                generation_id=1,
-                member_id=joined.member_id,
-                group_instance_id=None,
-                assignments=[
-                    SyncGroupRequest.SyncGroupRequestAssignment(
-                        member_id=joined.member_id, assignment=b"mine"
-                    )
-                ],
-            ),
-            3,
-        )
-        assert (sync.error_code, bytes(sync.assignment)) == (0, b"mine")
-    with ThreadSidecar(pulsar) as other, WireClient(other.kafka_bootstrap) as c2:
-        beat = c2.call(
-            HeartbeatRequest(
-                group_id=group, generation_id=1, member_id=joined.member_id, group_instance_id=None
-            ),
-            3,
-        )
-        assert beat.error_code == 0
-        stale = c2.call(
-            HeartbeatRequest(
-                group_id=group, generation_id=0, member_id=joined.member_id, group_instance_id=None
-            ),
-            3,
-        )
-        assert stale.error_code == 22
-        topic = create(other.kafka_bootstrap, 1, "grm")
-        t = OffsetCommitRequest.OffsetCommitRequestTopic
-        commit = c2.call(
-            OffsetCommitRequest(
-                group_id=group,
-                generation_id_or_member_epoch=1,
-                member_id=joined.member_id,
-                group_instance_id=None,
-                topics=[
-                    t(
-                        name=topic,
-                        partitions=[
-                            t.OffsetCommitRequestPartition(
-                                partition_index=0,
-                                committed_offset=0,
-                                committed_leader_epoch=-1,
-                                committed_metadata="",
-                            )
-                        ],
-                    )
-                ],
-            ),
-            8,
-        )
-        assert commit.topics[0].partitions[0].error_code == 0
+    with ThreadSidecar(pulsar) as other:
+        with WireClient(kg.kafka_bootstrap) as c:
+            joined = _joined(c, group, session_ms=30_000)
+            assert (joined.generation_id, joined.leader) == (1, joined.member_id)
+            assert _sync(c, group, joined.member_id) == (0, b"mine")
+        with WireClient(other.kafka_bootstrap) as c2:
+            _moved(other, c2, group, joined.member_id)
+
+
+def _sync(c: WireClient, group: str, member: str) -> tuple[int, bytes]:
+    sync = c.call(
+        SyncGroupRequest(
+            group_id=group,
+            generation_id=1,
+            member_id=member,
+            group_instance_id=None,
+            assignments=[
+                SyncGroupRequest.SyncGroupRequestAssignment(member_id=member, assignment=b"mine")
+            ],
+        ),
+        3,
+    )
+    return sync.error_code, bytes(sync.assignment)
+
+
+def _moved(other: ThreadSidecar, c2: WireClient, group: str, member: str) -> None:
+    """The member, at the other sidecar: its heartbeat, its assignment, its commit."""
+    beat = c2.call(
+        HeartbeatRequest(group_id=group, generation_id=1, member_id=member, group_instance_id=None),
+        3,
+    )
+    assert beat.error_code == 0
+    assert _sync(c2, group, member) == (0, b"mine")  # Stable: its own assignment again
+    stale = c2.call(
+        HeartbeatRequest(group_id=group, generation_id=0, member_id=member, group_instance_id=None),
+        3,
+    )
+    assert stale.error_code == 22
+    topic = create(other.kafka_bootstrap, 1, "grm")
+    t = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = c2.call(
+        OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=1,
+            member_id=member,
+            group_instance_id=None,
+            topics=[
+                t(
+                    name=topic,
+                    partitions=[
+                        t.OffsetCommitRequestPartition(
+                            partition_index=0,
+                            committed_offset=0,
+                            committed_leader_epoch=-1,
+                            committed_metadata="",
+                        )
+                    ],
+                )
+            ],
+        ),
+        8,
+    )
+    assert commit.topics[0].partitions[0].error_code == 0
 
 
 def test_kafka_and_http_groups_refuse_each_other(kg: ThreadSidecar):
@@ -246,3 +264,18 @@ def test_kafka_and_http_groups_refuse_each_other(kg: ThreadSidecar):
         assert (pull.status_code, pull.json()["errorCode"]) == (409, 23)
         commit = http.post(f"/v1/groups/{kafka_group}/members/{member}/commit", json={})
         assert (commit.status_code, commit.json()["errorCode"]) == (409, 23)
+
+
+def test_kafkas_verifiable_consumer_reads_every_record_in_a_group(kg: ThreadSidecar, tmp_path):
+    bootstrap = kg.kafka_bootstrap
+    topic = create(bootstrap, 3, "grv")
+    produced = produce(bootstrap, topic, [(i % 3, None, str(i).encode()) for i in range(300)])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumed = run_verifiable_consumer(bootstrap, topic, group, tmp_path, max_messages=300)
+    assert consumed.run is not None
+    assert consumed.run.returncode == 0, consumed.run.stderr_tail()
+    assert consumed.failed_commits == ()
+    assert sorted((r.partition, r.offset, r.value) for r in consumed.records) == sorted(
+        (r.partition, r.offset, r.value.decode()) for r in produced if r.value is not None
+    )
+    assert _committed(bootstrap, topic, group, partitions=3) == _ends(produced)

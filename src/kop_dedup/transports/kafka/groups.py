@@ -230,7 +230,7 @@ def _described(group_id: str, group: ClassicGroup | None) -> Any:
             protocol_type="",
             protocol_data="",
             members=[],
-            authorized_operations=-2147483648,
+            authorized_operations=None,
         )
     return described(
         error_code=errors.NONE_ERRNO,
@@ -249,7 +249,7 @@ def _described(group_id: str, group: ClassicGroup | None) -> Any:
             )
             for m in group.members.values()
         ],
-        authorized_operations=-2147483648,
+        authorized_operations=None,
     )
 
 
@@ -273,7 +273,7 @@ def _described_error(group_id: str, error: errors.KafkaError) -> Any:
         protocol_type="",
         protocol_data="",
         members=[],
-        authorized_operations=-2147483648,
+        authorized_operations=None,
     )
 
 
