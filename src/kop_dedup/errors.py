@@ -22,7 +22,10 @@ The tree::
     +-- NotEnoughReplicas (19, retriable)
     +-- InvalidRequiredAcks (21)
     +-- IllegalGeneration (22)
+    +-- InconsistentGroupProtocol (23)
     +-- UnknownMemberId (25)
+    +-- InvalidSessionTimeout (26)
+    +-- RebalanceInProgress (27)
     +-- TopicAuthorizationFailed (29)
     +-- UnsupportedSaslMechanism (33)
     +-- IllegalSaslState (34)
@@ -47,6 +50,7 @@ The tree::
     +-- GroupIdNotFound (69)
     +-- FetchSessionIdNotFound (70, retriable)
     +-- UnsupportedCompressionType (76)
+    +-- MemberIdRequired (79)
     +-- InvalidRecord (87)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
@@ -75,6 +79,7 @@ __all__ = [
     "GroupIdNotFound",
     "IllegalGeneration",
     "IllegalSaslState",
+    "InconsistentGroupProtocol",
     "InvalidPartitions",
     "InvalidProducerEpoch",
     "InvalidProducerIdMapping",
@@ -82,11 +87,13 @@ __all__ = [
     "InvalidReplicationFactor",
     "InvalidRequest",
     "InvalidRequiredAcks",
+    "InvalidSessionTimeout",
     "InvalidTopic",
     "InvalidTransactionTimeout",
     "InvalidTxnState",
     "KafkaError",
     "KafkaStorageError",
+    "MemberIdRequired",
     "MessageTooLarge",
     "NotCoordinator",
     "NotEnoughReplicas",
@@ -97,6 +104,7 @@ __all__ = [
     "OutOfOrderSequenceNumber",
     "PolicyViolation",
     "ProducerFenced",
+    "RebalanceInProgress",
     "RequestTimedOut",
     "SaslAuthenticationFailed",
     "TopicAlreadyExists",
@@ -186,8 +194,20 @@ class IllegalGeneration(KafkaError):
     errno, name = 22, "ILLEGAL_GENERATION"
 
 
+class InconsistentGroupProtocol(KafkaError):
+    errno, name = 23, "INCONSISTENT_GROUP_PROTOCOL"
+
+
 class UnknownMemberId(KafkaError):
     errno, name = 25, "UNKNOWN_MEMBER_ID"
+
+
+class InvalidSessionTimeout(KafkaError):
+    errno, name = 26, "INVALID_SESSION_TIMEOUT"
+
+
+class RebalanceInProgress(KafkaError):
+    errno, name = 27, "REBALANCE_IN_PROGRESS"
 
 
 class TopicAuthorizationFailed(KafkaError):
@@ -284,6 +304,10 @@ class FetchSessionIdNotFound(KafkaError):
 
 class UnsupportedCompressionType(KafkaError):
     errno, name = 76, "UNSUPPORTED_COMPRESSION_TYPE"
+
+
+class MemberIdRequired(KafkaError):
+    errno, name = 79, "MEMBER_ID_REQUIRED"
 
 
 class InvalidRecord(KafkaError):

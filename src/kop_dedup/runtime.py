@@ -158,6 +158,7 @@ class Runtime:
                 max_pull_records=settings.max_pull_records,
                 max_wait_ms=settings.max_pull_wait_ms,
                 answer_delay_s=settings.group_pull_answer_delay_ms / 1000,
+                kafka_min_session_timeout_ms=settings.kafka_group_min_session_timeout_ms,
             ),
         )
         self.group_lag = GroupLag(self.groups, self.admin)

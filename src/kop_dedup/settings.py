@@ -172,6 +172,9 @@ class Settings(BaseSettings):
     """How often the owner of a groups partition looks for groups past their retention,
     departed broadcast members past broadcastExpireMs, and pending-offset markers whose
     transaction ended without removing them."""
+    kafka_group_min_session_timeout_ms: int = Field(default=6_000, ge=1)
+    """The shortest session timeout a Kafka consumer may ask in JoinGroup (Kafka's
+    group.min.session.timeout.ms)."""
     group_reader_idle_ms: int = Field(default=60_000, ge=100)
     """A member's partition reader kept between pulls closes after this long unused."""
     group_pull_answer_delay_ms: int = Field(default=0, ge=0)

@@ -7,6 +7,8 @@ loads, ``GroupMetadata`` holds the state and its transitions as pure data):
 
 =====================  ===========================================================
 :mod:`.coordinator`    decides: membership, commits; drives pulls and resets
+:mod:`.classic`        Kafka classic groups (JoinGroup, SyncGroup, Heartbeat,
+                       LeaveGroup, member commits): ``runtime.groups.classic``
 :mod:`.pulls`          a pull: plan, read (long poll), record, answer
 :mod:`.resets`         server-side resets (RIP-48): resolve, store, status
 :mod:`.readers`        the partition readers kept between a member's pulls

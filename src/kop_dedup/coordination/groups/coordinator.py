@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
+from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.api import (
     Joined,
@@ -33,6 +34,7 @@ from kop_dedup.coordination.groups.api import (
     ResetStatus,
     ResolvedReset,
 )
+from kop_dedup.coordination.groups.classic import ClassicGroups
 from kop_dedup.coordination.groups.pulls import Pulls
 from kop_dedup.coordination.groups.readers import ReaderPool
 from kop_dedup.coordination.groups.resets import GroupResets
@@ -80,6 +82,8 @@ class GroupCoordinator:
         self.readers = ReaderPool(client, self.positions, idle_s=settings.reader_idle_s)
         self._pulls = Pulls(self)
         self._resets = GroupResets(self)
+        self.classic = ClassicGroups(store, min_session_ms=settings.kafka_min_session_timeout_ms)
+        """Kafka classic groups (JoinGroup and the rest): :mod:`.classic`."""
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         store.on_orphan(self._recover)
@@ -98,6 +102,7 @@ class GroupCoordinator:
     def begin_shutdown(self) -> None:
         """Stop waiting in long polls: they answer what they have now."""
         self._pulls.stopping = True
+        self.classic.closing = True
 
     async def close(self) -> None:
         self._closing = True
@@ -240,6 +245,7 @@ class GroupCoordinator:
         counts = {t: await self.partitions_of(t) for t in dict.fromkeys(topics)}
 
         async def change(p: int) -> Group:
+            self._not_kafka(group_id)
             before = self.group(group_id) or self._new_group()
             group, back = before.join(member, topics, counts, now_ms=now_ms())
             written = await self._write_group(p, group_id, group)
@@ -278,6 +284,7 @@ class GroupCoordinator:
         Inside a change of ``p``."""
         group = self.group(group_id)
         if group is None or member not in group.members:
+            self._not_kafka(group_id)
             raise StaleMember.unknown(group_id, member)
         refreshed = group.seen(member, now_ms())
         return group if refreshed is None else await self._write_group(p, group_id, refreshed)
@@ -292,6 +299,13 @@ class GroupCoordinator:
         if member is None and generation is None:
             return
         await self.store.read(group_id)
+        kafka = self.classic.group(group_id)
+        if kafka is not None:
+            if member is not None and not kafka.has(member):
+                raise StaleMember.unknown(group_id, member)
+            if generation is not None and generation != kafka.generation:
+                raise StaleMember.generation(group_id, generation, kafka.generation)
+            return
         group = self.group(group_id)
         if member is not None and (group is None or member not in group.members):
             raise StaleMember.unknown(group_id, member)
@@ -299,10 +313,21 @@ class GroupCoordinator:
         if generation is not None and generation != current:
             raise StaleMember.generation(group_id, generation, current)
 
+    def _not_kafka(self, group_id: str) -> None:
+        """StaleMember with 23 when the group is a Kafka group (client-side assignment)."""
+        if self.classic.is_kafka(group_id):
+            raise StaleMember(
+                errors.InconsistentGroupProtocol(
+                    f"group {group_id!r} is a Kafka consumer group (client-side assignment): "
+                    "the HTTP group API cannot use it; use another group id"
+                )
+            )
+
     async def leave(self, group_id: str, member: str) -> None:
         async def change(p: int) -> None:
             before = self.group(group_id)
             if before is None:
+                self._not_kafka(group_id)
                 raise StaleMember.unknown(group_id, member)
             group, back = before.leave(group_id, member, now_ms=now_ms())
             await self._write_group(p, group_id, group)
@@ -322,6 +347,7 @@ class GroupCoordinator:
                 group = self.group(group_id)
                 if group is not None and group.expire(now) is not None:
                     await self._expire(group_id)
+            await self.classic.sweep(p)
         self.readers.reap()
 
     async def _expire(self, group_id: str) -> None:

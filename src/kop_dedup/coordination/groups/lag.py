@@ -6,7 +6,9 @@ member in broadcast mode, plus the group's minimum) ``end``, ``committed``,
 committed) and the age of the oldest inflight record. Offsets come from the broker's
 entry index, which counts messages with no gaps (a batched entry of n messages takes
 n offsets), so these differences are exact record counts; Pulsar's own backlog counts
-entries.
+entries. A Kafka group (JoinGroup) reports the same per partition it has committed
+offsets for; the server does not see what its members fetched, so ``pulled`` is
+where it committed (``inflight`` 0, ``ready`` = ``lag``).
 
 :meth:`GroupLag.refresh` (a loop on every sidecar) computes the same numbers for the
 groups whose store partition this sidecar owns and keeps them as :attr:`GroupLag.rows`
@@ -79,7 +81,8 @@ class GroupLag:
             await self._groups.read(group)
         ends = {} if ends is None else ends
         state = self._groups.state(group)
-        if state.group is None and not state.offsets:
+        kafka = self._groups.classic.group(group)  # a Kafka group: its committed offsets
+        if state.group is None and not state.offsets and kafka is None:
             raise UnknownGroup(f"no group {group!r}")
         now = now_ms()
         members = [] if state.group is None else sorted(state.group.members)
@@ -106,7 +109,7 @@ class GroupLag:
         return LagReport(
             group,
             state.mode.value,
-            0 if state.group is None else state.group.generation,
+            state.group.generation if state.group else kafka.generation if kafka else 0,
             tuple(rows),
         )
 

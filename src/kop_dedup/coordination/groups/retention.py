@@ -46,6 +46,9 @@ class GroupRetention:
         self._groups, self.retention_ms, self._forgotten = groups, retention_ms, forgotten
 
     def _expired(self, state: GroupState, now: int) -> bool:
+        kafka = self._groups.classic.group(state.group_id)
+        if kafka is not None and kafka.members:  # a Kafka group with members is live
+            return False
         return group_expired(
             state.group,
             state.activity(),

@@ -18,5 +18,8 @@ class GroupSettings:
     default_broadcast_expire_ms: int = 120_000
     max_pull_records: int = 10_000
     max_wait_ms: int = 60_000
+    kafka_min_session_timeout_ms: int = 6_000
+    """The shortest session a Kafka JoinGroup may ask (Kafka's
+    ``group.min.session.timeout.ms``; shorter: INVALID_SESSION_TIMEOUT 26)."""
     answer_delay_s: float = 0.0
     """Fault injection: wait this long between recording a pull and answering it."""

@@ -15,8 +15,9 @@ the groups the HTTP API manages, so that a Kafka client can never corrupt one:
   coordinator checks it: an unknown member 25, another generation (-1 included) 22,
   a partition not assigned to it 22).
 
-Kafka-style groups (JoinGroup and the rest) come later; until then a member id that is
-not an HTTP group's is unknown (25).
+A Kafka group (JoinGroup and the rest, :mod:`.classic`) gets Kafka's own checks
+(``ClassicGroup.validateOffsetCommit``): a simple commit while it is Empty, else the
+member's (25, 22, 27 while CompletingRebalance).
 
 >>> await commit(runtime.groups, "g", "", -1, [StagedOffset("t", 0, 42)], missing=...)
 >>> await fetch(runtime.groups, "g", require_stable=True)   # 88 while pending
@@ -77,10 +78,15 @@ async def commit(
     offsets: Sequence[StagedOffset],
     *,
     missing: errors.KafkaError,
+    instance_id: str | None = None,
 ) -> None:
     """Commit ``offsets`` for ``group`` as Kafka would let this commit through; raises
     the Kafka error it gets instead (nothing is written then)."""
-    where = route(await groups.describe(group), group, member, generation, missing)
+    http_group = await groups.describe(group)
+    if http_group is None and groups.classic.is_kafka(group):
+        await groups.classic.commit(group, member, instance_id, generation, offsets)
+        return
+    where = route(http_group, group, member, generation, missing)
     if where is Route.STORE:
         await groups.store.commit(group, offsets)
         return

@@ -9,6 +9,8 @@ rules), without I/O or a clock: unit-tested on their own.
   what a commit takes, inflight ages and the counts of the lag view.
 * :mod:`.resets`: server-side resets of a partition and their epochs.
 * :mod:`.retention`: which state is forgotten, and when.
+* :mod:`.classic`: a Kafka classic group (JoinGroup and the rest, client-side
+  assignment) and its transitions, Kafka's ``ClassicGroup``.
 
 Modes: in **clustering** a group's partitions are spread over its live members (one
 reader per partition); in **broadcast** every member reads every partition and commits

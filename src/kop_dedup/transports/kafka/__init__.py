@@ -16,6 +16,8 @@ the runtime's admin); no business rule lives here and no Pulsar client is import
   (Metadata, FindCoordinator), :mod:`.topics` (CreateTopics, DeleteTopics),
   :mod:`.producer_ids` (InitProducerId), :mod:`.produce` (Produce), :mod:`.sasl`,
   :mod:`.fetch`, :mod:`.list_offsets`, :mod:`.offsets` (OffsetCommit, OffsetFetch),
+  :mod:`.groups` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups,
+  ListGroups),
   :mod:`.transactions` (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn);
   :mod:`.txn_codes`: what the transaction coordinator's errors are answered as, per
   API and version (Kafka's conversions, in one place).

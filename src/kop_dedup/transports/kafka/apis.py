@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
     fetch,
+    groups,
     list_offsets,
     metadata,
     offsets,
@@ -47,5 +48,6 @@ API_TABLE = build_table(
     fetch.APIS,
     list_offsets.APIS,
     offsets.APIS,
+    groups.APIS,
     transactions.APIS,
 )

@@ -92,6 +92,7 @@ async def offset_commit(session: Session, request: Any, version: int) -> Any:
                 request.generation_id_or_member_epoch,
                 staged,
                 missing=missing,
+                instance_id=getattr(request, "group_instance_id", None),
             )
         except Exception as exc:
             outcome = translate(exc, f"committing offsets of group {request.group_id!r}")

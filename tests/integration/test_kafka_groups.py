@@ -1,0 +1,287 @@
+"""Kafka consumer groups through the listener, with real clients: confluent-kafka,
+kafka-python and aiokafka members in one group split the partitions, rebalance when a
+member joins, leaves or is killed, commit, and read every record (none lost); a member
+moved to a second sidecar keeps its membership; Kafka and HTTP groups refuse each
+other's calls (23, 409)."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    OffsetCommitRequest,
+    SyncGroupRequest,
+)
+
+from tests.integration.kafka_consume import create, produce
+from tests.integration.kafka_members import Member, killable_member, split, wait_until
+from tests.kafka_tools import run_verifiable_consumer
+from tests.kafka_wire import WireClient
+from tests.sidecar import ThreadSidecar
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def kg(pulsar: Any) -> Iterator[ThreadSidecar]:
+    """A sidecar whose Kafka groups accept sessions from 1 s and sweep every 100 ms."""
+    with ThreadSidecar(
+        pulsar, kafka_group_min_session_timeout_ms=1000, group_sweep_interval_ms=100
+    ) as sc:
+        yield sc
+
+
+def _records(n: int, tag: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    return [(i % PARTITIONS, None, f"{tag}-{i}".encode()) for i in range(n)]
+
+
+def _committed(
+    bootstrap: str, topic: str, group: str, partitions: int = PARTITIONS
+) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        c.close()
+
+
+def _describe(bootstrap: str, group: str) -> Any:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    return SimpleNamespace(
+        state=described.state.name,
+        protocol_type="consumer" if described.is_simple_consumer_group is False else "",
+        members=described.members,
+    )
+
+
+def _listed(bootstrap: str) -> set[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return {g.group_id for g in admin.list_consumer_groups().result(timeout=30).valid}
+
+
+def _ends(produced: list[Any]) -> dict[int, int]:
+    ends: dict[int, int] = {}
+    for r in produced:
+        ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+    return ends
+
+
+def test_three_clients_split_a_topic_and_rebalance_on_join_and_leave(kg: ThreadSidecar):
+    bootstrap = kg.kafka_bootstrap
+    topic = create(bootstrap, PARTITIONS, "grp")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    produced = produce(bootstrap, topic, _records(120, "a"))
+    members: list[Member] = []
+    try:
+        first = Member("confluent", bootstrap, topic, group).start()
+        members.append(first)
+        wait_until(
+            lambda: first.assigned == frozenset(range(PARTITIONS)), what="one member holds all"
+        )
+        others = [Member(k, bootstrap, topic, group).start() for k in ("kafka-python", "aiokafka")]
+        members += others
+        wait_until(lambda: split(members, PARTITIONS), what="three members split the partitions")
+        described = _describe(bootstrap, group)
+        assert (described.state, described.protocol_type, len(described.members)) == (
+            "STABLE",
+            "consumer",
+            3,
+        )
+        assert group in _listed(bootstrap)
+        produced += produce(bootstrap, topic, _records(120, "b"))
+        leaving = others[0]
+        leaving.stop()  # LeaveGroup: the two left take its partitions
+        rest = [first, others[1]]
+        wait_until(lambda: split(rest, PARTITIONS), what="two members split after a leave")
+        produced += produce(bootstrap, topic, _records(120, "c"))
+        wanted = {(r.partition, r.offset) for r in produced}
+        wait_until(lambda: wanted <= {s for m in members for s in m.seen}, what="every record read")
+        for m in rest:
+            m.stop()
+        ends = _ends(produced)
+        assert _committed(bootstrap, topic, group) == ends
+        with httpx.Client(base_url=kg.url, timeout=60) as http:
+            lag = http.get(f"/v1/groups/{group}/lag")
+        assert lag.status_code == 200, lag.text
+        rows = {
+            r["partition"]: (r["committed"], r["end"], r["lag"]) for r in lag.json()["partitions"]
+        }
+        assert rows == {p: (end, end, 0) for p, end in ends.items()}
+        assert _describe(bootstrap, group).state == "EMPTY"
+    finally:
+        for m in members:
+            m.halt()
+
+
+def test_a_killed_member_is_expired_and_its_partitions_move(kg: ThreadSidecar):
+    bootstrap = kg.kafka_bootstrap
+    topic = create(bootstrap, PARTITIONS, "grk")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    survivor = Member("confluent", bootstrap, topic, group).start()
+    wait_until(lambda: survivor.assigned == frozenset(range(PARTITIONS)), what="first member")
+    victim = killable_member(bootstrap, topic, group)
+    try:
+        wait_until(
+            lambda: 0 < len(survivor.assigned) < PARTITIONS, what="the second member's share"
+        )
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        produced = produce(bootstrap, topic, _records(60, "k"))
+        wait_until(
+            lambda: survivor.assigned == frozenset(range(PARTITIONS)),
+            what="the survivor takes every partition back after the session",
+        )
+        wanted = {(r.partition, r.offset) for r in produced}
+        wait_until(lambda: wanted <= set(survivor.seen), what="the survivor reads all")
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+        survivor.stop()
+    assert _committed(bootstrap, topic, group) == _ends(produced)
+
+
+def _join(c: WireClient, group: str, member: str, session_ms: int = 6000) -> Any:
+    proto = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")
+    return c.call(
+        JoinGroupRequest(
+            group_id=group,
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=session_ms,
+            member_id=member,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[proto],
+            reason=None,
+        ),
+        5,
+    )
+
+
+def _joined(c: WireClient, group: str, session_ms: int = 6000) -> Any:
+    """KIP-394's round trip: an id first (79), then the join with it."""
+    first = _join(c, group, "", session_ms)
+    assert first.error_code == 79
+    assert first.member_id
+    answer = _join(c, group, first.member_id, session_ms)
+    assert answer.error_code == 0
+    return answer
+
+
+def test_a_member_keeps_its_membership_on_another_sidecar(kg: ThreadSidecar, pulsar: Any):
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with ThreadSidecar(pulsar) as other:
+        with WireClient(kg.kafka_bootstrap) as c:
+            joined = _joined(c, group, session_ms=30_000)
+            assert (joined.generation_id, joined.leader) == (1, joined.member_id)
+            assert _sync(c, group, joined.member_id) == (0, b"mine")
+        with WireClient(other.kafka_bootstrap) as c2:
+            _moved(other, c2, group, joined.member_id)
+
+
+def _sync(c: WireClient, group: str, member: str) -> tuple[int, bytes]:
+    sync = c.call(
+        SyncGroupRequest(
+            group_id=group,
+            generation_id=1,
+            member_id=member,
+            group_instance_id=None,
+            assignments=[
+                SyncGroupRequest.SyncGroupRequestAssignment(member_id=member, assignment=b"mine")
+            ],
+        ),
+        3,
+    )
+    return sync.error_code, bytes(sync.assignment)
+
+
+def _moved(other: ThreadSidecar, c2: WireClient, group: str, member: str) -> None:
+    """The member, at the other sidecar: its heartbeat, its assignment, its commit."""
+    beat = c2.call(
+        HeartbeatRequest(group_id=group, generation_id=1, member_id=member, group_instance_id=None),
+        3,
+    )
+    assert beat.error_code == 0
+    assert _sync(c2, group, member) == (0, b"mine")  # Stable: its own assignment again
+    stale = c2.call(
+        HeartbeatRequest(group_id=group, generation_id=0, member_id=member, group_instance_id=None),
+        3,
+    )
+    assert stale.error_code == 22
+    topic = create(other.kafka_bootstrap, 1, "grm")
+    assert _commit_code(c2, group, topic, member, 1) == 0
+
+
+def test_kafka_and_http_groups_refuse_each_other(kg: ThreadSidecar):
+    kafka_group, http_group = f"k-{uuid.uuid4().hex[:8]}", f"h-{uuid.uuid4().hex[:8]}"
+    topic = create(kg.kafka_bootstrap, 1, "grx")
+    with httpx.Client(base_url=kg.url, timeout=60) as http, WireClient(kg.kafka_bootstrap) as c:
+        joined = http.post(f"/v1/groups/{http_group}/members", json={"topics": [topic]})
+        assert joined.status_code == 200, joined.text
+        first = _join(c, http_group, "")
+        assert first.error_code == 23
+        _joined(c, kafka_group)
+        member = joined.json()["memberId"]
+        refused = http.post(f"/v1/groups/{kafka_group}/members", json={"topics": [topic]})
+        assert (refused.status_code, refused.json()["errorCode"]) == (409, 23)
+        pull = http.post(f"/v1/groups/{kafka_group}/members/{member}/pull", json={"maxRecords": 10})
+        assert (pull.status_code, pull.json()["errorCode"]) == (409, 23)
+        commit = http.post(f"/v1/groups/{kafka_group}/members/{member}/commit", json={})
+        assert (commit.status_code, commit.json()["errorCode"]) == (409, 23)
+        assert _commit_code(c, http_group, topic, "", -1) == 25  # the HTTP group's members own it
+
+
+def _commit_code(c: WireClient, group: str, topic: str, member: str, generation: int) -> int:
+    t = OffsetCommitRequest.OffsetCommitRequestTopic
+    p = t.OffsetCommitRequestPartition
+    answer = c.call(
+        OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id=member,
+            group_instance_id=None,
+            topics=[
+                t(
+                    name=topic,
+                    partitions=[
+                        p(
+                            partition_index=0,
+                            committed_offset=0,
+                            committed_leader_epoch=-1,
+                            committed_metadata="",
+                        )
+                    ],
+                )
+            ],
+        ),
+        8,
+    )
+    return int(answer.topics[0].partitions[0].error_code)
+
+
+def test_kafkas_verifiable_consumer_reads_every_record_in_a_group(kg: ThreadSidecar, tmp_path):
+    bootstrap = kg.kafka_bootstrap
+    topic = create(bootstrap, 3, "grv")
+    produced = produce(bootstrap, topic, [(i % 3, None, str(i).encode()) for i in range(300)])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumed = run_verifiable_consumer(bootstrap, topic, group, tmp_path, max_messages=300)
+    assert consumed.run is not None
+    assert consumed.run.returncode == 0, consumed.run.stderr_tail()
+    assert consumed.failed_commits == ()
+    assert sorted((r.partition, r.offset, r.value) for r in consumed.records) == sorted(
+        (r.partition, r.offset, r.value.decode()) for r in produced if r.value is not None
+    )
+    assert _committed(bootstrap, topic, group, partitions=3) == _ends(produced)
