@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from kop_dedup_tools.topics import create_topic
 from tests.helpers import gauges, uniq
 from tests.integration.groups import (
     commit,
@@ -116,8 +117,9 @@ def test_a_reset_by_timestamp_before_the_earliest_or_after_the_end_is_clamped_an
     assert values(pull(g, group, member, 100)) == ["0", "1"]  # the second producer's 0, 1
 
 
-def test_a_reset_by_timestamp_of_an_empty_partition_is_its_end(g):
+def test_a_reset_by_timestamp_of_an_empty_partition_is_its_end(g, pulsar):
     topic, group = uniq("gt"), uniq("g")
+    create_topic(pulsar.admin_url, topic, partitions=1)  # a reset creates no topic
     configure(g, group)
     resolved = reset(g, group, topic=topic, to="timestamp", value=1)["resolved"][0]
     assert (resolved["offset"], resolved["clampedTo"]) == (0, "end")
