@@ -125,8 +125,9 @@ def test_a_departed_broadcast_members_records_go_after_broadcast_expire_ms(api, 
     assert api.get(f"/v1/groups/{group}").status_code == 200
 
 
-def sizes(sc: ThreadSidecar) -> dict[str, int]:
-    """What a sidecar keeps per group, member or partition (having read the whole log)."""
+def sizes(sc: ThreadSidecar, groups: set[str]) -> dict[str, int]:
+    """What a sidecar keeps of ``groups`` (having read the whole log), and the member
+    locks and readers it holds for any group."""
 
     async def measure() -> dict[str, int]:
         rt = sc.runtime
@@ -134,11 +135,11 @@ def sizes(sc: ThreadSidecar) -> dict[str, int]:
             await rt.offsets.read_partition(p)
         await rt.group_lag.refresh()
         return {
-            "store keys": rt.offsets.keys_held(),
+            "store keys": sum(len(rt.offsets.docs(g)) for g in groups),
             "member locks": rt.groups.member_locks(),
             "readers": rt.groups.open_readers(),
-            "subscriptions followed": rt.group_lag.followed(),
-            "lag rows": len(rt.group_lag.rows),
+            "subscriptions followed": rt.group_lag.followed(groups),
+            "lag rows": sum(1 for row in rt.group_lag.rows if row.group in groups),
         }
 
     return sc.call(measure())
@@ -147,8 +148,8 @@ def sizes(sc: ThreadSidecar) -> dict[str, int]:
 def test_many_groups_through_two_sidecars_leave_no_state_behind(pulsar):
     """Rounds of 40 groups, each with a member that pulls and commits through one
     sidecar and leaves through the other (or misses its session): once they are
-    forgotten, neither sidecar holds a member's lock or reader, nor more keys, lag rows
-    or followed subscriptions than after the first round."""
+    forgotten, neither sidecar holds a member's lock or reader, nor a key, lag row or
+    followed subscription of any of them, round after round."""
     topic = uniq("gk")
     settings = {**FAST, "group_reader_idle_ms": 500}
     with (
@@ -158,10 +159,10 @@ def test_many_groups_through_two_sidecars_leave_no_state_behind(pulsar):
         httpx.Client(base_url=two.url, timeout=60) as o,
     ):
         produce(api, topic, 5)
-        after: list[dict[str, dict[str, int]]] = []
-        idle = {"member locks": 0, "readers": 0}
+        ours: set[str] = set()
         for _ in range(3):
             groups = [uniq("g") for _ in range(40)]
+            ours.update(groups)
             for i, group in enumerate(groups):
                 configure(api, group, sessionTimeoutMs=60_000)
                 member = join(api, group, [topic])["memberId"]
@@ -170,7 +171,8 @@ def test_many_groups_through_two_sidecars_leave_no_state_behind(pulsar):
                 assert offsets(pull(o, group, member, 5, wait_ms=20_000)) == list(range(5))
                 assert commit(o, group, member).status_code == 200
                 if i % 2 == 0:
-                    assert api.delete(f"/v1/groups/{group}/members/{member}").status_code == 200
+                    left = api.delete(f"/v1/groups/{group}/members/{member}")
+                    assert left.status_code == 200, left.text
                 else:  # its session ends now: the owner's sweep expires it
                     configure(api, group, sessionTimeoutMs=100)
 
@@ -180,12 +182,9 @@ def test_many_groups_through_two_sidecars_leave_no_state_behind(pulsar):
             poll("the round's groups to be forgotten", forgotten, timeout=60)
 
             def settled() -> dict[str, dict[str, int]] | None:
-                now = {"one": sizes(one), "two": sizes(two)}
-                per_member = [{k: s[k] for k in idle} for s in now.values()]
-                return now if per_member == [idle, idle] else None
+                now = {"one": sizes(one, ours), "two": sizes(two, ours)}
+                return now if all(not any(held.values()) for held in now.values()) else None
 
-            after.append(poll("what the groups held to go", settled, timeout=30))
-        print(f"\nheld after each round: {after}")
-        for later in after[1:]:  # groups of other tests may be forgotten meanwhile: not more
-            for name, held in later.items():
-                assert all(held[k] <= after[0][name][k] for k in held), (name, held, after[0])
+            # the state of groups of other tests depends on which sidecar owns their
+            # partitions at the moment: what counts is that nothing of these is kept
+            poll("what the groups held to go", settled, timeout=30)

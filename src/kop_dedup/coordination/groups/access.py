@@ -45,7 +45,12 @@ class StoreAccess(Protocol):
     async def durable(self, p: int) -> None: ...
 
     async def owned(
-        self, group: str, change: Callable[[int], Awaitable[Any]], *, caught_up: bool = False
+        self,
+        group: str,
+        change: Callable[[int], Awaitable[Any]],
+        *,
+        caught_up: bool = False,
+        take: bool = True,
     ) -> Any: ...
 
     async def write(self, p: int, k: str, doc: Doc) -> Doc: ...

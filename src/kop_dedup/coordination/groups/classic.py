@@ -281,23 +281,26 @@ class ClassicGroups:
 
     # -- sessions -----------------------------------------------------------------------------
 
-    async def _expire(self, group_id: str) -> None:
+    async def _expire(self, group_id: str, *, take: bool = True) -> None:
+        """``take=False`` from the sweep: only as the partition's owner already."""
+
         async def change(p: int) -> None:
             group = self.group(group_id)
             after = None if group is None else group.expire(now_ms())
             if after is not None:
                 await self._write(p, group_id, after)
 
-        await self.store.owned(group_id, change)
+        await self.store.owned(group_id, change, take=take)
 
     async def sweep(self, partition: int) -> None:
         """Members past their session removed (a rebalance follows), rounds past their
-        deadline completed: on a store partition this sidecar owns."""
+        deadline completed: on a store partition this sidecar owns (NOT_COORDINATOR
+        once it moved: the sweep never takes a partition)."""
         now = now_ms()
         for group_id in self.store.groups_in(partition):
             group = self.group(group_id)
             if group is not None and group.expire(now) is not None:
-                await self._expire(group_id)
+                await self._expire(group_id, take=False)
 
     # -- offsets ------------------------------------------------------------------------------
 

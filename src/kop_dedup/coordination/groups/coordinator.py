@@ -343,11 +343,14 @@ class GroupCoordinator:
         for p in range(self.store.parts.count):
             if not self.store.parts.owned(p):
                 continue
-            for group_id in self.store.groups_in(p):
-                group = self.group(group_id)
-                if group is not None and group.expire(now) is not None:
-                    await self._expire(group_id)
-            await self.classic.sweep(p)
+            try:
+                for group_id in self.store.groups_in(p):
+                    group = self.group(group_id)
+                    if group is not None and group.expire(now) is not None:
+                        await self._expire(group_id)
+                await self.classic.sweep(p)
+            except errors.NotCoordinator:  # moved meanwhile: its new owner sweeps it
+                continue
         self.readers.reap()
 
     async def _expire(self, group_id: str) -> None:
@@ -361,7 +364,7 @@ class GroupCoordinator:
             await self._send_back(p, group_id, before, back)
             return gone
 
-        gone: list[str] = await self.store.owned(group_id, change)
+        gone: list[str] = await self.store.owned(group_id, change, take=False)
         for member in gone:
             self.readers.drop(group_id, member)
         if gone:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Collection
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
@@ -60,9 +61,11 @@ class GroupLag:
         """Where each followed subscription was last moved (groups of owned partitions
         only: rebuilt each round)."""
 
-    def followed(self) -> int:
-        """Subscriptions this sidecar follows (bounded state)."""
-        return len(self._cursor_at)
+    def followed(self, groups: Collection[str] | None = None) -> int:
+        """Subscriptions this sidecar follows (bounded state), of ``groups`` if given."""
+        if groups is None:
+            return len(self._cursor_at)
+        return sum(1 for group, _ in self._cursor_at if group in groups)
 
     # -- the numbers --------------------------------------------------------------------------
 

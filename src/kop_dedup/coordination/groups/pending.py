@@ -151,7 +151,7 @@ class PendingOffsets:
                 await store.remove(p, k)
                 return 1
 
-            removed += await store.owned(group, change)
+            removed += await store.owned(group, change, take=False)
         if removed:
             log.warning(
                 "consumer groups: removed %d pending-offset markers whose transaction had "

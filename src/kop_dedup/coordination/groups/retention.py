@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.coordinator import GroupCoordinator
 from kop_dedup.coordination.groups.state import GroupState
@@ -63,19 +64,26 @@ class GroupRetention:
         await groups.store.sweep()
         now = now_ms()
         for group_id in await groups.owned_groups():
-            state = groups.state(group_id)
-            if self._expired(state, now):
-                await self._forget(group_id)
-            elif state.group is not None and departed_broadcast_members(
-                state.group, state.last_seen(), now
-            ):
-                await self._forget_members(group_id)
-            elif (
-                state.group is not None
-                and not state.group.members
-                and not any(t is not None for t in [state.group.changed_ms, *state.activity()])
-            ):
-                await self._start_clock(group_id)
+            try:
+                await self._sweep_group(group_id, now)
+            except errors.NotCoordinator:  # moved since: its new owner sweeps it
+                continue
+
+    async def _sweep_group(self, group_id: str, now: int) -> None:
+        groups = self._groups
+        state = groups.state(group_id)
+        if self._expired(state, now):
+            await self._forget(group_id)
+        elif state.group is not None and departed_broadcast_members(
+            state.group, state.last_seen(), now
+        ):
+            await self._forget_members(group_id)
+        elif (
+            state.group is not None
+            and not state.group.members
+            and not any(t is not None for t in [state.group.changed_ms, *state.activity()])
+        ):
+            await self._start_clock(group_id)
 
     async def _forget(self, group_id: str) -> None:
         groups = self._groups
@@ -89,7 +97,7 @@ class GroupRetention:
                 await groups.store.remove(p, key(*k))
             return tps
 
-        tps: list[TopicPartition] | None = await groups.store.owned(group_id, change)
+        tps: list[TopicPartition] | None = await groups.store.owned(group_id, change, take=False)
         if tps is None:
             return
         groups.readers.drop(group_id)
@@ -122,7 +130,7 @@ class GroupRetention:
                     await groups.store.write(p, key("r", group_id, tp[0], tp[1]), kept.to_doc())
             return gone
 
-        gone: list[str] = await groups.store.owned(group_id, change)
+        gone: list[str] = await groups.store.owned(group_id, change, take=False)
         for member in gone:
             groups.readers.drop(group_id, member)
         if gone:
@@ -138,4 +146,4 @@ class GroupRetention:
                 timed = replace(group, changed_ms=now_ms())
                 await groups.store.write(p, key("g", group_id), timed.to_doc())
 
-        await groups.store.owned(group_id, change)
+        await groups.store.owned(group_id, change, take=False)

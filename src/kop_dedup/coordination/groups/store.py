@@ -181,6 +181,13 @@ class GroupStore:
             self._clean.taken(p, orphan=not live)
         await self._clean.recover(p)
 
+    async def _keep(self, p: int) -> None:
+        """As the owner already (lock held, caught up), never taking the partition:
+        NOT_COORDINATOR when another sidecar took it or a write of ours failed."""
+        if p in self._broken or not await self.parts.still_owned(p, caught_up=True):
+            raise errors.NotCoordinator(f"consumer groups: partition {p} moved")
+        await self._clean.recover(p)
+
     async def _reread(self, p: int) -> None:
         """A write of ours to ``p`` failed, so the view may hold what is not stored: read
         the partition again from its start, as its owner again (lock held). The previous
@@ -262,7 +269,12 @@ class GroupStore:
     # -- changing -------------------------------------------------------------------------
 
     async def owned(
-        self, group: str, change: Callable[[int], Awaitable[Any]], *, caught_up: bool = False
+        self,
+        group: str,
+        change: Callable[[int], Awaitable[Any]],
+        *,
+        caught_up: bool = False,
+        take: bool = True,
     ) -> Any:
         """Run ``change(partition)`` as the owner of the group's partition, under its lock;
         when another sidecar takes the partition meanwhile, take it back and run it again
@@ -279,22 +291,31 @@ class GroupStore:
         ``caught_up``: an earlier change of the same request caught up already (a pull
         records what it planned): a takeover since then fails this change's write, as
         above, so it needs no second round trip. A change that answers something must
-        then write it (a pull's record does)."""
+        then write it (a pull's record does).
+
+        ``take=False``: background work (session and retention sweeps), which runs on
+        the partitions this sidecar owns and must never take one: a sweep that took the
+        partition back from the sidecar a client is using would fence it, and two such
+        sidecars ping-pong until the client's request gives up. It runs ``change`` once
+        if this sidecar still owns the partition, else raises NOT_COORDINATOR (the owner
+        sweeps it)."""
         p = self.partition_of(group)
-        for attempt in range(_TAKEOVER_ATTEMPTS):
+        for attempt in range(_TAKEOVER_ATTEMPTS if take else 1):
             owner = self.parts.owned(p) and p not in self._broken
+            if not take and not owner:
+                raise errors.NotCoordinator(f"consumer groups: partition {p} is not ours")
             if owner and not (caught_up and attempt == 0):
                 await self.parts.read(p)
             try:
                 async with self.parts.lock(p):
-                    await self._take(p, caught_up=owner)
+                    await (self._take(p, caught_up=owner) if take else self._keep(p))
                     result = await change(p)
                     self._keep_floor(p)
                 # the lock is not held while the change's writes travel: the next change
                 # builds on them (the view has them) and answers once they are stored too
                 await self.durable(p)
             except errors.NotCoordinator:  # another sidecar took it (or took it first)
-                if attempt + 1 == _TAKEOVER_ATTEMPTS:
+                if not take or attempt + 1 == _TAKEOVER_ATTEMPTS:
                     raise
                 continue
             return result
