@@ -82,6 +82,7 @@ def test_sigterm_while_the_broker_does_not_answer_stops_within_the_shutdown_time
         assert sc.proc is not None
         pulsar_control.pause()
         try:
+            signalled_ms = int(time.time() * 1000)
             signalled = time.monotonic()
             sc.proc.send_signal(signal.SIGTERM)
             try:
@@ -101,11 +102,14 @@ def test_sigterm_while_the_broker_does_not_answer_stops_within_the_shutdown_time
     # when it resumes: then the records answered (4-6) are with the client and not sent
     # again; when it did not, the next owner recovers the partition and sends them again
     # (the broker takes in what the dead sidecar left in its socket as it resumes: read
-    # the marker until two reads a second apart agree, before the next owner starts)
-    clean = closed_cleanly(pulsar_reader_client, group)
+    # the markers until two reads a second apart agree, before the next owner starts).
+    # Another sidecar of the test session may adopt the partition meanwhile and clear
+    # the marker as it takes it: what counts is whether the stopping sidecar wrote one
+    clean = closed_cleanly(pulsar_reader_client, group, since_ms=signalled_ms)
     while True:
         time.sleep(1.0)
-        if (later := closed_cleanly(pulsar_reader_client, group)) == clean:
+        later = closed_cleanly(pulsar_reader_client, group, since_ms=signalled_ms)
+        if later == clean:
             break
         clean = later
     with ThreadSidecar(pulsar_control, coordinator_adopt_interval_ms=300) as nxt:
@@ -117,22 +121,25 @@ def test_sigterm_while_the_broker_does_not_answer_stops_within_the_shutdown_time
     assert again == ([7, 8, 9] if clean else [4, 5, 6, 7, 8, 9])
 
 
-def closed_cleanly(client: pulsar_client.Client, group: str) -> bool:
-    """Whether the last owner of the group's store partition marked it closed cleanly."""
+def closed_cleanly(client: pulsar_client.Client, group: str, since_ms: int) -> bool:
+    """Whether an owner of the group's store partition marked it closed cleanly at or
+    after ``since_ms`` (the marker says when it was written)."""
     partition = partition_of(group, Settings().offsets_partitions)
     topic = f"persistent://public/{Settings().system_namespace}/consumer-groups"
     reader = client.create_reader(
         f"{topic}-partition-{partition}", pulsar_client.MessageId.earliest
     )
-    marker: dict[str, object] = {}
+    marked = False
     try:
         while reader.has_message_available():
             msg = reader.read_next(10_000)
             if msg.partition_key() == '["c",""]' and msg.data():
                 marker = json.loads(msg.data())
+                if marker.get("clean") and int(marker.get("atMs", 0)) >= since_ms:
+                    marked = True
     finally:
         reader.close()
-    return bool(marker.get("clean"))
+    return marked
 
 
 def test_a_pull_cut_off_by_a_stop_is_sent_again_by_the_next_owner(pulsar, tmp_path):
