@@ -181,7 +181,7 @@ class GroupCoordinator:
             if not self.store.parts.owned(p):
                 continue
             try:
-                await self.store.read_partition(p)
+                await self.store.read_partition(p, take=False)
             except Exception as exc:  # one partition's trouble does not hide the others
                 log.debug("consumer groups: reading partition %d: %r", p, exc)
                 continue
@@ -324,12 +324,18 @@ class GroupCoordinator:
             )
 
     async def leave(self, group_id: str, member: str) -> None:
+        written = False
+
         async def change(p: int) -> None:
+            nonlocal written
             before = self.group(group_id)
+            if written and (before is None or member not in before.members):
+                return  # a try whose write failed in doubt was stored: it left
             if before is None:
                 self._not_kafka(group_id)
                 raise StaleMember.unknown(group_id, member)
             group, back = before.leave(group_id, member, now_ms=now_ms())
+            written = True
             await self._write_group(p, group_id, group)
             await self._send_back(p, group_id, before, back)
 

@@ -258,11 +258,15 @@ class GroupStore:
         sidecar's own stored, too)."""
         await self.read_partition(self.partition_of(group))
 
-    async def read_partition(self, p: int) -> None:
-        """:meth:`read` for every group of partition ``p`` at once."""
+    async def read_partition(self, p: int, *, take: bool = True) -> None:
+        """:meth:`read` for every group of partition ``p`` at once. A partition with a
+        failed write of ours is read again as its owner first; ``take=False``
+        (background work) only while no other sidecar took it since (else it raises
+        the failure, and the partition is left to the next request)."""
         if p in self._broken:
             async with self.parts.lock(p):
-                await self._take(p)
+                if p in self._broken and (take or await self.parts.still_owned(p)):
+                    await self._take(p)
         await self.parts.read(p)
         await self.durable(p)
 
