@@ -10,7 +10,6 @@ import signal
 import time
 
 import pytest
-from confluent_kafka import TopicPartition
 
 from kop_dedup_tools.launcher import free_port
 from tests.kafka_conformance import (
@@ -21,14 +20,13 @@ from tests.kafka_conformance import (
     observe_both,
     records,
 )
+from tests.kafka_copier import copy_exactly_once_through_aborts
 from tests.kafka_tools import (
     ToolTimeout,
-    copier_report,
     producer_report,
     run_producer_performance,
     run_verifiable_consumer,
     run_verifiable_producer,
-    start_transactional_message_copier,
     start_verifiable_producer,
 )
 
@@ -116,43 +114,7 @@ def test_producer_performance_counts_what_the_topic_holds(kafka, tmp_path):
 
 
 def test_transactional_message_copier_copies_a_topic_exactly_once_through_aborts(kafka, tmp_path):
-    source = kafka.create_topic(partitions=2, stem="in")
-    target = kafka.create_topic(partitions=2, stem="out")
-    seeded = records(2, 300)
-    assert not [r for r in kafka.produce(source, seeded, enable_idempotence=True) if r.error]
-    group = kafka.unique("copier")
-    copiers = [
-        start_transactional_message_copier(
-            kafka.bootstrap,
-            source,
-            p,
-            target,
-            kafka.unique(f"copier-{p}"),
-            group,
-            tmp_path,
-            transaction_size=50,
-            use_group_metadata=True,
-            random_aborts=True,  # about a third of the transactions abort and are redone
-        )
-        for p in range(2)
-    ]
-    try:
-        runs = [copier.wait(timeout=120) for copier in copiers]
-    finally:
-        for copier in copiers:
-            copier.kill()
-    for report in (copier_report(run.events, run) for run in runs):
-        assert report.run.returncode == 0, report.run.stderr_tail()
-        assert report.shutdown_complete
-        assert report.total_processed == 300
-    assert keys_values(kafka.read(target, 2)) == by_partition(seeded)
-    # the offsets went with the transactions: the group has consumed every input record
-    consumer = kafka.consumer(group_id=group)
-    try:
-        committed = consumer.committed([TopicPartition(source, p) for p in range(2)], timeout=30)
-    finally:
-        consumer.close()
-    assert {tp.partition: tp.offset for tp in committed} == {0: 300, 1: 300}
+    copy_exactly_once_through_aborts(kafka, tmp_path, timeout=120)
 
 
 def test_a_tool_past_its_deadline_is_killed_and_says_what_it_printed(tmp_path):

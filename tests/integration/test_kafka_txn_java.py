@@ -7,13 +7,11 @@ output, the group's offsets what was consumed."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import TopicPartition
 
-from tests.kafka_conformance import Target, by_partition, keys_values, records
+from tests.kafka_conformance import Target
+from tests.kafka_copier import copy_exactly_once_through_aborts
 from tests.kafka_tools import (
-    copier_report,
     run_producer_performance,
-    start_transactional_message_copier,
 )
 
 pytestmark = pytest.mark.integration
@@ -27,42 +25,7 @@ def listener(sidecar_kafka: str) -> Target:
 def test_transactional_message_copier_copies_a_topic_exactly_once_through_aborts(
     listener, tmp_path
 ):
-    source = listener.create_topic(partitions=2, stem="in")
-    target = listener.create_topic(partitions=2, stem="out")
-    seeded = records(2, 300)
-    assert not [r for r in listener.produce(source, seeded, enable_idempotence=True) if r.error]
-    group = listener.unique("copier")
-    copiers = [
-        start_transactional_message_copier(
-            listener.bootstrap,
-            source,
-            p,
-            target,
-            listener.unique(f"copier-{p}"),
-            group,
-            tmp_path,
-            transaction_size=50,
-            use_group_metadata=True,
-            random_aborts=True,  # about a third of the transactions abort and are redone
-        )
-        for p in range(2)
-    ]
-    try:
-        runs = [copier.wait(timeout=180) for copier in copiers]
-    finally:
-        for copier in copiers:
-            copier.kill()
-    for report in (copier_report(run.events, run) for run in runs):
-        assert report.run.returncode == 0, report.run.stderr_tail()
-        assert report.shutdown_complete
-        assert report.total_processed == 300
-    assert keys_values(listener.read(target, 2)) == by_partition(seeded)
-    consumer = listener.consumer(group_id=group)
-    try:
-        committed = consumer.committed([TopicPartition(source, p) for p in range(2)], timeout=30)
-    finally:
-        consumer.close()
-    assert {tp.partition: tp.offset for tp in committed} == {0: 300, 1: 300}
+    copy_exactly_once_through_aborts(listener, tmp_path, timeout=180)
 
 
 def test_producer_performance_in_transactions_commits_every_record_once(listener, tmp_path):
