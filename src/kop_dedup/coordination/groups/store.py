@@ -160,9 +160,15 @@ class GroupStore:
             log.warning("consumer groups: who writes partition %d? %r; recovering it", p, exc)
             return []
 
-    async def _take(self, p: int, *, caught_up: bool = False) -> None:
+    async def _take(self, p: int, *, caught_up: bool = False, take: bool = True) -> None:
         """Own partition ``p`` (lock held); a new owner's recovery runs before returning.
-        ``caught_up``: read since the request began (see :meth:`owned`)."""
+        ``caught_up``: read since the request began (see :meth:`owned`). ``take=False``:
+        never take it: NOT_COORDINATOR when another sidecar took it or a write of ours
+        failed."""
+        if not take and (
+            p in self._broken or not await self.parts.still_owned(p, caught_up=caught_up)
+        ):
+            raise errors.NotCoordinator(f"consumer groups: partition {p} is not ours")
         if p in self._broken:
             await self._reread(p)
         if not await self.parts.still_owned(p, caught_up=caught_up):
@@ -179,13 +185,6 @@ class GroupStore:
                 self._on_demand.pop(p, None)
                 raise
             self._clean.taken(p, orphan=not live)
-        await self._clean.recover(p)
-
-    async def _keep(self, p: int) -> None:
-        """As the owner already (lock held, caught up), never taking the partition:
-        NOT_COORDINATOR when another sidecar took it or a write of ours failed."""
-        if p in self._broken or not await self.parts.still_owned(p, caught_up=True):
-            raise errors.NotCoordinator(f"consumer groups: partition {p} moved")
         await self._clean.recover(p)
 
     async def _reread(self, p: int) -> None:
@@ -306,13 +305,11 @@ class GroupStore:
         p = self.partition_of(group)
         for attempt in range(_TAKEOVER_ATTEMPTS if take else 1):
             owner = self.parts.owned(p) and p not in self._broken
-            if not take and not owner:
-                raise errors.NotCoordinator(f"consumer groups: partition {p} is not ours")
             if owner and not (caught_up and attempt == 0):
                 await self.parts.read(p)
             try:
                 async with self.parts.lock(p):
-                    await (self._take(p, caught_up=owner) if take else self._keep(p))
+                    await self._take(p, caught_up=owner, take=take)
                     result = await change(p)
                     self._keep_floor(p)
                 # the lock is not held while the change's writes travel: the next change
