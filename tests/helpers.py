@@ -23,6 +23,21 @@ def b64(data: bytes | str) -> str:
     return base64.b64encode(data).decode()
 
 
+def one_batch(**over: Any) -> dict[str, Any]:
+    """A JSON batch of one record (value ``v``) of producer 17 at sequence 0 on ``t``-0;
+    fields in ``over`` replace the defaults."""
+    return {
+        "topic": "t",
+        "partition": 0,
+        "producerId": 17,
+        "producerEpoch": 0,
+        "baseSequence": 0,
+        "lastSequence": 0,
+        "records": [{"value": b64(b"v")}],
+        **over,
+    }
+
+
 def batch(
     topic: str,
     pid: int,

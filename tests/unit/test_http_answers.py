@@ -3,26 +3,13 @@ service's result object, never from codes written by hand."""
 
 from __future__ import annotations
 
-import base64
-
 import pytest
 
 from kop_dedup import errors
 from kop_dedup.produce.service import BatchResult
 from kop_dedup.pulsar.failures import translate
+from tests.helpers import one_batch
 from tests.unit.asgi import Client
-
-
-def one_batch(topic: str = "t") -> dict[str, object]:
-    return {
-        "topic": topic,
-        "partition": 0,
-        "producerId": 17,
-        "producerEpoch": 0,
-        "baseSequence": 0,
-        "lastSequence": 0,
-        "records": [{"value": base64.b64encode(b"v").decode()}],
-    }
 
 
 def test_init_producer_id_success_is_kafkas_none():

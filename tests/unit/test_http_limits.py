@@ -4,26 +4,13 @@ naming the field), and the caps on ``timeoutMs`` and ``waitMs`` are the settings
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import pytest
 
 from kop_dedup import errors
+from tests.helpers import one_batch
 from tests.unit.asgi import Client
-
-
-def one_batch(**over: Any) -> dict[str, Any]:
-    return {
-        "topic": "t",
-        "partition": 0,
-        "producerId": 17,
-        "producerEpoch": 0,
-        "baseSequence": 0,
-        "lastSequence": 0,
-        "records": [{"value": base64.b64encode(b"v").decode()}],
-        **over,
-    }
 
 
 def refused(r: Any, field: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kop_dedup import errors
+from tests.helpers import one_batch
 from tests.unit.asgi import Client, StubService
 
 
@@ -31,20 +32,6 @@ def service(client: Client) -> StubService:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-def one_batch(**over: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "topic": "t",
-        "partition": 0,
-        "producerId": 17,
-        "producerEpoch": 0,
-        "baseSequence": 0,
-        "lastSequence": 0,
-        "records": [{"value": b64(b"v")}],
-    }
-    doc.update(over)
-    return doc
 
 
 REQUIRED_BATCH_FIELDS = [
