@@ -94,6 +94,26 @@ def new_pid(api: httpx.Client) -> int:
     return int(body["producerId"])
 
 
+RETRIABLE_INIT = frozenset({6, 7, 15, 16, 51, 56})
+"""Answers to init-producer-id a client retries (README: broker trouble 6/7/56, a
+coordinator moving 15/16, the last transaction still being applied 51)."""
+
+
+def init_txn(api: httpx.Client, tid: str, timeout: float = 30.0, **extra: Any) -> tuple[int, int]:
+    """(producer id, epoch) for ``tid``, retrying what a client retries; any other
+    answer fails the test with the body (never a -1 carried into the next request)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = api.post("/v1/init-producer-id", json={"transactionalId": tid, **extra})
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        if body["errorCode"] in RETRIABLE_INIT and time.monotonic() < deadline:
+            time.sleep(0.1)
+            continue
+        assert body["errorCode"] == 0, body
+        return int(body["producerId"]), int(body["producerEpoch"])
+
+
 def uniq(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

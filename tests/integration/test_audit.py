@@ -25,7 +25,7 @@ from kop_dedup.coordination.transactions.journal import (
 from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
 from kop_dedup.pulsar.wire import encode_key, encode_properties
 from kop_dedup_tools.topics import create_topic
-from tests.helpers import batch, delete_namespace, new_pid, read_all, uniq, wait_until
+from tests.helpers import batch, delete_namespace, init_txn, new_pid, read_all, uniq, wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -315,12 +315,6 @@ def transaction(
     assert post(api, "/v1/end-txn", body)["errorCode"] == 0
     done = "CompleteCommit" if commit else "CompleteAbort"
     wait_until(done, lambda: api.get(f"/v1/transactions/{tid}").json()["state"] == done, 30)
-
-
-def init_txn(api: httpx.Client, tid: str) -> tuple[int, int]:
-    body = post(api, "/v1/init-producer-id", {"transactionalId": tid})
-    assert body["errorCode"] == 0, body
-    return body["producerId"], body["producerEpoch"]
 
 
 def send_copy(

@@ -21,7 +21,7 @@ from kop_dedup.protocol.transactions import TxnState
 from kop_dedup.pulsar.wire import PROP_ENTRY_FORMAT, WHOLE_BATCH
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
-from tests.helpers import batch, read_all, uniq, wait_until
+from tests.helpers import batch, init_txn, read_all, uniq, wait_until
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -43,8 +43,7 @@ def post(api: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
 
 def commit_rounds(api: httpx.Client, tid: str, topics: list[str], rounds: int) -> tuple[int, int]:
     """``rounds`` committed transactions, each 2 batches of 2 records per topic."""
-    body = post(api, "/v1/init-producer-id", {"transactionalId": tid})
-    pid, epoch = body["producerId"], body["producerEpoch"]
+    pid, epoch = init_txn(api, tid)
     for r in range(rounds):
         batches = [batch(t, pid, 4 * r + 2 * i, 2, epoch=epoch) for t in topics for i in (0, 1)]
         results = post(api, "/v1/produce", {"transactionalId": tid, "batches": batches})["results"]
@@ -191,8 +190,7 @@ def test_end_txn_waits_for_a_batch_of_its_transaction_still_in_flight(pulsar, pu
         ThreadSidecar(pulsar, reorder_window_ms=1500) as sc,
         httpx.Client(base_url=sc.url, timeout=60) as api,
     ):
-        body = post(api, "/v1/init-producer-id", {"transactionalId": tid})
-        pid, epoch = body["producerId"], body["producerEpoch"]
+        pid, epoch = init_txn(api, tid)
         first = post(
             api,
             "/v1/produce",
@@ -242,8 +240,7 @@ def test_a_transaction_whose_first_batches_arrive_at_once_commits_each_once(
     transaction, and the commit copies every batch once, in sequence order."""
     tid, topics = uniq("tx"), [uniq("a"), uniq("b")]
     with httpx.Client(base_url=copies_sidecar.url, timeout=60) as api:
-        body = post(api, "/v1/init-producer-id", {"transactionalId": tid})
-        pid, epoch = body["producerId"], body["producerEpoch"]
+        pid, epoch = init_txn(api, tid)
     codes: list[int] = []
 
     def produce(i: int) -> None:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kop_dedup import errors
-from tests.helpers import b64, delete_namespace, read_all, uniq, wait_until
+from tests.helpers import b64, delete_namespace, init_txn, read_all, uniq, wait_until
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -30,12 +30,6 @@ def post(api: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
     r = api.post(path, json=body)
     assert r.status_code == 200, r.text
     return r.json()
-
-
-def init(api: httpx.Client, tid: str) -> tuple[int, int]:
-    body = post(api, "/v1/init-producer-id", {"transactionalId": tid})
-    assert body["errorCode"] == 0, body
-    return body["producerId"], body["producerEpoch"]
 
 
 def sized_batch(topic: str, pid: int, epoch: int, base: int, n: int, size: int) -> dict[str, Any]:
@@ -74,7 +68,7 @@ def test_a_commit_of_a_long_transactional_id_is_visible_whole_once(
     mark): CompleteCommit with 1 record of 2,001 visible."""
     tid, topic = long_id(3000), uniq("a")
     with httpx.Client(base_url=limits_sidecar.url, timeout=60) as api:
-        pid, epoch = init(api, tid)
+        pid, epoch = init_txn(api, tid)
         first = post(
             api,
             "/v1/produce",
@@ -114,7 +108,7 @@ def test_a_batch_whose_copy_could_not_be_stored_is_refused_at_produce_naming_the
         ThreadSidecar(pulsar, pulsar_max_message_bytes=limit, max_batch_bytes=limit) as sc,
         httpx.Client(base_url=sc.url, timeout=60) as api,
     ):
-        pid, epoch = init(api, tid)
+        pid, epoch = init_txn(api, tid)
         # 150 records of 100 bytes: the batch's own entry is under 60 KB, its copy not
         big = sized_batch(topic, pid, epoch, 0, 150, 100)
         answer = post(api, "/v1/produce", {"transactionalId": tid, "batches": [big]})
@@ -150,7 +144,7 @@ def test_a_copy_that_failed_is_never_skipped_by_a_later_one_stored(pulsar, pulsa
             ) as sc,
             httpx.Client(base_url=sc.url, timeout=60) as api,
         ):
-            pid, epoch = init(api, tid)
+            pid, epoch = init_txn(api, tid)
             # 10,000 records of 400 bytes: a 4 MB journal entry, a 6 MB copy
             batches = [
                 sized_batch(topic, pid, epoch, 0, 10_000, 400),
@@ -206,7 +200,7 @@ def test_a_batch_whose_copy_failed_below_a_stored_one_is_copied_again_and_lands_
             return producer
 
         publisher.create = create_losing_one
-        pid, epoch = init(api, tid)
+        pid, epoch = init_txn(api, tid)
         for b in (
             sized_batch(topic, pid, epoch, 0, 3, 10),
             sized_batch(topic, pid, epoch, 3, 2, 10),

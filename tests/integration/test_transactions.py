@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kop_dedup.coordination.transactions.journal import PROP_TXN_ID, PROP_TXN_ORDINAL
-from tests.helpers import batch, read_all, uniq, wait_until
+from tests.helpers import batch, init_txn, read_all, uniq, wait_until
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -32,12 +32,6 @@ def txn_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
 def tapi(txn_sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=txn_sidecar.url, timeout=60) as client:
         yield client
-
-
-def init(api: httpx.Client, tid: str, **extra: Any) -> tuple[int, int]:
-    body = api.post("/v1/init-producer-id", json={"transactionalId": tid, **extra}).json()
-    assert body["errorCode"] == 0, body
-    return body["producerId"], body["producerEpoch"]
 
 
 def tproduce(api: httpx.Client, tid: str, *batches: dict[str, Any]) -> list[dict[str, Any]]:
@@ -67,7 +61,7 @@ def values(client: Any, topic: str, partition: int = 0) -> list[str]:
 
 def test_a_committed_transaction_across_topics_becomes_visible_whole(tapi, pulsar_reader_client):
     tid, a, b = uniq("tx"), uniq("a"), uniq("b")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     answers = tproduce(
         tapi,
         tid,
@@ -93,7 +87,7 @@ def test_a_transaction_with_a_single_record_on_a_partition_commits(tapi, pulsar_
     """One record is a whole partition's share: its copy producer still opens (the
     client refuses a batch container of one message)."""
     tid, a, b = uniq("tx"), uniq("a"), uniq("b")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     answers = tproduce(
         tapi, tid, batch(a, pid, 0, 1, epoch=epoch), batch(b, pid, 0, 2, epoch=epoch)
     )
@@ -110,7 +104,7 @@ def test_a_batch_refused_for_a_missing_partition_does_not_join_the_transaction(
     """A batch answered 3 (its partition does not exist) was never journaled: its
     partition is not in the transaction, which commits only what was journaled."""
     tid, a, b = uniq("tx"), uniq("a"), uniq("b")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     answers = tproduce(
         tapi,
         tid,
@@ -128,7 +122,7 @@ def test_a_batch_refused_for_a_missing_partition_does_not_join_the_transaction(
 
 def test_a_malformed_batch_refused_87_does_not_join_the_transaction(tapi, pulsar_reader_client):
     tid, a, b = uniq("tx"), uniq("a"), uniq("b")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     bad = {**batch(b, pid, 0, 2, epoch=epoch), "lastSequence": 5}  # 2 records, not 6
     answers = tproduce(tapi, tid, batch(a, pid, 0, 1, epoch=epoch), bad)
     assert [r["errorCode"] for r in answers] == [0, 87], answers
@@ -140,7 +134,7 @@ def test_a_malformed_batch_refused_87_does_not_join_the_transaction(tapi, pulsar
 
 def test_an_aborted_transaction_stays_invisible(tapi, pulsar_reader_client):
     tid, a = uniq("tx"), uniq("a")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 0, 3, epoch=epoch))] == [0]
     assert end(tapi, tid, pid, epoch, False)["errorCode"] == 0
     wait_until("the abort to complete", lambda: state(tapi, tid)["state"] == "CompleteAbort")
@@ -160,7 +154,7 @@ def test_a_transaction_begun_while_the_last_one_completes_keeps_every_partition(
     completes: every partition of it must join the new transaction (a partition the
     previous one listed once was answered 0 and never copied)."""
     tid, a, b = uniq("tx"), uniq("a"), uniq("b")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     rounds, n = 12, 2
     for r in range(rounds):
         batches = [batch(t, pid, r * n, n, epoch=epoch) for t in (a, b)]
@@ -194,7 +188,7 @@ def test_a_transaction_over_three_topics_and_two_partitions_commits_with_its_off
     topics = [uniq("t") for _ in range(3)]
     for t in topics:
         create_topic(pulsar, t, 2)
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     batches = [batch(t, pid, 0, 2, epoch=epoch, partition=p) for t in topics for p in (0, 1)]
     assert [r["errorCode"] for r in tproduce(tapi, tid, *batches)] == [0] * 6
     commit_offsets = {
@@ -226,7 +220,7 @@ def test_a_zombie_is_fenced_on_produce_and_end_txn_and_its_open_transaction_is_a
     tapi, pulsar_reader_client
 ):
     tid, a = uniq("tx"), uniq("a")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 0, 2, epoch=epoch))] == [0]
     # a new instance of the application: its init fences the open transaction first
     first = tapi.post("/v1/init-producer-id", json={"transactionalId": tid}).json()
@@ -252,7 +246,7 @@ def test_a_zombie_is_fenced_on_produce_and_end_txn_and_its_open_transaction_is_a
 
 def test_a_batch_of_another_producer_id_is_invalid_producer_id_mapping(tapi):
     tid = uniq("tx")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     answer = tproduce(tapi, tid, batch(uniq("a"), pid + 1, 0, 1, epoch=epoch))
     assert answer[0]["errorCode"] == 49, answer
     unknown = tproduce(tapi, uniq("never-initialised"), batch(uniq("a"), pid, 0, 1, epoch=epoch))
@@ -263,7 +257,7 @@ def test_a_transactional_batch_without_a_producer_id_is_invalid_producer_id_mapp
     """Admission's producer check is the one a journaled batch gets: a non-idempotent
     batch (producer id -1) in a transactional request is 49, and joins nothing."""
     tid, topic = uniq("tx"), uniq("a")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     plain = {**batch(topic, -1, 0, 2, epoch=-1), "baseSequence": -1, "lastSequence": -1}
     answer = tproduce(tapi, tid, plain)
     assert answer[0]["errorCode"] == 49, answer
@@ -276,7 +270,7 @@ def test_a_transactional_batch_without_a_producer_id_is_invalid_producer_id_mapp
 
 def test_end_txn_with_nothing_open_is_invalid_txn_state(tapi):
     tid = uniq("tx")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     assert end(tapi, tid, pid, epoch, True)["errorCode"] == 48
 
 
@@ -292,7 +286,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(
     tapi, pulsar_reader_client
 ):
     tid, a = uniq("tx"), uniq("a")
-    pid, epoch = init(tapi, tid, transactionTimeoutMs=1000)
+    pid, epoch = init_txn(tapi, tid, transactionTimeoutMs=1000)
     assert [r["errorCode"] for r in tproduce(tapi, tid, batch(a, pid, 0, 2, epoch=epoch))] == [0]
     done = wait_until(
         "the timeout abort", lambda: (s := state(tapi, tid))["state"] == "CompleteAbort" and s
@@ -305,7 +299,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(
 
 def test_open_transactions_are_listed(tapi):
     tid = uniq("tx")
-    pid, epoch = init(tapi, tid)
+    pid, epoch = init_txn(tapi, tid)
     assert tproduce(tapi, tid, batch(uniq("a"), pid, 0, 1, epoch=epoch))[0]["errorCode"] == 0
     listed = {t["transactionalId"]: t for t in tapi.get("/v1/transactions").json()["transactions"]}
     assert listed[tid]["state"] == "Ongoing"
@@ -388,7 +382,7 @@ def test_a_timed_out_transaction_is_checked_back_with_the_application(
     tid, a = uniq("tx"), uniq("a")
     app.script[tid] = list(script)
     with httpx.Client(base_url=sc.url, timeout=30) as api:
-        pid, epoch = init(api, tid, transactionTimeoutMs=500, checkBackUrl=url)
+        pid, epoch = init_txn(api, tid, transactionTimeoutMs=500, checkBackUrl=url)
         assert tproduce(api, tid, batch(a, pid, 0, 2, epoch=epoch))[0]["errorCode"] == 0
         done = wait_until(
             "the check-back decision", lambda: (s := state(api, tid))["state"] == final and s

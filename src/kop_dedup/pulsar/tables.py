@@ -100,13 +100,25 @@ async def discard(handle: Any) -> None:
 
 
 async def read_last(client: PulsarClient, topic: str) -> TableRecord | None:
-    """The topic's last message (not compacted: keyed or not), or None when it is empty."""
+    """The topic's last message (not compacted: keyed or not), or None when it is empty.
+
+    A reader started at the latest message seeks to it; a connection that drops during
+    the seek fails it ("Failed to seek: ResultDisconnected"), and the reader is replaced
+    once, as :meth:`KeyedTable.catch_up` does; a second failure is the caller's."""
+    try:
+        return await _read_last_once(client, topic)
+    except (pulsar_async.PulsarException, pulsar.PulsarException, TimeoutError) as exc:
+        log.info("replacing the reader of the last message of %s after %r", topic, exc)
+    return await _read_last_once(client, topic)
+
+
+async def _read_last_once(client: PulsarClient, topic: str) -> TableRecord | None:
     reader = await client.create_reader(
         topic, pulsar.MessageId.latest, start_message_id_inclusive=True
     )
     try:
-        if await reader.has_message_available():
-            return _record(await reader.read_next())
+        if await asyncio.wait_for(reader.has_message_available(), _PROBE_WAIT_S):
+            return _record(await asyncio.wait_for(reader.read_next(), _PROBE_WAIT_S))
         return None
     finally:
         await discard(reader)
