@@ -197,13 +197,15 @@ class StatePartitions:
 
     async def settle_doubt(self) -> int:
         """Apply the failed-write rule now to every partition in doubt that this sidecar
-        still owns (a sweep: no change may come to drive it); how many were taken again."""
+        still owns (a sweep: no change may come to drive it); how many were taken again.
+        One another sidecar took since is left to it (it read the log as it took it): a
+        sweep never takes a partition back."""
         settled = 0
         for partition in list(self._doubt):
             async with self.lock(partition):
                 if partition not in self._doubt:
                     continue
-                if not self._parts[partition].writer.owned:
+                if not await self.still_owned(partition):
                     self._doubt.pop(partition, None)  # someone else's now: it read the log
                     continue
                 await self.own(partition)

@@ -439,9 +439,9 @@ class TransactionCoordinator:
                 log.warning("transaction sweep failed: %r", exc)
 
     async def sweep(self) -> None:
-        """On the partitions this sidecar owns: take again those a failed write left in
-        doubt (their recovery applies what was stored), apply every decision not being
-        applied, time out open transactions, forget expired ids."""
+        """On the partitions this sidecar owns (never taking one): take again those a
+        failed write left in doubt (their recovery applies what was stored), apply every
+        decision not being applied, time out open transactions, forget expired ids."""
         await self._copier.reap()
         await self.applier.forget_settled_copies()
         await self.state.parts.settle_doubt()
@@ -452,7 +452,10 @@ class TransactionCoordinator:
             self.applier.drive(p)
             for txn in self.state.in_partition(p):
                 if tx.timed_out(txn, now):
-                    await self._time_out(txn.transactional_id)
+                    try:
+                        await self._time_out(txn.transactional_id)
+                    except errors.NotCoordinator:  # another sidecar took it: its sweep
+                        break
                 elif txn.in_doubt and txn.state is TxnState.ONGOING:
                     self.checkbacks.ensure(txn.transactional_id)
                 elif not txn.state.open and now - txn.updated_ms > self.settings.expiry_ms:
@@ -464,16 +467,12 @@ class TransactionCoordinator:
         async def decide(current: Transaction | None) -> Transaction | None:
             if current is None or not tx.timed_out(current, now_ms()):
                 return current
-            nxt = (
-                tx.doubt(current, now_ms=now_ms())
-                if current.check_back_url
-                else tx.fence(current, now_ms=now_ms())
-            )
+            nxt = (tx.doubt if current.check_back_url else tx.fence)(current, now_ms=now_ms())
             await self._epochs.raise_to(nxt.producer_id, nxt.producer_epoch)
             fenced.append(nxt)
             return nxt
 
-        await self.state.change(transactional_id, decide)
+        await self.state.change(transactional_id, decide, take=False)
         if not fenced:
             return
         self.stats.timeouts += 1

@@ -126,12 +126,20 @@ class TransactionStateManager:
 
     # -- changes (as the owner of the id's partition) ------------------------------------
 
-    async def change(self, transactional_id: str, decide: Decide[T]) -> T:
+    async def change(self, transactional_id: str, decide: Decide[T], *, take: bool = True) -> T:
         """Run ``decide`` on the current state as the partition's owner; write what it
-        answers when that differs, and answer the state after."""
+        answers when that differs, and answer the state after.
+
+        ``take=False``: background work (the sweep's timeouts), which must never take a
+        partition: one that took it back from the sidecar a client is using would fence
+        it, and two such sidecars ping-pong. It runs ``decide`` once if this sidecar
+        still owns the partition (read afresh), else raises NOT_COORDINATOR (the owner
+        sweeps it)."""
         p = self.partition_of(transactional_id)
-        for attempt in range(_TAKEOVER_ATTEMPTS):
+        for attempt in range(_TAKEOVER_ATTEMPTS if take else 1):
             async with self.parts.lock(p):
+                if not take and (self.parts.in_doubt(p) or not await self.parts.still_owned(p)):
+                    raise errors.NotCoordinator(f"transaction log partition {p} is not ours")
                 await self.parts.own(p)
                 current = self.view.get(p, transactional_id)
                 nxt = await decide(current)
