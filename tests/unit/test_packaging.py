@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from kop_dedup.spark.jars import _POM, SPARK_KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -127,3 +130,14 @@ for use in (bench_results._pyplot, sidecar._psutil):
     assert all("pip install 'kop-dedup[bench]'" in line for line in lines), lines
     assert "matplotlib" in lines[0]
     assert "psutil" in lines[1]
+
+
+def test_sparks_kafka_source_is_of_the_pinned_pysparks_line_and_scala():
+    """spark-sql-kafka-0-10 runs inside pyspark's JVM: its Spark line (major.minor) is the
+    one pyproject pins, and its Scala suffix the Pulsar connector's (2.12)."""
+    pom = _POM.read_text()
+    pin = re.search(r'"pyspark==(\d+\.\d+)\.\d+"', (ROOT / "pyproject.toml").read_text())
+    assert pin is not None
+    assert SPARK_KAFKA_VERSION.rsplit(".", 1)[0] == pin.group(1)
+    assert "<artifactId>spark-sql-kafka-0-10_2.12</artifactId>" in pom
+    assert "<artifactId>pulsar-spark-connector_2.12</artifactId>" in pom

@@ -123,5 +123,7 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--max-batches", type=int, default=None, help="with --stream: stop after N")
     p.set_defaults(func=_audit)
 
-    j = subparsers.add_parser("spark-jars", help="resolve the Pulsar Spark connector jars")
+    j = subparsers.add_parser(
+        "spark-jars", help="resolve the Spark jars (Pulsar connector, Spark's Kafka source)"
+    )
     j.set_defaults(func=_jars)

@@ -1,13 +1,17 @@
-"""Resolve the Pulsar Spark connector jars with Maven, and build a SparkSession.
+"""Resolve the Spark jars with Maven, and build a SparkSession.
 
-The jars land in ``<cache>/spark-jars/<connector version>/`` (cache:
-``$KOP_DEDUP_CACHE`` or ``~/.cache/kop-dedup``) once; ``spark.jars`` gets
-their paths, never ``spark.jars.packages`` (Ivy ignores Maven mirrors and
-would reach for other repositories at run time).
+The packaged ``spark-jars-pom.xml`` names the Pulsar Spark connector (the audit's
+reader) and Spark's own Kafka source (``spark-sql-kafka-0-10``, ``format("kafka")``,
+which reads the sidecar's Kafka listener). The jars land in
+``<cache>/spark-jars/<connector version>-<pom digest>/`` (cache: ``$KOP_DEDUP_CACHE``
+or ``~/.cache/kop-dedup``) once: a changed pom resolves afresh. ``spark.jars`` gets
+their paths, never ``spark.jars.packages`` (Ivy ignores Maven mirrors and would reach
+for other repositories at run time).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -19,22 +23,33 @@ from typing import Any
 from kop_dedup import resources
 from kop_dedup.resources import cache_dir
 
-__all__ = ["CONNECTOR_VERSION", "connector_jars", "spark_session"]
+__all__ = ["CONNECTOR_VERSION", "SPARK_KAFKA_VERSION", "connector_jars", "spark_session"]
 
 _POM = resources.path("spark-jars-pom.xml")
-CONNECTOR_VERSION = re.search(
-    r"<connector.version>([^<]+)</connector.version>", _POM.read_text()
-).group(1)  # type: ignore[union-attr]
+
+
+def _pom_property(name: str) -> str:
+    found = re.search(rf"<{name}>([^<]+)</{name}>", _POM.read_text())
+    if found is None:  # pragma: no cover - the packaged pom names both
+        raise RuntimeError(f"{_POM} names no <{name}>")
+    return found.group(1)
+
+
+CONNECTOR_VERSION = _pom_property("connector.version")
+SPARK_KAFKA_VERSION = _pom_property("spark-kafka.version")
 
 
 def connector_jars(*, quiet: bool = False) -> list[Path]:
-    """The connector and its runtime dependencies, resolved from Maven Central once."""
-    target = cache_dir() / "spark-jars" / CONNECTOR_VERSION
+    """The connector, Spark's Kafka source and their runtime dependencies, resolved from
+    Maven Central once per pom."""
+    digest = hashlib.sha256(_POM.read_bytes()).hexdigest()[:8]
+    target = cache_dir() / "spark-jars" / f"{CONNECTOR_VERSION}-{digest}"
     stamp = target / ".resolved"
     if not stamp.exists():
         if not quiet:
             print(
-                f"resolving pulsar-spark-connector {CONNECTOR_VERSION} with Maven...",
+                f"resolving pulsar-spark-connector {CONNECTOR_VERSION} and "
+                f"spark-sql-kafka-0-10 {SPARK_KAFKA_VERSION} with Maven...",
                 file=sys.stderr,
             )
         started = time.monotonic()
@@ -46,7 +61,7 @@ def connector_jars(*, quiet: bool = False) -> list[Path]:
             "dependency:copy-dependencies",
             "-DincludeScope=runtime",
             f"-DoutputDirectory={tmp}",
-            what="resolve the Pulsar Spark connector",
+            what="resolve the Spark jars (Pulsar connector, Kafka source)",
         )
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
@@ -60,7 +75,7 @@ def spark_session(
     jars: list[Path] | None = None,
     conf: dict[str, str] | None = None,
 ) -> Any:
-    """A SparkSession with the connector on its classpath.
+    """A SparkSession with the Pulsar connector and Spark's Kafka source on its classpath.
 
     ``master`` defaults to ``$KOP_DEDUP_SPARK_MASTER`` or ``local[*]``; under
     ``spark-submit`` the master and jars given there win.
