@@ -10,12 +10,13 @@ the run is a fresh one reading it from the beginning. Then, each side ``--reps``
 (the order alternating; the cells: :mod:`kop_dedup_tools.bench_kafka_groups_cells`):
 
 - **consume**, per ``--members`` count (default 1 and 8): a group of that many
-  confluent-kafka consumers (a thread each; ``consume(--pull-records)``, an asynchronous
-  commit every 100 ms, a synchronous one at the end) reads the whole topic, timed from
-  the moment the group is stable; *direct*, the ``--groups`` baseline on the listener's topic: a Pulsar
-  consumer per member on the same number of partitions, batch receive and a cumulative
-  acknowledgement (:func:`kop_dedup_tools.bench_groups_cells.direct_cell`). Target:
-  the listener >= 0.5x direct.
+  confluent-kafka consumers (a thread each; ``consume(--pull-records)``, an
+  asynchronous commit every 100 ms, a synchronous one at the end) reads the whole topic,
+  timed from the moment the group is stable; *direct*, the ``--groups`` baseline on the
+  listener's topic: a Pulsar consumer per member on the same number of partitions, batch
+  receive and a cumulative acknowledgement
+  (:func:`kop_dedup_tools.bench_groups_cells.direct_cell`). Target: the listener >= 0.5x
+  direct.
 - **ctp**, per ``--copiers`` count (default 1): copiers in a group, each a
   ``read_committed`` consumer and a transactional producer, one transaction of
   ``--ctp-records`` (default 100) records after another with

@@ -225,6 +225,58 @@ def _no_offset() -> int:
     return int(KafkaError._NO_OFFSET)  # librdkafka's "nothing to commit"
 
 
+class _Drain:
+    """What the members of one consume cell share: the offsets seen, the counts, the
+    latencies; ``done`` when every partition has been read to its end."""
+
+    def __init__(self, side: str, pull_records: int, per_partition: int) -> None:
+        self.side, self.pull_records, self.per_partition = side, pull_records, per_partition
+        self.check, self.lock, self.records = OffsetCheck(), threading.Lock(), 0
+        self.pulls: list[float] = []
+        self.cycles: list[float] = []
+        self.commits, self.done = _Commits(), threading.Event()
+        self.started = 0.0
+
+    def drained(self) -> bool:
+        return all(self.check.next.get(p, 0) >= self.per_partition for p in range(PARTITIONS))
+
+    def read(self, consumer: Any) -> None:
+        """One member's loop: consume, commit now and then, until the topic is read."""
+        mine_p, mine_c = [], []
+        last_commit = 0.0
+        while not self.done.is_set():
+            t0 = time.monotonic()
+            msgs = consumer.consume(self.pull_records, 0.1)
+            t1 = time.monotonic()
+            if t1 - self.started > DRAIN_S:
+                raise TimeoutError(f"{self.side}: not everything read within {DRAIN_S:.0f} s")
+            if not msgs:
+                continue
+            due = t1 - last_commit >= COMMIT_INTERVAL_S
+            self._seen(msgs, due)
+            if due:
+                consumer.commit(asynchronous=True)
+                last_commit = t1
+            mine_p.append(t1 - t0)
+            mine_c.append(time.monotonic() - t0)
+        _commit_last(consumer)
+        with self.lock:
+            self.pulls.extend(mine_p)
+            self.cycles.extend(mine_c)
+
+    def _seen(self, msgs: list[Any], commit: bool) -> None:
+        with self.lock:
+            for m in msgs:
+                if m.error() is not None:
+                    raise RuntimeError(f"a consume failed: {m.error()}")
+                self.check.see(m.partition(), m.offset())
+            self.records += len(msgs)
+            if self.drained():
+                self.done.set()
+            if commit:
+                self.commits.sent.append(time.monotonic())
+
+
 def consume_cell(
     side: str,
     bootstrap: str,
@@ -238,65 +290,29 @@ def consume_cell(
     """A fresh group of ``members`` consumers reads the whole topic (see the module
     docstring)."""
     group = _Group(bootstrap, topic, "bench-kg")
-    check, lock, records = OffsetCheck(), threading.Lock(), [0]
-    pulls: list[float] = []
-    cycles: list[float] = []
-    commits, done = _Commits(), threading.Event()
-
-    def read(consumer: Any) -> None:
-        mine_p, mine_c = [], []
-        last_commit = 0.0
-        while not done.is_set():
-            t0 = time.monotonic()
-            msgs = consumer.consume(pull_records, 0.1)
-            t1 = time.monotonic()
-            got = [(m.partition(), m.offset()) for m in msgs if m.error() is None]
-            if len(got) < len(msgs):
-                raise RuntimeError(f"a consume failed: {next(m.error() for m in msgs)}")
-            if not got:
-                continue
-            with lock:
-                for p, o in got:
-                    check.see(p, o)
-                records[0] += len(got)
-                if all(check.next.get(p, 0) >= per_partition for p in range(PARTITIONS)):
-                    done.set()
-                due = t1 - last_commit >= COMMIT_INTERVAL_S
-                if due:
-                    commits.sent.append(time.monotonic())
-            if due:
-                consumer.commit(asynchronous=True)
-                last_commit = t1
-            mine_p.append(t1 - t0)
-            mine_c.append(time.monotonic() - t0)
-            if t1 - started > DRAIN_S:
-                raise TimeoutError(f"{side}: not everything read within {DRAIN_S:.0f} s")
-        _commit_last(consumer)
-        with lock:
-            pulls.extend(mine_p)
-            cycles.extend(mine_c)
-
+    drain = _Drain(side, pull_records, per_partition)
     for _ in range(members):
-        group.add(read, on_commit=commits)
+        group.add(drain.read, on_commit=drain.commits)
     join_s = group.join()
-    cpu0, sc0, started = time.process_time(), _cpu(sidecar), time.monotonic()
+    cpu0, sc0, drain.started = time.process_time(), _cpu(sidecar), time.monotonic()
     group.go.set()
-    elapsed = group.wait(done.set) - started
+    elapsed = group.wait(drain.done.set) - drain.started
     sc_cpu, cpu = _cpu(sidecar) - sc0, time.process_time() - cpu0
     rss = sidecar.rss_mb() if sidecar is not None else None
     group.finish()
-    if commits.failure is not None:
-        raise RuntimeError(f"{side}: a commit failed: {commits.failure}")
+    if drain.commits.failure is not None:
+        raise RuntimeError(f"{side}: a commit failed: {drain.commits.failure}")
     committed = _committed(bootstrap, group.id, topic)
+    pulls, cycles, commits = drain.pulls, drain.cycles, drain.commits
     return KafkaGroupCell(
         side,
         members,
         pull_records,
         rep,
-        records[0],
+        drain.records,
         len(cycles),
         elapsed,
-        all(check.next.get(p, 0) >= per_partition for p in range(PARTITIONS)),
+        drain.drained(),
         percentile_ms(cycles, 50),
         percentile_ms(cycles, 99),
         percentile_ms(pulls, 50),
@@ -305,7 +321,7 @@ def consume_cell(
         percentile_ms(commits.latencies, 99),
         cpu_pct=_pct(sc_cpu, elapsed) if sidecar is not None else None,
         rss_mb=None if rss is None else round(rss, 1),
-        gaps=check.gaps,
+        gaps=drain.check.gaps,
         committed_ok=all(committed.get(p) == per_partition for p in range(PARTITIONS)),
         join_s=round(join_s, 2),
         client_cpu_pct=_pct(cpu, elapsed),
@@ -338,31 +354,36 @@ class _Copy:
         return not self.drained.is_set() and time.monotonic() < self.stop_at
 
     def copier(self, producer: Any) -> Callable[[Any], None]:
-        """One copier's loop: transactions until the window ends or the input is read."""
+        """One copier's loop: transactions until the window ends or the input is read,
+        and at least one (a window shorter than the first fetch would measure nothing)."""
 
         def loop(consumer: Any) -> None:
             mine: list[float] = []
-            while self.running():
-                t0 = time.monotonic()
-                n = self._transaction(consumer, producer)
-                if n:
-                    mine.append(time.monotonic() - t0)
-                    with self.lock:
-                        self.committed += n
-                        self.transactions += 1
+            while self.running() or not mine:
+                n, began = self._transaction(consumer, producer, first=not mine)
+                if not n:
+                    continue  # the window ended before a record came
+                mine.append(time.monotonic() - began)
+                with self.lock:
+                    self.committed += n
+                    self.transactions += 1
             with self.lock:
                 self.latencies.extend(mine)
 
         return loop
 
-    def _transaction(self, consumer: Any, producer: Any) -> int:
-        """Up to ``txn_records`` records copied in one transaction (begun at the first
-        record), committed with the consumer's positions; how many."""
-        n = 0
-        while n < self.txn_records and self.running():
+    def _transaction(self, consumer: Any, producer: Any, *, first: bool) -> tuple[int, float]:
+        """Up to ``txn_records`` records copied in one transaction, begun at the first
+        record (the first transaction waits for one however long the window), committed
+        with the consumer's positions; how many, and when it began."""
+        n, began = 0, 0.0
+        while n < self.txn_records and (self.running() or (first and not n)):
             msgs = consumer.consume(self.txn_records - n, 0.1)
             if msgs and not n:
+                began = time.monotonic()
                 producer.begin_transaction()
+            elif not n and time.monotonic() > self.stop_at + DRAIN_S:
+                raise TimeoutError(f"no record to copy within {DRAIN_S:.0f} s")
             for m in msgs:
                 if m.error() is not None:
                     raise RuntimeError(f"a consume failed: {m.error()}")
@@ -380,7 +401,7 @@ class _Copy:
                 60,
             )
             producer.commit_transaction(60)
-        return n
+        return n, began
 
 
 def ctp_cell(

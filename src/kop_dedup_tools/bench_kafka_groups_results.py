@@ -273,6 +273,11 @@ _LABELS = {
     "listener": "Kafka clients through the listener",
     "kafka": "Kafka clients, real Apache Kafka",
 }
+_COLOURS = {"direct": "C0", "listener": "C1", "kafka": "C2"}
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _panel(
@@ -281,20 +286,29 @@ def _panel(
     ratios: list[float | None],
     sides: tuple[str, ...],
     title: str,
+    *,
+    log: bool,
 ) -> None:
-    """One panel: per x label, a bar of each side's records/s; a ratio over the
-    listener's bar where there is one."""
+    """One panel: per x label, a bar of each side's records/s (each side its colour in
+    both panels); a ratio over the listener's bar where there is one."""
     xs = list(range(len(bars)))
     width = 0.8 / len(sides)
     for i, side in enumerate(sides):
         offset = (i - (len(sides) - 1) / 2) * width
         values = [c.records_per_s if (c := cells.get(side)) else 0 for _, cells in bars]
-        ax.bar([x + offset for x in xs], values, width=width, label=_LABELS[side])
+        ax.bar(
+            [x + offset for x in xs],
+            values,
+            width=width,
+            label=_LABELS[side],
+            color=_COLOURS[side],
+        )
     for x, (_, cells), ratio in zip(xs, bars, ratios, strict=True):
         if ratio is not None and (lst := cells.get("listener")) is not None:
             ax.annotate(f"{ratio:.2f}x", (x, lst.records_per_s), ha="center", va="bottom")
     ax.set_xticks(xs, [label for label, _ in bars])
-    ax.set_yscale("log")
+    if log:
+        ax.set_yscale("log")
     ax.set_ylabel("records/s")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, axis="y")
@@ -308,17 +322,19 @@ def plot_kafka_groups(consume: list[ConsumeRow], ctp: list[CtpRow], path: Path) 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     _panel(
         axes[0],
-        [(f"{r.members} members", dict(r.cells)) for r in consume],
+        [(_count(r.members, "member"), dict(r.cells)) for r in consume],
         [r.ratio for r in consume],
         _CONSUME,
-        "group consume (ratio: listener / direct)",
+        "group consume (log scale; ratio: listener / direct)",
+        log=True,
     )
     _panel(
         axes[1],
-        [(f"{r.copiers} copiers", dict(r.cells)) for r in ctp],
+        [(_count(r.copiers, "copier"), dict(r.cells)) for r in ctp],
         [None for _ in ctp],
         _CTP,
         f"consume-transform-produce, transactions of {ctp[0].txn_records if ctp else '-'}",
+        log=False,
     )
     reps = reps_label([r.reps for r in consume] + [r.reps for r in ctp] or [1], "side")
     fig.suptitle(
