@@ -23,7 +23,10 @@ its CPU cost per batch as producers grow from 1 to 64 (:mod:`kop_dedup_tools.ben
 (:mod:`kop_dedup_tools.bench_txn`); ``--groups`` compares consumer-group pulls with
 direct Pulsar consumers (:mod:`kop_dedup_tools.bench_groups`); ``--kafka`` compares Kafka
 clients through the sidecar's Kafka listener with direct Pulsar clients, and
-``--against-kafka`` with a real Apache Kafka too (:mod:`kop_dedup_tools.bench_kafka`).
+``--against-kafka`` with a real Apache Kafka too (:mod:`kop_dedup_tools.bench_kafka`);
+``--kafka --groups`` compares groups of Kafka consumers through the listener with direct
+Pulsar consumers and runs the consume-transform-produce loop
+(:mod:`kop_dedup_tools.bench_kafka_groups`).
 
 This module is the command: its options, the mode the options choose, the broker of the
 run, and the default mode's (the matrix's: :mod:`kop_dedup_tools.bench_matrix`) results.
@@ -49,7 +52,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kop_dedup.cli import add_pulsar_url_options
-from kop_dedup_tools import bench_groups, bench_kafka, bench_memory, bench_txn
+from kop_dedup_tools import (
+    bench_groups,
+    bench_kafka,
+    bench_kafka_groups,
+    bench_memory,
+    bench_txn,
+)
 from kop_dedup_tools.bench_http import KeepAlive
 from kop_dedup_tools.bench_matrix import run_matrix
 from kop_dedup_tools.bench_memory import run_memory
@@ -174,6 +183,8 @@ def _matrix(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None
 # -- the command -------------------------------------------------------------------
 
 _MODES: tuple[BenchMode, ...] = (
+    bench_kafka_groups.MODE,
+    bench_kafka_groups.MODE_AGAINST_KAFKA,
     bench_groups.MODE,
     bench_memory.MODE,
     bench_txn.MODE,
@@ -234,4 +245,5 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--out", default="bench-results", help="results and logs (kept)")
     bench_groups.MODE.add_options(p)  # --groups, --members, --pull-records, --prefill
     bench_kafka.MODE.add_options(p)  # --kafka, --against-kafka and theirs
+    bench_kafka_groups.MODE.add_options(p)  # --kafka --groups: --copiers, --ctp-records
     p.set_defaults(func=_handler)

@@ -155,7 +155,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--prefill",
         type=int,
         default=200_000,
-        help="with --groups: records written per members count and repetition",
+        help="with --groups: records written per members count and repetition (with "
+        "--kafka --groups: once per broker)",
     )
 
 

@@ -65,8 +65,10 @@ __all__ = [
     "PRODUCER_CONFIG",
     "RECORDS_PER_BATCH",
     "add_options",
+    "create",
     "fetch_cells",
     "produce_cell",
+    "real_kafka",
     "run",
     "txn_cell",
 ]
@@ -114,7 +116,9 @@ def _warm(producers: list[Any], topic: str) -> None:
             raise RuntimeError(f"a warm-up record to {topic} was not delivered within 60 s")
 
 
-def _create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """A topic of ``partitions`` partitions through a Kafka AdminClient (the listener's or
+    the real Kafka's)."""
     from confluent_kafka.admin import AdminClient  # noqa: PLC0415
     from confluent_kafka.cimpl import NewTopic  # noqa: PLC0415
 
@@ -150,7 +154,7 @@ def produce_cell(
 ) -> KafkaCell:
     """Idempotent Kafka producers on a fresh one-partition topic for ``seconds``."""
     topic = f"bench-kafka-{uuid.uuid4().hex[:8]}"
-    _create(bootstrap, topic)
+    create(bootstrap, topic)
     value = random_values(1, value_size)[0]
     reports = _Deliveries()
     clients = [_producer(bootstrap, on_delivery=reports) for _ in range(producers)]
@@ -220,7 +224,7 @@ def txn_cell(
     """A transactional producer per thread, one transaction of ``txn_records`` after
     another, for ``seconds``; the records of committed transactions count."""
     topic = f"bench-ktxn-{uuid.uuid4().hex[:8]}"
-    _create(bootstrap, topic)
+    create(bootstrap, topic)
     value = random_values(1, value_size)[0]
     clients = []
     for i in range(producers):
@@ -285,7 +289,7 @@ def fetch_cells(
     topics = {}
     for side, bootstrap in sides.items():
         topic = f"bench-kfetch-{uuid.uuid4().hex[:8]}"
-        _create(bootstrap, topic)
+        create(bootstrap, topic)
         t0 = time.monotonic()
         fill(bootstrap, topic, 1, records, args.value_size, RECORDS_PER_BATCH)
         say(
@@ -330,7 +334,7 @@ def _ms(samples: list[float], q: float) -> float | None:
 
 
 @contextlib.contextmanager
-def _real_kafka(args: argparse.Namespace, out: Path) -> Iterator[dict[str, Any]]:
+def real_kafka(args: argparse.Namespace, out: Path) -> Iterator[dict[str, Any]]:
     """A throwaway Apache Kafka (one KRaft node, free ports) for the run, stopped and
     wiped after (its log kept in ``out``); nothing without ``--against-kafka``."""
     if not args.against_kafka:
@@ -419,7 +423,7 @@ def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
     """``kop-dedup bench --kafka [--against-kafka]``: one sidecar (and one Kafka) for the
     run, stopped at the end."""
     cells: list[KafkaCell] = []
-    with _real_kafka(args, out) as kafka:
+    with real_kafka(args, out) as kafka:
         sc = start_sidecar(args)
         try:
             for cell in _cells(args, sc, kafka):
