@@ -141,6 +141,10 @@ def _index(layout: list[list[int]]) -> dict[tuple[int, int], tuple[int, int]]:
 class _Positions:
     def __init__(self, index: dict[tuple[int, int], tuple[int, int]]) -> None:
         self.index, self.asked = index, 0
+        self.learnt: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def learn(self, topic: str, ledger: int, entry: int, index: int, count: int) -> None:
+        self.learnt[ledger, entry] = (index, count)
 
     async def offset_of(self, topic: str, position: tuple[int, int, int]) -> int:
         self.asked += 1
@@ -172,6 +176,44 @@ def test_a_reader_counts_the_offsets_the_index_gives_asking_only_at_ledger_chang
     assert reader.next_offset == sum(sum(ledger) for ledger in layout)
     assert reader.skipped_from is None
     assert positions.asked == len({ledger for ledger, _ in keys[k + 1 :]} - {keys[k][0]})
+
+
+@given(layouts, st.data(), st.integers(1, 4))
+def test_every_entry_read_whole_is_learnt_as_the_broker_indexes_it(layout, data, reads):
+    """Entries read from their first message and followed by another are learnt with the
+    index of their last message and their size, even when a read ends inside one (its
+    rest comes first in the next read); the last one read and one started midway are
+    not (their size is not known)."""
+    index = _index(layout)
+    keys = sorted(index)
+    k = data.draw(st.integers(0, len(keys) - 1))
+    b = data.draw(st.integers(0, index[keys[k]][1] - 1))
+    positions = _Positions(index)
+    start = index[keys[k]][0] + b
+    reader = EntryReader(None, positions, "t", start, (*keys[k], b))  # type: ignore[arg-type]
+    raws = _raws(index, keys[k:], b)
+    # a read may end inside an entry: cut one raw in two, the rest in the next read
+    cut = data.draw(st.integers(0, len(raws) - 1))
+    raw = raws[cut]
+    if len(raw.records) > 1:
+        at = data.draw(st.integers(1, len(raw.records) - 1))
+        rest = _Raw(raw.ledger, raw.entry, raw.batch_index + at, 7, 0, 0, 0, raw.records[at:], 0)
+        raws[cut : cut + 1] = [
+            _Raw(raw.ledger, raw.entry, raw.batch_index, 7, 0, 0, 0, raw.records[:at], 0),
+            rest,
+        ]
+    cuts = (
+        st.sets(st.integers(1, len(raws) - 1), max_size=reads - 1)
+        if len(raws) > 1
+        else st.just(set())
+    )
+    bounds = sorted(data.draw(cuts))
+    for lo, hi in zip([0, *bounds], [*bounds, len(raws)], strict=True):
+        asyncio.run(reader._counted(raws[lo:hi]))
+    whole = [key for key in keys[k:-1] if key != keys[k] or b == 0]
+    assert positions.learnt == {
+        key: (index[key][0] + index[key][1] - 1, index[key][1]) for key in whole
+    }
 
 
 @given(layouts.filter(lambda layout: len(layout) >= 3), st.data())

@@ -219,6 +219,10 @@ class EntryReader:
         """A message taken from Pulsar and not counted yet (the next entry's first)."""
         self._last: MessagePosition | None = None
         """The position of the last message taken from Pulsar."""
+        self._whole: tuple[int, int, int] | None = None
+        """(ledger, entry, offset of its first message) of the last entry read from its
+        first message: once the next entry comes, its size is known and the positions
+        learn it (a later lookup of an offset in it asks the broker nothing)."""
         self._floor = offset
         """Records below the offset asked for are not handed out."""
         self._reader: Any = None
@@ -368,6 +372,7 @@ class EntryReader:
                     self.skipped_from = offset
                     return out
                 offset = found
+            self._learn(entry, offset)
             records = tuple(entry.records)
             self._last, self._expected = entry.last, after(entry.last)
             self._read_offset = offset + len(records)
@@ -386,6 +391,16 @@ class EntryReader:
             )
             out.append(stored.starting_at(skip))
         return out
+
+    def _learn(self, entry: _Raw, offset: int) -> None:
+        """An entry read whole ends where the next one begins (offsets are dense): the
+        positions keep its index, as the broker would answer it."""
+        whole = self._whole
+        if whole is not None and whole[:2] == (entry.ledger, entry.entry):
+            return  # the rest of an entry a read ended inside
+        if whole is not None and offset > whole[2]:
+            self._positions.learn(self.topic, whole[0], whole[1], offset - 1, offset - whole[2])
+        self._whole = (entry.ledger, entry.entry, offset) if entry.position[2] <= 0 else None
 
     async def close(self) -> None:
         """Close now, or when the read running meanwhile returns."""

@@ -62,6 +62,22 @@ class Positions:
             self._indexes.popitem(last=False)
         return found
 
+    def learn(self, topic: str, ledger: int, entry: int, index: int, count: int) -> None:
+        """What a reader counted of an entry it read whole (the index of its last message,
+        its messages): kept as the broker's answer would be, so looking up an offset
+        in what was read lately (a Kafka group's commit, to move its subscription) asks
+        the broker nothing for it."""
+        k = (topic, ledger, entry)
+        self._indexes[k] = (index, count)
+        self._indexes.move_to_end(k)
+        if len(self._indexes) > _INDEXES_KEPT:
+            self._indexes.popitem(last=False)
+
+    async def entry(self, topic: str, ledger: int, entry: int) -> tuple[int, int]:
+        """(index of its last message, its messages) of a stored entry: asked of the
+        broker once (an entry's index never changes), or learnt from a reader."""
+        return await self._index(topic, ledger, entry)
+
     async def offset_of(self, topic: str, position: MessagePosition) -> int:
         """The offset of the message at a position (one lookup)."""
         index, count = await self._index(topic, position[0], position[1])

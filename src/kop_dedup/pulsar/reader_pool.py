@@ -69,10 +69,17 @@ def _timestamp(entry: StoredEntry, index: int) -> int:
 
 class ReaderPool:
     def __init__(
-        self, client: PulsarClient, admin: PulsarAdmin, limits: PoolLimits | None = None
+        self,
+        client: PulsarClient,
+        admin: PulsarAdmin,
+        limits: PoolLimits | None = None,
+        *,
+        positions: Positions | None = None,
     ) -> None:
         self._client = client
-        self.positions = Positions(admin)
+        self.positions = positions or Positions(admin)
+        """Shared with the group coordinator (the runtime's): what the readers learn of
+        entries serves its lookups of committed offsets."""
         self.limits = limits or PoolLimits()
         self._kept: collections.OrderedDict[tuple[str, int], EntryReader] = (
             collections.OrderedDict()

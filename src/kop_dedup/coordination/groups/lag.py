@@ -220,10 +220,8 @@ class GroupLag:
                 if position is None:
                     raise
         ledger, entry, batch = position
-        if batch > 0:
-            found = await self._admin.entry_index(topic, ledger, entry)
-            if found is not None and batch >= found[1]:
-                return ledger, entry + 1, -1
+        if batch > 0 and batch >= (await positions.entry(topic, ledger, entry))[1]:
+            return ledger, entry + 1, -1
         return ledger, entry, batch
 
     async def _move_cursor(

@@ -71,7 +71,10 @@ def readers(session: Session) -> ReaderPool:
     """The listener's kept readers, opened at its first read."""
     shared = session.shared
     if shared.readers is None:
-        shared.readers = ReaderPool(session.runtime.publisher.client, session.runtime.admin)
+        runtime = session.runtime
+        shared.readers = ReaderPool(
+            runtime.publisher.client, runtime.admin, positions=runtime.groups.positions
+        )
     return shared.readers
 
 
