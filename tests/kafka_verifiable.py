@@ -96,43 +96,51 @@ def _tp(d: Mapping[str, Any]) -> tuple[str, int]:
     return str(d["topic"]), int(d["partition"])
 
 
-def _member_rules(member: int, events: Sequence[Mapping[str, Any]], out: AtLeastOnce) -> None:
-    """``ConsumerEventHandler`` of Kafka's service, one member's stream in its order."""
-    assignment: set[tuple[str, int]] = set()
-    position: dict[tuple[str, int], int] = {}
-    for e in events:
+class _Member:
+    """Kafka's ``ConsumerEventHandler`` for one member: its stream, in its order."""
+
+    def __init__(self, member: int, out: AtLeastOnce) -> None:
+        self.member, self.out = member, out
+        self.assignment: set[tuple[str, int]] = set()
+        self.position: dict[tuple[str, int], int] = {}
+
+    def fail(self, why: str) -> None:
+        self.out.violations.append(f"member {self.member} {why}")
+
+    def event(self, e: Mapping[str, Any]) -> None:
         name = e.get("name")
         if name == "partitions_assigned":
-            assignment = {_tp(p) for p in e["partitions"]}
-            out.assignments += 1
+            self.assignment = {_tp(p) for p in e["partitions"]}
+            self.out.assignments += 1
         elif name == "partitions_revoked":
-            position = {}
+            self.position = {}
         elif name == "records_consumed":
-            for p in e["partitions"]:
-                tp, low = _tp(p), int(p["minOffset"])
-                if tp not in assignment:
-                    out.violations.append(f"member {member} consumed {tp}, not assigned: {e}")
-                if tp in position and position[tp] != low:
-                    out.violations.append(
-                        f"member {member} consumed {tp} from {low}, expected {position[tp]}"
-                    )
-                position[tp] = int(p["maxOffset"]) + 1
+            self.consumed(e)
         elif name == "offsets_committed":
-            if not e["success"]:
-                out.failed_commits += 1
-                if not _REBALANCE.search(str(e.get("error"))):
-                    out.violations.append(f"member {member}: a commit failed: {e.get('error')}")
-                continue
-            out.commits += 1
-            for o in e["offsets"]:
-                tp, offset = _tp(o), int(o["offset"])
-                if tp not in assignment:
-                    out.violations.append(f"member {member} committed {tp}, not assigned")
-                elif position.get(tp, -1) < offset:
-                    out.violations.append(
-                        f"member {member} committed {offset} for {tp} past its position "
-                        f"{position.get(tp)}"
-                    )
+            self.committed(e)
+
+    def consumed(self, e: Mapping[str, Any]) -> None:
+        for p in e["partitions"]:
+            tp, low = _tp(p), int(p["minOffset"])
+            if tp not in self.assignment:
+                self.fail(f"consumed {tp}, not assigned: {e}")
+            if tp in self.position and self.position[tp] != low:
+                self.fail(f"consumed {tp} from {low}, expected {self.position[tp]}")
+            self.position[tp] = int(p["maxOffset"]) + 1
+
+    def committed(self, e: Mapping[str, Any]) -> None:
+        if not e["success"]:
+            self.out.failed_commits += 1
+            if not _REBALANCE.search(str(e.get("error"))):
+                self.fail(f"saw a commit fail outside a rebalance: {e.get('error')}")
+            return
+        self.out.commits += 1
+        for o in e["offsets"]:
+            tp, offset = _tp(o), int(o["offset"])
+            if tp not in self.assignment:
+                self.fail(f"committed {tp}, not assigned")
+            elif self.position.get(tp, -1) < offset:
+                self.fail(f"committed {offset} for {tp} past its position {self.position.get(tp)}")
 
 
 def _merged(members: Sequence[Sequence[Mapping[str, Any]]]) -> list[tuple[int, Mapping[str, Any]]]:
@@ -146,45 +154,50 @@ def _merged(members: Sequence[Sequence[Mapping[str, Any]]]) -> list[tuple[int, M
     return [(m, e) for _, m, _, e in sorted(keyed, key=lambda k: k[:3])]
 
 
-def _group_rules(
-    members: Sequence[Sequence[Mapping[str, Any]]],
-    ends: Mapping[tuple[str, int], int],
-    out: AtLeastOnce,
-) -> None:
-    """Across members: commits never go backwards; a new owner starts at the last commit;
-    the last commit of each partition is its end."""
-    committed: dict[tuple[str, int], tuple[int, int]] = {}  # tp -> (offset, event timestamp)
-    fresh: set[tuple[int, tuple[str, int]]] = set()  # (member, tp) assigned, not yet read
-    for member, e in _merged(members):
-        name, at = e.get("name"), int(e["timestamp"])
+class _Group:
+    """Kafka's service-wide checks: every member's events by timestamp."""
+
+    def __init__(self, out: AtLeastOnce) -> None:
+        self.out = out
+        self.committed: dict[tuple[str, int], tuple[int, int]] = {}  # tp -> (offset, when)
+        self.fresh: set[tuple[int, tuple[str, int]]] = set()  # (member, tp) given, unread
+
+    def event(self, member: int, e: Mapping[str, Any]) -> None:
+        name = e.get("name")
         if name == "partitions_assigned":
-            fresh |= {(member, _tp(p)) for p in e["partitions"]}
+            self.fresh |= {(member, _tp(p)) for p in e["partitions"]}
         elif name == "records_consumed":
             for p in e["partitions"]:
-                tp, low = _tp(p), int(p["minOffset"])
-                if (member, tp) not in fresh:
-                    continue
-                fresh.discard((member, tp))
-                last, when = committed.get(tp, (0, 0))
-                if when < at and low < last:  # ties in the same millisecond prove nothing
-                    out.violations.append(
-                        f"member {member} was given {tp} and started at {low}, behind the "
-                        f"offset {last} committed before"
-                    )
+                if (member, _tp(p)) in self.fresh:
+                    self.fresh.discard((member, _tp(p)))
+                    self.started(member, _tp(p), int(p["minOffset"]), int(e["timestamp"]))
         elif name == "offsets_committed" and e["success"]:
             for o in e["offsets"]:
-                tp, offset = _tp(o), int(o["offset"])
-                last, _ = committed.get(tp, (0, 0))
-                if offset < last:
-                    out.violations.append(
-                        f"the committed offset of {tp} went back from {last} to {offset} "
-                        f"(member {member})"
-                    )
-                committed[tp] = (max(offset, last), at)
-    for tp, end in sorted(ends.items()):
-        last = committed.get(tp, (0, 0))[0]
-        if last != end:
-            out.violations.append(f"the last offset committed for {tp} is {last}, not {end}")
+                self.commit(member, _tp(o), int(o["offset"]), int(e["timestamp"]))
+
+    def started(self, member: int, tp: tuple[str, int], low: int, at: int) -> None:
+        last, when = self.committed.get(tp, (0, 0))
+        if when < at and low < last:  # a tie in the same millisecond proves nothing
+            self.out.violations.append(
+                f"member {member} was given {tp} and started at {low}, behind the offset "
+                f"{last} committed before"
+            )
+
+    def commit(self, member: int, tp: tuple[str, int], offset: int, at: int) -> None:
+        last, _ = self.committed.get(tp, (0, 0))
+        if offset < last:
+            self.out.violations.append(
+                f"the committed offset of {tp} went back from {last} to {offset} (member {member})"
+            )
+        self.committed[tp] = (max(offset, last), at)
+
+    def ended(self, ends: Mapping[tuple[str, int], int]) -> None:
+        for tp, end in sorted(ends.items()):
+            last = self.committed.get(tp, (0, 0))[0]
+            if last != end:
+                self.out.violations.append(
+                    f"the last offset committed for {tp} is {last}, not {end}"
+                )
 
 
 def judge(
@@ -210,8 +223,13 @@ def judge(
         assignments=0,
     )
     for m, events in enumerate(members):
-        _member_rules(m, events, out)
-    _group_rules(members, ends, out)
+        member = _Member(m, out)
+        for e in events:
+            member.event(e)
+    group = _Group(out)
+    for m, e in _merged(members):
+        group.event(m, e)
+    group.ended(ends)
     if out.missing:
         lost = sorted(wanted - set(seen))
         out.violations.append(f"{out.missing} records never consumed, first {lost[:5]}")
