@@ -246,3 +246,20 @@ def test_a_reader_whose_topic_was_created_again_under_it_stops_counting():
     reader._positions = _Positions(new)  # type: ignore[assignment]
     assert asyncio.run(reader._counted(_raws(new, [(20, 0)], 0))) == []
     assert reader.skipped_from == 6
+
+
+def test_an_entry_sent_again_after_a_reconnection_is_not_taken_for_a_new_topic():
+    """A Pulsar reader whose connection dropped subscribes again at its last message and
+    gets that entry once more: it was counted already; taking it for a topic created
+    again answered OFFSET_OUT_OF_RANGE, and a Kafka consumer went back to its reset
+    policy's offset (the earliest: it read the whole partition again)."""
+    index = _index([[3, 3, 3]])
+    reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    got = asyncio.run(reader._counted(_raws(index, [(10, 0), (10, 1)], 0)))
+    assert [g.base_offset for g in got] == [0, 3]
+    again = _raws(index, [(10, 1), (10, 2)], 0)
+    again[0] = _raws(index, [(10, 1)], 2)[0]  # the rest of the batch after its last message
+    got = asyncio.run(reader._counted([*_raws(index, [(10, 1)], 0)[:1], *again]))
+    assert [g.base_offset for g in got] == [6]
+    assert reader.skipped_from is None
+    assert reader.next_offset == 9

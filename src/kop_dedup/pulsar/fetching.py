@@ -363,6 +363,10 @@ class EntryReader:
         count could be wrong: a reader's first message, a new ledger)."""
         out: list[StoredEntry] = []
         for entry in raw:
+            if self._last is not None and entry.last <= self._last:
+                # sent again: a reader whose connection dropped subscribes again at its last
+                # message and the broker sends that entry (the rest of a batch) once more
+                continue
             offset = self._read_offset
             if not self._continues(entry.position):
                 found = await self._positions.offset_of(self.topic, entry.position)
