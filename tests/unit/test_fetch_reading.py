@@ -263,3 +263,19 @@ def test_an_entry_sent_again_after_a_reconnection_is_not_taken_for_a_new_topic()
     assert [g.base_offset for g in got] == [6]
     assert reader.skipped_from is None
     assert reader.next_offset == 9
+
+
+def test_an_entry_sent_again_from_its_start_after_a_read_that_ended_inside_it_gives_the_rest():
+    """The same reconnection when the last read ended inside an entry: the entry comes
+    again from its first message; what was counted of it is not counted again."""
+    index = _index([[3, 3, 3]])
+    reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    first = _raws(index, [(10, 0), (10, 1)], 0)
+    first[1].records = first[1].records[:1]  # the read ended after (10, 1, 0)
+    got = asyncio.run(reader._counted(first))
+    assert [(g.base_offset, len(g.records)) for g in got] == [(0, 3), (3, 1)]
+    got = asyncio.run(reader._counted(_raws(index, [(10, 1), (10, 2)], 0)))
+    assert [(g.base_offset, len(g.records)) for g in got] == [(4, 2), (6, 3)]
+    assert got[0].position == (10, 1, 1)
+    assert reader.skipped_from is None
+    assert reader.next_offset == 9

@@ -363,10 +363,15 @@ class EntryReader:
         count could be wrong: a reader's first message, a new ledger)."""
         out: list[StoredEntry] = []
         for entry in raw:
-            if self._last is not None and entry.last <= self._last:
+            last = self._last
+            if last is not None and entry.last <= last:
                 # sent again: a reader whose connection dropped subscribes again at its last
                 # message and the broker sends that entry (the rest of a batch) once more
                 continue
+            if last is not None and entry.position[:2] == last[:2] and entry.batch_index <= last[2]:
+                # sent again from its start, past where a read ended inside it: the rest
+                seen = last[2] - max(entry.batch_index, 0) + 1
+                entry.records, entry.batch_index = entry.records[seen:], last[2] + 1
             offset = self._read_offset
             if not self._continues(entry.position):
                 found = await self._positions.offset_of(self.topic, entry.position)
