@@ -14,6 +14,7 @@ import pulsar as pulsar_client
 import pulsar.asyncio as pulsar_async
 import pytest
 
+from kop_dedup import errors
 from kop_dedup.coordination.groups.store import GroupStore, StagedOffset, key
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming
@@ -241,6 +242,43 @@ def test_markers_whose_transaction_ended_are_swept_and_live_ones_stay(pulsar, na
             assert b.doc("g", "p", "in", 1) is None
             assert b.doc("g", "p", "in", 0) is not None
             assert (await _committed(b, "g")) == {("in", 0): (-1, 88)}
+        finally:
+            await _close(stores)
+
+    asyncio.run(scenario())
+
+
+def test_a_read_after_a_fenced_write_answers_the_log_and_takes_nothing(pulsar, namespace):
+    """Sidecar A's write failed because sidecar B took the partition: a read through A (a
+    Kafka member's OffsetFetch, ListGroups, a lag report) took the partition back to read
+    it again as its owner, fencing B, and members of one group on both sidecars
+    ping-ponged it. A now reads the partition again from the log as a reader: it answers
+    B's record (never its own unstored one) and stays a reader; B's next change is B's.
+    (A stale writer's send itself costs B its producer at the broker, Pulsar's fencing:
+    B's next change takes the partition again, as after any takeover.)"""
+    topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
+    k = key("o", "g", "t", 0)
+
+    async def scenario() -> None:
+        stores = await _stores(pulsar, topic, 2)
+        (_, _, a), (_, admin, b) = stores
+        try:
+            await a.owned("g", lambda p: a.write(p, k, {"offset": 1}))
+            await b.owned("g", lambda p: b.write(p, k, {"offset": 2}))
+            with pytest.raises(errors.NotCoordinator):  # A has not read B's takeover yet
+                await a.owned(
+                    "g", lambda p: a.write(p, k, {"offset": 99}), caught_up=True, take=False
+                )
+            await a.read("g")
+            assert a.doc("g", "o", "t", 0) == {"offset": 2, "v": 2}
+            assert not a.parts.owned(0), "a read took the partition"
+            await b.owned("g", lambda p: b.write(p, k, {"offset": 3}))
+            assert b.parts.owned(0)
+            await a.read("g")
+            assert a.doc("g", "o", "t", 0) == {"offset": 3, "v": 3}
+            assert not a.parts.owned(0)
+            writers = (await admin.partition_writers(topic)).get(0)
+            assert writers == [b.parts._parts[0].writer.name]
         finally:
             await _close(stores)
 

@@ -181,11 +181,12 @@ class GroupCoordinator:
             if not self.store.parts.owned(p):
                 continue
             try:
-                await self.store.read_partition(p, take=False)
+                await self.store.read_partition(p)
             except Exception as exc:  # one partition's trouble does not hide the others
                 log.debug("consumer groups: reading partition %d: %r", p, exc)
                 continue
-            out += self.store.groups_in(p)
+            if self.store.parts.owned(p):  # another sidecar's since a write of ours failed
+                out += self.store.groups_in(p)
         return out
 
     # -- configuration ------------------------------------------------------------------------

@@ -257,17 +257,29 @@ class GroupStore:
         sidecar's own stored, too)."""
         await self.read_partition(self.partition_of(group))
 
-    async def read_partition(self, p: int, *, take: bool = True) -> None:
+    async def read_partition(self, p: int) -> None:
         """:meth:`read` for every group of partition ``p`` at once. A partition with a
-        failed write of ours is read again as its owner first; ``take=False``
-        (background work) only while no other sidecar took it since (else it raises
-        the failure, and the partition is left to the next request)."""
+        failed write of ours is read again first (the view may hold what was not
+        stored): as its owner while it is still ours, else from its start as a reader.
+        A read never takes a partition: one that did fenced the sidecar that had taken
+        it, and members of one group on two sidecars ping-ponged it."""
         if p in self._broken:
             async with self.parts.lock(p):
-                if p in self._broken and (take or await self.parts.still_owned(p)):
-                    await self._take(p)
+                if p in self._broken:
+                    if await self.parts.still_owned(p):
+                        await self._take(p)
+                    else:
+                        await self._reread_elsewhere(p)
         await self.parts.read(p)
         await self.durable(p)
+
+    async def _reread_elsewhere(self, p: int) -> None:
+        """A write of ours to ``p`` failed and another sidecar owns it now (it read the
+        log as it took it, our write included if stored): drop what this sidecar holds
+        of ``p`` and read it again from its start, as a reader (lock held)."""
+        self._epoch[p] += 1  # failures of older writes are known
+        self._broken.pop(p, None)
+        await self.parts.restart(p, functools.partial(self._view.clear, p))
 
     # -- changing -------------------------------------------------------------------------
 
