@@ -147,3 +147,35 @@ def test_commit_validation_follows_kafka():
 def test_stored_form_round_trips():
     g = joined(stable("a", "b"), "c", 99).add_pending("p", 99, 6000)
     assert ClassicGroup.from_doc(g.to_doc()) == g
+
+
+def test_a_reset_fences_the_generation_it_interrupts_until_the_round_completes():
+    before = stable("a", "b")
+    gen = before.generation
+    g = before.fenced(1000)
+    assert (g.state, g.generation, g.min_generation) == (PREPARING, gen, gen + 1)
+    for call in (
+        lambda: g.check("a", gen),  # heartbeat, SyncGroup
+        lambda: g.validate_commit("a", None, gen),  # a commit of the pre-reset position
+    ):
+        with pytest.raises(errors.IllegalGeneration, match="fenced by a reset"):
+            call()
+    assert not g.current(gen)
+    g = g.join(req("a"), 1100).join(req("b"), 1200)
+    assert (g.state, g.generation) == (COMPLETING, gen + 1)
+    assert g.current(gen + 1)
+    g = g.sync("a", gen + 1, {"a": b"a", "b": b"b"})
+    assert g.validate_commit("b", None, gen + 1) is False  # the new generation commits
+    assert ClassicGroup.from_doc(g.fenced(1300).to_doc()) == g.fenced(1300)
+
+
+def test_a_reset_during_a_round_keeps_it_and_an_empty_group_is_unchanged():
+    g = joined(stable("a"), "b", 100)
+    fenced = g.fenced(200)
+    assert (fenced.state, fenced.deadline_ms) == (PREPARING, g.deadline_ms)
+    assert fenced.min_generation == g.generation + 1
+    assert fenced.member("b").awaiting_join  # b joined this round before the reset: kept
+    empty = stable("a").leave("a", 300)
+    assert empty.state == EMPTY
+    assert empty.fenced(400) is empty
+    assert empty.validate_commit("", None, -1) is True

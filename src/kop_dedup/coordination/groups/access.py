@@ -11,14 +11,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kop_dedup.coordination.groups.view import Doc
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from kop_dedup.coordination.groups.api import ResolvedReset
     from kop_dedup.coordination.groups.readers import ReaderPool
     from kop_dedup.coordination.groups.settings import GroupSettings
     from kop_dedup.coordination.groups.state import GroupState
     from kop_dedup.coordination.partitions import StatePartitions
     from kop_dedup.protocol.groups import Committed, Delivery, Group, Mode, Resets, TopicPartition
+    from kop_dedup.protocol.groups.classic import ClassicGroup
     from kop_dedup.pulsar.positions import Positions
 
-__all__ = ["CoordinatorAccess", "StoreAccess"]
+__all__ = ["ClassicAccess", "CoordinatorAccess", "StoreAccess"]
 
 
 class StoreAccess(Protocol):
@@ -60,6 +64,19 @@ class StoreAccess(Protocol):
     async def remove(self, p: int, k: str) -> None: ...
 
 
+class ClassicAccess(Protocol):
+    """The subset of :class:`~kop_dedup.coordination.groups.classic.ClassicGroups` the
+    resets call; see there for what each member does."""
+
+    def is_kafka(self, group_id: str) -> bool: ...
+
+    def group(self, group_id: str) -> ClassicGroup | None: ...
+
+    async def reset_offsets(
+        self, p: int, group_id: str, targets: Sequence[ResolvedReset]
+    ) -> ClassicGroup | None: ...
+
+
 class CoordinatorAccess(Protocol):
     """The subset of :class:`~kop_dedup.coordination.groups.coordinator.GroupCoordinator`
     its pulls and resets call; see the coordinator for what each member does."""
@@ -75,6 +92,9 @@ class CoordinatorAccess(Protocol):
 
     @property
     def settings(self) -> GroupSettings: ...
+
+    @property
+    def classic(self) -> ClassicAccess: ...
 
     @property
     def partitions_of(self) -> Callable[[str], Awaitable[int]]: ...

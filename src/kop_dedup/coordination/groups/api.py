@@ -67,6 +67,13 @@ class ResolvedReset:
     clamped_to: str | None
     """earliest or end: a timestamp before the first record or after the last."""
     epoch: int = 0
+    applied_at: str = "pull"
+    """Where the reset takes effect: ``pull`` (an HTTP group: each member's next pull),
+    ``rebalance`` (a Kafka group with members: committed now, the members rejoin and
+    fetch it), ``committed`` (a Kafka group with no member: committed now)."""
+    fenced_below: int | None = None
+    """A Kafka group with members: calls and commits at a generation below this are
+    ILLEGAL_GENERATION (22): the generation the reset's rebalance completes."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
+from kop_dedup.coordination.groups.api import ResolvedReset
 from kop_dedup.coordination.groups.offsets import offset_doc
 from kop_dedup.coordination.groups.store import GroupStore, StagedOffset, key
 from kop_dedup.protocol.groups.classic import (
@@ -329,6 +330,29 @@ class ClassicGroups:
                 )
 
         await self.store.owned(group_id, change)
+
+    async def reset_offsets(
+        self, p: int, group_id: str, targets: Sequence[ResolvedReset]
+    ) -> ClassicGroup | None:
+        """A server-side reset of a Kafka group, inside a change of ``p``: the group
+        fenced (:meth:`ClassicGroup.fenced`: a rebalance, and 22 for the generation it
+        interrupts), then the ``targets`` stored as its committed offsets, which its members
+        fetch when they rejoin. The fence is written first: a reset that fails halfway
+        has at worst rebalanced the group. None when ``group_id`` is not a Kafka group
+        (nothing is written)."""
+        group = self.group(group_id)
+        if group is None:
+            return None
+        now = now_ms()
+        fenced = group.fenced(now)
+        if fenced is not group:
+            await self._write(p, group_id, fenced)
+        for t in targets:
+            staged = StagedOffset(t.topic, t.partition, t.offset, "", t.position)
+            await self.store.write(
+                p, key("o", group_id, t.topic, t.partition), offset_doc(staged, now)
+            )
+        return fenced
 
 
 def _same_protocol(group: ClassicGroup, protocol_type: str | None, protocol: str | None) -> None:

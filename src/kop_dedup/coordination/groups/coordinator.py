@@ -304,8 +304,10 @@ class GroupCoordinator:
         if kafka is not None:
             if member is not None and not kafka.has(member):
                 raise StaleMember.unknown(group_id, member)
-            if generation is not None and generation != kafka.generation:
-                raise StaleMember.generation(group_id, generation, kafka.generation)
+            if generation is not None and not kafka.current(generation):
+                # a generation a reset fenced is stale: the group's next one is current
+                current = max(kafka.generation, kafka.min_generation)
+                raise StaleMember.generation(group_id, generation, current)
             return
         group = self.group(group_id)
         if member is not None and (group is None or member not in group.members):

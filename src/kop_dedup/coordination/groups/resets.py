@@ -4,6 +4,15 @@ by each member it targets at its next pull (:mod:`.pulls`), whichever sidecar se
 it. A partition keeps every reset that still targets someone
 (:class:`~kop_dedup.protocol.groups.Resets`): a second reset of a broadcast partition
 for some members leaves an earlier one pending for the others.
+
+A Kafka group (client-side assignment: its members never pull here, they fetch their
+committed offsets after each rebalance) gets the reset as its committed offsets, in
+the same change, and, when it has members, a forced rebalance that fences the
+generation they read under (:meth:`.classic.ClassicGroups.reset_offsets`): each member
+is answered ILLEGAL_GENERATION (22) at its next heartbeat or commit, rejoins, and
+starts from the reset after the rebalance; a commit of its pre-reset position is
+refused. Kafka itself only resets a group with no active member
+(``kafka-consumer-groups --reset-offsets``); this resets one while it runs.
 """
 
 from __future__ import annotations
@@ -47,11 +56,20 @@ class GroupResets:
 
         async def change(p: int) -> list[ResolvedReset]:
             state = groups.state(group_id)
-            if request.members is not None and state.mode is not Mode.BROADCAST:
+            kafka = groups.classic.is_kafka(group_id)
+            if request.members is not None and (kafka or state.mode is not Mode.BROADCAST):
                 raise errors.InvalidRequest(
-                    f"group {group_id!r} is a clustering group: a partition has one reader, "
-                    "whichever member it is; members is for broadcast groups"
+                    f"group {group_id!r} is a {'Kafka' if kafka else 'clustering'} group: a "
+                    "partition has one reader, whichever member it is; members is for "
+                    "broadcast groups"
                 )
+            applied_at, fenced_below = "pull", None
+            if kafka:
+                fenced = await groups.classic.reset_offsets(p, group_id, resolved)
+                if fenced is not None and fenced.members:
+                    applied_at, fenced_below = "rebalance", fenced.min_generation
+                else:
+                    applied_at = "committed"
             now = now_ms()
             out = []
             for r in resolved:
@@ -79,6 +97,8 @@ class GroupResets:
                         r.clamped,
                         r.clamped_to,
                         reset.epoch,
+                        applied_at,
+                        fenced_below,
                     )
                 )
             return out
@@ -127,13 +147,17 @@ class GroupResets:
             raise UnknownGroup(f"no group {group_id!r}")
         group = state.group
         live = set() if group is None else set(group.members)
+        kafka = groups.classic.group(group_id)
         out = []
         for tp, resets in sorted(state.resets.items()):
             known = live | {m for (m, at) in state.member_offsets if at == tp}
             known |= {m for (m, at) in state.deliveries if at == tp and m}
             for reset in resets.entries:
                 status = {}
-                if state.mode is Mode.CLUSTERING:
+                if kafka is not None:  # applied once the rebalance the reset forced is done
+                    done = kafka.generation >= kafka.min_generation
+                    status = dict.fromkeys(sorted(kafka.members), "applied" if done else "pending")
+                elif state.mode is Mode.CLUSTERING:
                     applied = state.delivery("", tp).reset_epoch >= reset.epoch
                     for m in sorted(live):
                         if group is not None and tp in group.assigned(m):

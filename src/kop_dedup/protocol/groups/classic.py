@@ -10,6 +10,13 @@ join again; the round completes when every member has joined or at the rebalance
 deadline, members that did not join are removed), ``CompletingRebalance`` (a new
 generation: the leader's SyncGroup brings the assignment), ``Stable``.
 
+A server-side reset of a group with members (:meth:`ClassicGroup.fenced`) starts a
+round and fences the generation it interrupts: a heartbeat, SyncGroup or commit at a
+generation below :attr:`ClassicGroup.min_generation` is ILLEGAL_GENERATION (22), so a
+member cannot commit its pre-reset position over the reset, and drops its positions
+(a lost assignment, in the eager and the cooperative protocol alike) and fetches the
+committed offsets after it rejoins.
+
 >>> g = ClassicGroup.new()
 >>> g = g.join(JoinRequest("a", None, "c", "h", 6000, 6000, "consumer", (("range", b""),)), 0)
 >>> g.state, g.generation, g.leader                 # the only member: complete at once
@@ -134,6 +141,9 @@ class ClassicGroup:
     """Member ids handed out by MEMBER_ID_REQUIRED (KIP-394) and when they expire."""
     deadline_ms: int = 0
     """When the PreparingRebalance round completes whoever joined."""
+    min_generation: int = 0
+    """Calls at a generation below it are ILLEGAL_GENERATION (a reset's fence: the
+    generation the round it started completes)."""
 
     @classmethod
     def new(cls) -> ClassicGroup:
@@ -299,15 +309,35 @@ class ClassicGroup:
         }
         return replace(self, state=STABLE, members=members)
 
+    def current(self, generation: int) -> bool:
+        """Whether a member's call at ``generation`` is of the group's generation and not
+        fenced by a reset."""
+        return generation == self.generation and generation >= self.min_generation
+
     def check(self, member_id: str, generation: int) -> None:
-        """A member's call at a generation: 25 unknown member, 22 another generation, 25
-        for an Empty group (Kafka's order)."""
+        """A member's call at a generation: 25 unknown member, 22 another generation (or
+        one a reset fenced), 25 for an Empty group (Kafka's order)."""
         if member_id not in self.members:
             raise errors.UnknownMemberId(f"member {member_id!r} is not in the group: join again")
+        if generation < self.min_generation and generation == self.generation:
+            raise errors.IllegalGeneration(
+                f"generation {generation} was fenced by a reset of the group's offsets: "
+                "join again (and fetch the committed offsets)"
+            )
         if generation != self.generation:
             raise errors.IllegalGeneration(
                 f"generation {generation} is not the group's ({self.generation}): join again"
             )
+
+    def fenced(self, now_ms: int) -> ClassicGroup:
+        """A server-side reset of the group's offsets: with members, a round started
+        (or the one under way kept) and the current generation fenced, so that every
+        member rejoins and fetches the offsets again and none commits at the generation
+        it read under; an Empty group is unchanged (its next members fetch them)."""
+        if not self.members:
+            return self
+        group = self if self.state == PREPARING else self.prepare(now_ms)
+        return replace(group, min_generation=self.generation + 1)
 
     def seen(self, member_id: str, now_ms: int) -> ClassicGroup | None:
         """The member's session refreshed; None when the stored time is recent enough
@@ -374,6 +404,7 @@ class ClassicGroup:
             "members": [m.to_doc() for m in self.members.values()],
             "pending": self.pending,
             "deadline": self.deadline_ms,
+            "fence": self.min_generation,
         }
 
     @classmethod
@@ -390,4 +421,5 @@ class ClassicGroup:
             {m.member_id: m for m in members},
             {str(k): int(v) for k, v in doc.get("pending", {}).items()},
             int(doc.get("deadline", 0)),
+            int(doc.get("fence", 0)),
         )

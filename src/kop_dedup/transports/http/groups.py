@@ -223,6 +223,8 @@ def _resolved(r: ResolvedReset) -> dict[str, Any]:
         "clamped": r.clamped,
         "clampedTo": r.clamped_to,
         "epoch": r.epoch,
+        "appliedAt": r.applied_at,
+        "fencedBelowGeneration": r.fenced_below,
     }
 
 
@@ -416,9 +418,11 @@ async def reset(
     runtime: RuntimeDep,
 ) -> JSONResponse:
     """Server-side reset: the target is resolved now and stored durably with a higher
-    epoch; each member's next pull starts there (whichever sidecar serves it). A
-    timestamp before the earliest or after the end is clamped; an offset outside the
-    partition: 400."""
+    epoch; each member's next pull starts there (whichever sidecar serves it). A Kafka
+    group gets it as its committed offsets and, with members, a rebalance (``appliedAt``
+    ``rebalance``): its members rejoin and start there; their commits at a generation
+    below ``fencedBelowGeneration`` are refused (22). A timestamp before the earliest or
+    after the end is clamped; an offset outside the partition: 400."""
     request = ResetRequest(
         body.topic,
         body.to,
