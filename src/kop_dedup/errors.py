@@ -23,6 +23,7 @@ The tree::
     +-- InvalidRequiredAcks (21)
     +-- IllegalGeneration (22)
     +-- InconsistentGroupProtocol (23)
+    +-- InvalidGroupId (24)
     +-- UnknownMemberId (25)
     +-- InvalidSessionTimeout (26)
     +-- RebalanceInProgress (27)
@@ -47,10 +48,13 @@ The tree::
     +-- KafkaStorageError (56, retriable)
     +-- SaslAuthenticationFailed (58)
     +-- UnknownProducerId (59)
+    +-- NonEmptyGroup (68)
     +-- GroupIdNotFound (69)
     +-- FetchSessionIdNotFound (70, retriable)
     +-- UnsupportedCompressionType (76)
     +-- MemberIdRequired (79)
+    +-- FencedInstanceId (82)
+    +-- GroupSubscribedToTopic (86)
     +-- InvalidRecord (87)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
@@ -75,11 +79,14 @@ __all__ = [
     "CoordinatorNotAvailable",
     "CorruptMessage",
     "DuplicateSequenceNumber",
+    "FencedInstanceId",
     "FetchSessionIdNotFound",
     "GroupIdNotFound",
+    "GroupSubscribedToTopic",
     "IllegalGeneration",
     "IllegalSaslState",
     "InconsistentGroupProtocol",
+    "InvalidGroupId",
     "InvalidPartitions",
     "InvalidProducerEpoch",
     "InvalidProducerIdMapping",
@@ -95,6 +102,7 @@ __all__ = [
     "KafkaStorageError",
     "MemberIdRequired",
     "MessageTooLarge",
+    "NonEmptyGroup",
     "NotCoordinator",
     "NotEnoughReplicas",
     "NotLeaderOrFollower",
@@ -198,6 +206,10 @@ class InconsistentGroupProtocol(KafkaError):
     errno, name = 23, "INCONSISTENT_GROUP_PROTOCOL"
 
 
+class InvalidGroupId(KafkaError):
+    errno, name = 24, "INVALID_GROUP_ID"
+
+
 class UnknownMemberId(KafkaError):
     errno, name = 25, "UNKNOWN_MEMBER_ID"
 
@@ -294,6 +306,10 @@ class UnknownProducerId(KafkaError):
     errno, name = 59, "UNKNOWN_PRODUCER_ID"
 
 
+class NonEmptyGroup(KafkaError):
+    errno, name = 68, "NON_EMPTY_GROUP"
+
+
 class GroupIdNotFound(KafkaError):
     errno, name = 69, "GROUP_ID_NOT_FOUND"
 
@@ -308,6 +324,14 @@ class UnsupportedCompressionType(KafkaError):
 
 class MemberIdRequired(KafkaError):
     errno, name = 79, "MEMBER_ID_REQUIRED"
+
+
+class FencedInstanceId(KafkaError):
+    errno, name = 82, "FENCED_INSTANCE_ID"
+
+
+class GroupSubscribedToTopic(KafkaError):
+    errno, name = 86, "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
 class InvalidRecord(KafkaError):

@@ -19,6 +19,7 @@ from kop_dedup.coordination.groups.coordinator import (
     GroupSettings,
     StaleMember,
 )
+from kop_dedup.coordination.groups.deletion import GroupDeletion
 from kop_dedup.coordination.groups.lag import GroupLag
 from kop_dedup.coordination.groups.retention import GroupRetention
 from kop_dedup.coordination.groups.store import GroupStore
@@ -165,6 +166,7 @@ class Runtime:
         self.group_retention = GroupRetention(
             self.groups, retention_ms=settings.group_retention_ms, forgotten=self.group_lag.forget
         )
+        self.group_deletion = GroupDeletion(self.groups, self.group_retention)
         self._stopping_at: float | None = None
         journal = Journal(
             self.admin,

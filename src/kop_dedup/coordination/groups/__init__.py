@@ -14,6 +14,7 @@ loads, ``GroupMetadata`` holds the state and its transitions as pure data):
 :mod:`.readers`        the partition readers kept between a member's pulls
 :mod:`.lag`            lag, the gauges and the Pulsar subscription that follows commits
 :mod:`.retention`      bounded state: expired groups and departed members forgotten
+:mod:`.deletion`       DeleteGroups and OffsetDelete (through retention's removal path)
 :mod:`.store`          persists and loads: one keyed, compacted log, one owner per
                        partition (:mod:`.view`: what a sidecar read; :mod:`.closing`:
                        handing a partition over cleanly)
@@ -46,6 +47,10 @@ NOT_COORDINATOR and the broker's failures are retriable.
   ``reset_status(group) -> list[ResetStatus]``
 - ``check_member(group, member | None, generation | None)``: KIP-447 fencing of a
   transactional offset commit made for a member (raises as its own commit would)
+
+``GroupDeletion`` (runtime.group_deletion): ``delete_group(group)`` (68 with
+members, 69 unknown); ``delete_offsets(group, [(topic, [partition])])`` (per
+partition: None or 86; 24, 68, 69 for the whole request).
 
 ``GroupLag`` (runtime.group_lag): ``lag(group) -> LagReport``; ``rows`` for /metrics.
 

@@ -86,26 +86,43 @@ class GroupRetention:
             await self._start_clock(group_id)
 
     async def _forget(self, group_id: str) -> None:
+        def expired(state: GroupState) -> bool:
+            return self._expired(state, now_ms())
+
+        if await self.forget(group_id, expired, take=False):
+            log.info(
+                "group %r: no members and nothing done for %d ms: forgotten",
+                group_id,
+                self.retention_ms,
+            )
+
+    async def forget(
+        self, group_id: str, may: Callable[[GroupState], bool], *, take: bool = True
+    ) -> bool:
+        """Forget the group whole, as the owner of its partition, when ``may(state)``
+        says so on the state as it then is (it may raise, to refuse with a Kafka error):
+        every key of it removed, its readers closed, its subscriptions deleted. Whether it
+        was forgotten. The one removal path of a group: retention and DeleteGroups."""
         groups = self._groups
 
         async def change(p: int) -> list[TopicPartition] | None:
             state = groups.state(group_id)
-            if not self._expired(state, now_ms()):
+            if not may(state):
                 return None
             tps = sorted(set(state.partitions()) | {tp for _, tp in state.member_offsets})
             for k, _ in groups.store.docs(group_id):
                 await groups.store.remove(p, key(*k))
             return tps
 
-        tps: list[TopicPartition] | None = await groups.store.owned(group_id, change, take=False)
+        tps: list[TopicPartition] | None = await groups.store.owned(group_id, change, take=take)
         if tps is None:
-            return
+            return False
         groups.readers.drop(group_id)
-        log.info(
-            "group %r: no members and nothing done for %d ms: forgotten",
-            group_id,
-            self.retention_ms,
-        )
+        await self.forgotten(group_id, tps)
+        return True
+
+    async def forgotten(self, group_id: str, tps: list[TopicPartition]) -> None:
+        """Offsets of ``tps`` were removed: the subscriptions that followed them go."""
         try:
             await self._forgotten(group_id, tps)
         except Exception as exc:  # the subscriptions stay (Pulsar keeps their backlog)

@@ -17,7 +17,7 @@ the runtime's admin); no business rule lives here and no Pulsar client is import
   :mod:`.producer_ids` (InitProducerId), :mod:`.produce` (Produce), :mod:`.sasl`,
   :mod:`.fetch`, :mod:`.list_offsets`, :mod:`.offsets` (OffsetCommit, OffsetFetch),
   :mod:`.groups` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups,
-  ListGroups),
+  ListGroups), :mod:`.group_deletion` (DeleteGroups, OffsetDelete),
   :mod:`.transactions` (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn);
   :mod:`.txn_codes`: what the transaction coordinator's errors are answered as, per
   API and version (Kafka's conversions, in one place).

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
     fetch,
+    group_deletion,
     groups,
     list_offsets,
     metadata,
@@ -49,5 +50,6 @@ API_TABLE = build_table(
     list_offsets.APIS,
     offsets.APIS,
     groups.APIS,
+    group_deletion.APIS,
     transactions.APIS,
 )
