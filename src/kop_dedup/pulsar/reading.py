@@ -53,14 +53,21 @@ class _Raw:
 
 
 def _read_available(reader: Any, limit: int, max_bytes: int | None) -> list[_Raw]:
-    """Up to ``limit`` messages already available (blocking calls; a worker thread)."""
+    """Up to ``limit`` messages already available (blocking calls; a worker thread).
+    What the client holds already is taken without asking the broker; it is asked
+    (``has_message_available``: a lock, maybe a round trip) only once that is empty."""
     out: list[_Raw] = []
     size = 0
-    while len(out) < limit and reader.has_message_available():
+    while len(out) < limit:
         try:
-            msg = reader.read_next(_READ_WAIT_MS)
-        except pulsar.Timeout:  # said available, not delivered in time: the next read
-            break
+            msg = reader.read_next(0)  # what the client holds: no round trip, no wait
+        except pulsar.Timeout:
+            if not reader.has_message_available():
+                break
+            try:
+                msg = reader.read_next(_READ_WAIT_MS)
+            except pulsar.Timeout:  # said available, not delivered in time: the next read
+                break
         mid = msg.message_id()
         decoded = DecodedRecord.from_message(
             msg.data(), msg.partition_key(), msg.properties(), msg.event_timestamp()
