@@ -146,7 +146,7 @@ def sizes(sc: ThreadSidecar, groups: set[str]) -> dict[str, int]:
 
 
 def test_many_groups_through_two_sidecars_leave_no_state_behind(pulsar):
-    """Rounds of 40 groups, each with a member that pulls and commits through one
+    """Rounds of 25 groups, each with a member that pulls and commits through one
     sidecar and leaves through the other (or misses its session): once they are
     forgotten, neither sidecar holds a member's lock or reader, nor a key, lag row or
     followed subscription of any of them, round after round."""
@@ -161,7 +161,7 @@ def test_many_groups_through_two_sidecars_leave_no_state_behind(pulsar):
         produce(api, topic, 5)
         ours: set[str] = set()
         for _ in range(3):
-            groups = [uniq("g") for _ in range(40)]
+            groups = [uniq("g") for _ in range(25)]
             ours.update(groups)
             for i, group in enumerate(groups):
                 configure(api, group, sessionTimeoutMs=60_000)

@@ -72,7 +72,7 @@ def test_memory_stays_flat_over_many_transactional_ids_completed_elsewhere(pulsa
     with ThreadSidecar(pulsar, **settings) as a, ThreadSidecar(pulsar, **FAST) as b:
         rounds = []
         for _ in range(2):
-            for _ in range(3 * CAP):
+            for _ in range(2 * CAP):  # twice the cap per round
                 one_transaction(a.url, b.url)
             # what is kept only while a transaction needs it drains: local copies of
             # transactions completed elsewhere within a few sweeps, a copy producer (the
