@@ -226,10 +226,9 @@ class FencedWriter:
             await self._producer.send(value, partition_key=key, properties=dict(properties or {}))
         except pulsar_async.PulsarException as exc:
             if exc.error() in _LOST:
+                self._lost = OwnershipLost(self.topic, exc)
                 log.warning("lost ownership of %s: %s", self.topic, exc)
-                await self.lost()  # closed: a fenced writer the client reconnects fences back
-                assert self._lost is not None
-                raise OwnershipLost(self.topic, exc) from exc
+                raise self._lost from exc
             raise
 
     async def close(self) -> None:
