@@ -101,7 +101,13 @@ def beat(c: WireClient, group: str, member: str, generation: int) -> int:
 
 
 def commit(
-    c: WireClient, group: str, topic: str, member: str, generation: int, partition: int = 0
+    c: WireClient,
+    group: str,
+    topic: str,
+    member: str,
+    generation: int,
+    partition: int = 0,
+    offset: int = 1,
 ) -> int:
     t = OffsetCommitRequest.OffsetCommitRequestTopic
     return (
@@ -117,7 +123,7 @@ def commit(
                         partitions=[
                             t.OffsetCommitRequestPartition(
                                 partition_index=partition,
-                                committed_offset=1,
+                                committed_offset=offset,
                                 committed_leader_epoch=-1,
                                 committed_metadata="",
                             )

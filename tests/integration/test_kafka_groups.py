@@ -19,12 +19,12 @@ from confluent_kafka.admin import AdminClient
 from kafka.protocol.consumer import (
     HeartbeatRequest,
     JoinGroupRequest,
-    OffsetCommitRequest,
     SyncGroupRequest,
 )
 
 from tests.integration.kafka_consume import create, produce
 from tests.integration.kafka_members import Member, killable_member, split, wait_until
+from tests.kafka_group_wire import commit
 from tests.kafka_tools import run_verifiable_consumer
 from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
@@ -222,7 +222,7 @@ def _moved(other: ThreadSidecar, c2: WireClient, group: str, member: str) -> Non
     )
     assert stale.error_code == 22
     topic = create(other.kafka_bootstrap, 1, "grm")
-    assert _commit_code(c2, group, topic, member, 1) == 0
+    assert commit(c2, group, topic, member, 1, offset=0) == 0
 
 
 def test_kafka_and_http_groups_refuse_each_other(kg: ThreadSidecar):
@@ -239,37 +239,10 @@ def test_kafka_and_http_groups_refuse_each_other(kg: ThreadSidecar):
         assert (refused.status_code, refused.json()["errorCode"]) == (409, 23)
         pull = http.post(f"/v1/groups/{kafka_group}/members/{member}/pull", json={"maxRecords": 10})
         assert (pull.status_code, pull.json()["errorCode"]) == (409, 23)
-        commit = http.post(f"/v1/groups/{kafka_group}/members/{member}/commit", json={})
-        assert (commit.status_code, commit.json()["errorCode"]) == (409, 23)
-        assert _commit_code(c, http_group, topic, "", -1) == 25  # the HTTP group's members own it
-
-
-def _commit_code(c: WireClient, group: str, topic: str, member: str, generation: int) -> int:
-    t = OffsetCommitRequest.OffsetCommitRequestTopic
-    p = t.OffsetCommitRequestPartition
-    answer = c.call(
-        OffsetCommitRequest(
-            group_id=group,
-            generation_id_or_member_epoch=generation,
-            member_id=member,
-            group_instance_id=None,
-            topics=[
-                t(
-                    name=topic,
-                    partitions=[
-                        p(
-                            partition_index=0,
-                            committed_offset=0,
-                            committed_leader_epoch=-1,
-                            committed_metadata="",
-                        )
-                    ],
-                )
-            ],
-        ),
-        8,
-    )
-    return int(answer.topics[0].partitions[0].error_code)
+        committed = http.post(f"/v1/groups/{kafka_group}/members/{member}/commit", json={})
+        assert (committed.status_code, committed.json()["errorCode"]) == (409, 23)
+        # the HTTP group's members own it
+        assert commit(c, http_group, topic, "", -1, offset=0) == 25
 
 
 def test_kafkas_verifiable_consumer_reads_every_record_in_a_group(kg: ThreadSidecar, tmp_path):
