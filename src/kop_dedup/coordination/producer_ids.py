@@ -7,6 +7,12 @@ while it holds the name mutex ``<prefix>-producer-id-allocator`` on that topic
 cluster-wide mutex). The block number is the message's sequence id minus one
 and its payload, so the claim survives broker restarts through dedup state and,
 should that be purged, through the topic's last message.
+
+A claim the broker refuses as a duplicate means what we read was behind what
+the topic holds (a claim still in flight when we read, a dedup state being
+recovered): the block is someone else's. The allocator claims again, reading
+afresh, a few times before it answers KAFKA_STORAGE_ERROR; a client asking for
+a producer id never sees a race it cannot act on.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ __all__ = ["BLOCK_SIZE", "ProducerIdAllocator"]
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 1000
+CLAIM_ATTEMPTS = 5
+"""Claims tried (each reading afresh) before a refused claim is answered 56."""
+_CLAIM_BACKOFF_S = 0.05
 
 
 class ProducerIdAllocator:
@@ -36,11 +45,22 @@ class ProducerIdAllocator:
     async def allocate(self) -> int:
         async with self._lock:
             if self._next >= self._end:
-                block = await self._claim_block()
+                block = await self._claim_until_stored()
                 self._next, self._end = block * BLOCK_SIZE, (block + 1) * BLOCK_SIZE
             pid = self._next
             self._next += 1
             return pid
+
+    async def _claim_until_stored(self) -> int:
+        delay = _CLAIM_BACKOFF_S
+        for attempt in range(1, CLAIM_ATTEMPTS):
+            try:
+                return await self._claim_block()
+            except errors.KafkaStorageError as exc:
+                log.info("claim %d refused (%s); reading again", attempt, exc)
+                await asyncio.sleep(delay)
+                delay *= 2
+        return await self._claim_block()
 
     async def _claim_block(self) -> int:
         async with self._mutex.hold() as held:
