@@ -283,3 +283,30 @@ def test_a_read_after_a_fenced_write_answers_the_log_and_takes_nothing(pulsar, n
             await _close(stores)
 
     asyncio.run(scenario())
+
+
+def test_a_read_meeting_a_fenced_write_in_flight_answers_the_log(pulsar, namespace):
+    """A write of sidecar A is still travelling when a read through A (OffsetFetch) waits
+    for A's writes to be stored, and it fails: sidecar B had taken the partition. The read
+    answered NOT_COORDINATOR (librdkafka's committed() saw 16 in a takeover between two
+    sidecars), though it needs no ownership; it now reads the partition again as a reader
+    and answers what the log holds: B's record, never A's unstored one."""
+    topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
+    k = key("o", "g", "t", 0)
+
+    async def scenario() -> None:
+        stores = await _stores(pulsar, topic, 2)
+        (_, _, a), (_, _, b) = stores
+        try:
+            await a.owned("g", lambda p: a.write(p, k, {"offset": 1}))
+            await b.owned("g", lambda p: b.write(p, k, {"offset": 2}))
+            async with a.parts.lock(0):  # A has not noticed: its writer still thinks it owns
+                await a.write(0, k, {"offset": 99})  # sent, not yet answered
+            await a.read("g")
+            assert a.doc("g", "o", "t", 0) == {"offset": 2, "v": 2}
+            assert not a.parts.owned(0), "a read took the partition"
+            assert b.parts.owned(0)
+        finally:
+            await _close(stores)
+
+    asyncio.run(scenario())

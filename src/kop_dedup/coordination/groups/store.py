@@ -36,6 +36,7 @@ and :meth:`~GroupStore.doc` / :meth:`~GroupStore.docs` to read; and the offsets 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -262,16 +263,30 @@ class GroupStore:
         failed write of ours is read again first (the view may hold what was not
         stored): as its owner while it is still ours, else from its start as a reader.
         A read never takes a partition: one that did fenced the sidecar that had taken
-        it, and members of one group on two sidecars ping-ponged it."""
-        if p in self._broken:
-            async with self.parts.lock(p):
-                if p in self._broken:
-                    if await self.parts.still_owned(p):
-                        await self._take(p)
-                    else:
-                        await self._reread_elsewhere(p)
-        await self.parts.read(p)
-        await self.durable(p)
+        it, and members of one group on two sidecars ping-ponged it. Nor does it answer
+        NOT_COORDINATOR for another sidecar's takeover (a read needs no ownership): a
+        write of ours found fenced while reading, or a takeover that lost the race to
+        re-own, turns into a read as a reader."""
+        for attempt in (1, 2):
+            if p in self._broken:
+                async with self.parts.lock(p):
+                    if p in self._broken:
+                        await self._reread_broken(p)
+            await self.parts.read(p)
+            try:
+                await self.durable(p)
+            except errors.NotCoordinator:  # a write in flight was fenced: read again
+                if attempt == 2:
+                    raise
+            else:
+                return
+
+    async def _reread_broken(self, p: int) -> None:
+        if await self.parts.still_owned(p):
+            with contextlib.suppress(errors.NotCoordinator):  # unless another took it as we did
+                await self._take(p)
+                return
+        await self._reread_elsewhere(p)
 
     async def _reread_elsewhere(self, p: int) -> None:
         """A write of ours to ``p`` failed and another sidecar owns it now (it read the
