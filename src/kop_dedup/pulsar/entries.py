@@ -32,6 +32,7 @@ from kop_dedup.pulsar.wire import (
 __all__ = ["StoredBatch", "read_batches"]
 
 _READ_WAIT_MS = 10_000
+_TAIL_WAIT_MS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,19 @@ class StoredBatch:
     properties: Mapping[str, str]
 
 
+def _next(reader: Any, reached: EntryPosition | None, upto: EntryPosition) -> Any:
+    """The next message; None once in the last entry nothing more comes at once (the
+    rest of a batch entry's messages are received with its first)."""
+    if upto[1] < 0:  # "before ledger upto[0]" (an end recorded by an older version)
+        return reader.read_next(_READ_WAIT_MS) if reader.has_message_available() else None
+    if reached is None or reached < upto:
+        return reader.read_next(_READ_WAIT_MS)  # a Timeout raises: the caller retries
+    try:
+        return reader.read_next(_TAIL_WAIT_MS)
+    except pulsar.Timeout:
+        return None
+
+
 def _scan(
     reader: Any,
     after: EntryPosition | None,
@@ -53,22 +67,35 @@ def _scan(
     partition: int,
 ) -> list[StoredBatch]:
     """The picked batches after ``after`` up to ``upto`` (blocking calls: run on a worker
-    thread; one loop hop for the whole range instead of two per message)."""
+    thread; one loop hop for the whole range instead of two per message).
+
+    Read by position until ``upto``, never ended by the reader's "no more messages":
+    that answer compares with the broker's last message id, which after a broker
+    restart or a rollover names an empty ledger (entry -1), and then is "no more" over
+    a range full of entries: a journal read would copy part of a transaction, a look
+    for earlier copies would copy one again. A read that cannot reach ``upto`` raises
+    (a Timeout: the caller retries). The entry at ``upto`` is read to its last message
+    (a batch entry's messages arrive together)."""
     whole: dict[EntryPosition, StoredBatch] = {}
     groups: dict[EntryPosition, list[tuple[DecodedRecord, Mapping[str, str]]]] = {}
-    while reader.has_message_available():
-        msg = reader.read_next(_READ_WAIT_MS)  # a Timeout raises: the caller retries
+    if after is not None and upto <= after:
+        return []
+    reached: EntryPosition | None = None
+    while (msg := _next(reader, reached, upto)) is not None:
         mid = msg.message_id()
-        position = (mid.ledger_id(), mid.entry_id())
+        position = reached = (mid.ledger_id(), mid.entry_id())
         if position > upto:
             break
         if after is not None and position <= after:
             continue
         properties = msg.properties()
-        if not select(properties):
+        if properties.get(PROP_ENTRY_FORMAT) == WHOLE_BATCH:  # one message per entry
+            if select(properties):
+                whole[position] = StoredBatch(position, decode_whole(msg.data()), properties)
+            if position == upto:
+                break
             continue
-        if properties.get(PROP_ENTRY_FORMAT) == WHOLE_BATCH:
-            whole[position] = StoredBatch(position, decode_whole(msg.data()), properties)
+        if not select(properties):
             continue
         record = DecodedRecord.from_message(
             msg.data(), msg.partition_key(), properties, msg.event_timestamp()

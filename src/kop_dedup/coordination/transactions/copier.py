@@ -75,6 +75,9 @@ __all__ = ["PROP_TXN_BATCH", "Copier", "copy_overhead"]
 
 log = logging.getLogger(__name__)
 
+_RECHECK_S = 1.0
+"""Before a batch found missing is copied again, the look is made once more after this."""
+
 PROP_TXN_BATCH = "kafka.txn.batch"
 """On the first record of a copied batch: the batch's index among the transaction's in
 this partition."""
@@ -324,19 +327,26 @@ class Copier:
         copy the missing ones again through the repair producer (see the module
         docstring). Raises :class:`CopyIncomplete` when one is still missing."""
         missing = sorted(unsure - await self._already_copied(txn, part))
+        if missing:  # once more, later: a copy still being stored, a read cut short
+            await asyncio.sleep(_RECHECK_S)
+            missing = sorted(set(missing) - await self._already_copied(txn, part))
         if not missing:
             return
         head = batches[0]
         name = f"{self._prefix}-txn-{head.producer_id}-{head.producer_epoch}-r{txn.ordinal}"
         ptopic = self._naming.partition_topic(part.topic, part.partition)
         log.error(
-            "transaction %d of %r: %d batches of its copy into %s-%d are missing (a copy "
-            "failed below a later one stored); copying them again through %s",
+            "transaction %d of %r: batches %s of %d of its copy into %s-%d are missing after "
+            "%s (a copy failed below a later one stored; not stored: %s); copying them "
+            "again through %s",
             txn.ordinal,
             txn.transactional_id,
-            len(missing),
+            missing,
+            len(batches),
             part.topic,
             part.partition,
+            part.data_start,
+            sorted(unsure),
             name,
         )
         producer = await self._create(ptopic, name, _MAX_QUEUE)
