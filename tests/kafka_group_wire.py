@@ -72,9 +72,13 @@ def join(
 
 
 def member(c: WireClient, group: str, **kw: Any) -> Any:
+    """KIP-394's round trip: an id first (79), then the join with it (0)."""
     first = join(c, group, "", **kw)
     assert first.error_code == 79, first
-    return join(c, group, first.member_id, **kw)
+    assert first.member_id
+    answer = join(c, group, first.member_id, **kw)
+    assert answer.error_code == 0, answer
+    return answer
 
 
 def sync(c: WireClient, group: str, member: str, generation: int, assign: bool = True) -> int:

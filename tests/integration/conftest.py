@@ -83,6 +83,15 @@ def groups_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
         yield sc
 
 
+@pytest.fixture(scope="module")
+def kg(pulsar: Any) -> Iterator[ThreadSidecar]:
+    """Kafka groups with sessions from 1 s, swept every 100 ms."""
+    with ThreadSidecar(
+        pulsar, kafka_group_min_session_timeout_ms=1000, group_sweep_interval_ms=100
+    ) as sc:
+        yield sc
+
+
 @pytest.fixture
 def g(groups_sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
     """A client of :func:`groups_sidecar`."""

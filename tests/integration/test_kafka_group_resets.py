@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,7 +21,8 @@ from tests.integration.kafka_consume import (
     produce,
 )
 from tests.integration.kafka_members import wait_until
-from tests.integration.test_kafka_groups import _join, _joined
+from tests.kafka_group_wire import join
+from tests.kafka_group_wire import member as new_member
 from tests.kafka_txn_wire import TxnWire
 from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
@@ -30,15 +30,6 @@ from tests.sidecar import ThreadSidecar
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 RECORDS = 100
-
-
-@pytest.fixture(scope="module")
-def kg(pulsar: Any) -> Iterator[ThreadSidecar]:
-    """Kafka groups with sessions from 1 s, swept every 100 ms."""
-    with ThreadSidecar(
-        pulsar, kafka_group_min_session_timeout_ms=1000, group_sweep_interval_ms=100
-    ) as sc:
-        yield sc
 
 
 class Reader:
@@ -203,7 +194,7 @@ def test_a_commit_at_the_generation_a_reset_fenced_is_refused_and_keeps_the_rese
     group = f"g-{uuid.uuid4().hex[:8]}"
     produce(bootstrap, topic, [(0, None, f"f-{i}".encode()) for i in range(RECORDS)])
     with httpx.Client(base_url=kg.url, timeout=60) as http, WireClient(bootstrap) as c:
-        joined = _joined(c, group, session_ms=30_000)
+        joined = new_member(c, group, session_ms=30_000, retry=False)
         member, generation = joined.member_id, joined.generation_id
         assert _sync(c, group, member, generation) == 0
         commit = offset_commit_request(
@@ -229,7 +220,7 @@ def test_a_commit_at_the_generation_a_reset_fenced_is_refused_and_keeps_the_rese
         assert _lag(http, group) == (0, RECORDS)
 
         # it rejoins (the rebalance completes), fetches the reset and commits again
-        again = _join(c, group, member, 30_000)
+        again = join(c, group, member, session_ms=30_000, retry=False)
         assert (again.error_code, again.generation_id) == (0, generation + 1)
         assert _sync(c, group, member, generation + 1) == 0
         assert _fetched(c, group, topic) == 0

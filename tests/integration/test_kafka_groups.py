@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 import uuid
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,13 +17,13 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka.protocol.consumer import (
     HeartbeatRequest,
-    JoinGroupRequest,
     SyncGroupRequest,
 )
 
 from tests.integration.kafka_consume import create, produce
 from tests.integration.kafka_members import Member, killable_member, split, wait_until
-from tests.kafka_group_wire import commit
+from tests.kafka_group_wire import commit, join
+from tests.kafka_group_wire import member as new_member
 from tests.kafka_tools import run_verifiable_consumer
 from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
@@ -32,15 +31,6 @@ from tests.sidecar import ThreadSidecar
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 PARTITIONS = 6
-
-
-@pytest.fixture(scope="module")
-def kg(pulsar: Any) -> Iterator[ThreadSidecar]:
-    """A sidecar whose Kafka groups accept sessions from 1 s and sweep every 100 ms."""
-    with ThreadSidecar(
-        pulsar, kafka_group_min_session_timeout_ms=1000, group_sweep_interval_ms=100
-    ) as sc:
-        yield sc
 
 
 def _records(n: int, tag: str) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -154,38 +144,11 @@ def test_a_killed_member_is_expired_and_its_partitions_move(kg: ThreadSidecar):
     assert _committed(bootstrap, topic, group) == _ends(produced)
 
 
-def _join(c: WireClient, group: str, member: str, session_ms: int = 6000) -> Any:
-    proto = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")
-    return c.call(
-        JoinGroupRequest(
-            group_id=group,
-            session_timeout_ms=session_ms,
-            rebalance_timeout_ms=session_ms,
-            member_id=member,
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=[proto],
-            reason=None,
-        ),
-        5,
-    )
-
-
-def _joined(c: WireClient, group: str, session_ms: int = 6000) -> Any:
-    """KIP-394's round trip: an id first (79), then the join with it."""
-    first = _join(c, group, "", session_ms)
-    assert first.error_code == 79
-    assert first.member_id
-    answer = _join(c, group, first.member_id, session_ms)
-    assert answer.error_code == 0
-    return answer
-
-
 def test_a_member_keeps_its_membership_on_another_sidecar(kg: ThreadSidecar, pulsar: Any):
     group = f"g-{uuid.uuid4().hex[:8]}"
     with ThreadSidecar(pulsar) as other:
         with WireClient(kg.kafka_bootstrap) as c:
-            joined = _joined(c, group, session_ms=30_000)
+            joined = new_member(c, group, session_ms=30_000, retry=False)
             assert (joined.generation_id, joined.leader) == (1, joined.member_id)
             assert _sync(c, group, joined.member_id) == (0, b"mine")
         with WireClient(other.kafka_bootstrap) as c2:
@@ -231,9 +194,9 @@ def test_kafka_and_http_groups_refuse_each_other(kg: ThreadSidecar):
     with httpx.Client(base_url=kg.url, timeout=60) as http, WireClient(kg.kafka_bootstrap) as c:
         joined = http.post(f"/v1/groups/{http_group}/members", json={"topics": [topic]})
         assert joined.status_code == 200, joined.text
-        first = _join(c, http_group, "")
+        first = join(c, http_group, "", retry=False)
         assert first.error_code == 23
-        _joined(c, kafka_group)
+        new_member(c, kafka_group, retry=False)
         member = joined.json()["memberId"]
         refused = http.post(f"/v1/groups/{kafka_group}/members", json={"topics": [topic]})
         assert (refused.status_code, refused.json()["errorCode"]) == (409, 23)
