@@ -76,10 +76,18 @@ def join(
     return r.json()
 
 
-def pull(api: httpx.Client, group: str, member: str, n: int, wait_ms: int = 2000) -> dict[str, Any]:
-    r = api.post(
-        f"/v1/groups/{group}/members/{member}/pull", json={"maxRecords": n, "waitMs": wait_ms}
-    )
+def pull(
+    api: httpx.Client, group: str, member: str, n: int, wait_ms: int = 2000, attempts: int = 1
+) -> dict[str, Any]:
+    """A pull that must answer 200; ``attempts``: a 503 (retriable) is asked again, as a
+    client does, up to that many times in all."""
+    for attempt in range(1, attempts + 1):
+        r = api.post(
+            f"/v1/groups/{group}/members/{member}/pull", json={"maxRecords": n, "waitMs": wait_ms}
+        )
+        if r.status_code != 503 or attempt == attempts:
+            break
+        time.sleep(0.2)
     assert r.status_code == 200, r.text
     return r.json()
 
