@@ -81,6 +81,10 @@ class PulsarAdmin:
             raise AdminError(resp.status_code, reason)
         return resp
 
+    async def get_json(self, path: str, **params: str) -> Any:
+        """GET an admin path (``/admin/v2/...``); AdminError for a 4xx or 5xx answer."""
+        return (await self._request("GET", path, params=params or None)).json()
+
     # -- cluster and namespaces -------------------------------------------------
 
     async def clusters(self) -> list[str]:
