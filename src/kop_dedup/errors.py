@@ -16,6 +16,7 @@ The tree::
     +-- RequestTimedOut (7, retriable)
     +-- MessageTooLarge (10)
     +-- OffsetMetadataTooLarge (12)
+    +-- CoordinatorLoadInProgress (14, retriable)
     +-- CoordinatorNotAvailable (15, retriable)
     +-- NotCoordinator (16, retriable)
     +-- InvalidTopic (17)
@@ -76,6 +77,7 @@ __all__ = [
     "NONE_ERRNO",
     "NONE_NAME",
     "ConcurrentTransactions",
+    "CoordinatorLoadInProgress",
     "CoordinatorNotAvailable",
     "CorruptMessage",
     "DuplicateSequenceNumber",
@@ -176,6 +178,10 @@ class MessageTooLarge(KafkaError):
 
 class OffsetMetadataTooLarge(KafkaError):
     errno, name = 12, "OFFSET_METADATA_TOO_LARGE"
+
+
+class CoordinatorLoadInProgress(KafkaError):
+    errno, name, retriable = 14, "COORDINATOR_LOAD_IN_PROGRESS", True
 
 
 class CoordinatorNotAvailable(KafkaError):
