@@ -13,6 +13,13 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 
+from kop_dedup.clock import now_ms
+from kop_dedup.cluster.handover import Handover
+from kop_dedup.cluster.members import Membership, default_node_id
+from kop_dedup.cluster.offsets import RoutedOffsets
+from kop_dedup.cluster.ownership import Cluster
+from kop_dedup.cluster.peers import Peers
+from kop_dedup.cluster.placement import GROUP_LOG, TRANSACTION_LOG, Member
 from kop_dedup.coordination.expiry import Bounds
 from kop_dedup.coordination.groups.coordinator import (
     GroupCoordinator,
@@ -38,7 +45,7 @@ from kop_dedup.protocol.transactions import Partition, Transaction
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import Publisher
-from kop_dedup.settings import Settings
+from kop_dedup.settings import Settings, split_address
 
 __all__ = ["DeduplicationOff", "Runtime", "registry_bounds", "txn_settings"]
 
@@ -48,6 +55,9 @@ _EXIT_MARGIN_S = 1.0
 """Of the shutdown budget, what is kept for the process to exit after closing."""
 _LAST_CHANCE_S = 0.05
 """What a part gets to close once the shutdown budget is spent (a quick close, no wait)."""
+_LOAD_WAIT_S = 30.0
+"""How long a start waits for this node's state partitions to load before it serves
+anyway (a change to one still loading answers COORDINATOR_LOAD_IN_PROGRESS)."""
 
 
 class DeduplicationOff(RuntimeError):
@@ -79,7 +89,7 @@ def txn_settings(settings: Settings) -> TxnSettings:
         check_back_interval_ms=settings.check_back_interval_ms,
         check_back_timeout_s=settings.check_back_timeout_ms / 1000,
         sweep_interval_s=settings.txn_sweep_interval_ms / 1000,
-        adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
+        handoff_wait_s=settings.cluster_handoff_ms / 1000,
         apply_delay_s=settings.txn_apply_delay_ms / 1000,
         expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
         decisions_retention_minutes=settings.journal_retention_minutes,
@@ -135,13 +145,33 @@ class Runtime:
             settings, self.publisher, self.admin, self.registry.epochs, self.stats
         )
         base = f"persistent://{system_ns}"
+        self.membership = Membership(
+            self.publisher.client,
+            self.admin,
+            f"{base}/cluster-members",
+            refresh_s=settings.cluster_refresh_ms / 1000,
+        )
+        self.cluster = Cluster(
+            self.membership, mode=settings.cluster_mode, partitions_of=self._partitions_of
+        )
+        self._handover = Handover(
+            self.cluster, self.service.channels, self.naming, journals=f"{base}/txn-journal."
+        )
+        tokens = sorted(settings.http_tokens())
+        self.peers = Peers(
+            me=-1,
+            token=tokens[0] if tokens else None,
+            # a forwarded long poll or join waits as long as the client allows
+            timeout_s=max(settings.max_timeout_ms, settings.max_pull_wait_ms) / 1000 + 30,
+        )
         self.offsets = GroupStore(
             self.publisher.client,
             self.admin,
             f"{base}/consumer-groups",
             settings.offsets_partitions,
-            adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
             pending_is_live=self._pending_is_live,
+            owner_of=self.cluster.owner_text(GROUP_LOG),
+            handoff_wait_s=settings.cluster_handoff_ms / 1000,
         )
         self.groups = GroupCoordinator(
             self.offsets,
@@ -193,7 +223,7 @@ class Runtime:
                 ),
                 instance=uuid.uuid4().hex[:16],
             ),
-            offsets=self.offsets,
+            offsets=RoutedOffsets(self.offsets, self.cluster, self.peers),
             allocator=self.registry.allocator,
             epochs=self.registry.epochs,
             legacy=self.registry.transactional,
@@ -201,7 +231,10 @@ class Runtime:
             partitions_of=self._partitions_of,
             members=self._check_member,
             settings=txn_settings(settings),
+            owner_of=self.cluster.owner_text(TRANSACTION_LOG),
+            release_journals=self._handover.release_journals,
         )
+        self.cluster.on_data(self._handover.retire_moved)
 
     async def _journal(
         self, batch: KafkaBatch, deadline: float, ptopic: str, extra: dict[str, str]
@@ -283,7 +316,51 @@ class Runtime:
             ),
         )
         await self.transactions.start()
+        self.cluster.register_log(GROUP_LOG, self.offsets.parts)
+        self.cluster.register_log(TRANSACTION_LOG, self.transactions.state.parts)
         log.info("ready: namespace %s has deduplication on", ns)
+
+    async def join_cluster(self, kafka: tuple[str, int] | None) -> Member:
+        """Join this node's cluster (the sidecars sharing its system namespace), as the
+        node advertising ``kafka`` (host, port) to Kafka clients (None: no listener
+        here), and load the state partitions the cluster gives it (waiting at most
+        ``_LOAD_WAIT_S``). NodeIdInUse when a live node has this node's id."""
+        s = self.settings
+        if kafka is None:  # no listener here: what Metadata of other nodes shows for it
+            kafka = (
+                split_address(s.kafka_advertised, "kafka_advertised")
+                if s.kafka_advertised
+                else (s.host, 0)
+            )
+        host, port = kafka
+        me = Member(
+            node_id=s.node_id if s.node_id is not None else default_node_id(host, port),
+            host=host,
+            port=port,
+            peer_url=s.peer(host),
+            instance=uuid.uuid4().hex[:16],
+            started_ms=now_ms(),
+        )
+        self.peers.identify(me.node_id)
+        await self.membership.join(me)
+        self.membership.start()
+        if not await self.cluster.loaded(_LOAD_WAIT_S):
+            log.warning(
+                "cluster: not every state partition of node %d loaded within %.0f s; "
+                "serving (changes to those answer COORDINATOR_LOAD_IN_PROGRESS meanwhile)",
+                me.node_id,
+                _LOAD_WAIT_S,
+            )
+        log.info(
+            "cluster: node %d (%s:%d, peers reach it at %s) in a cluster of %d; owns %s",
+            me.node_id,
+            me.host,
+            me.port,
+            me.peer_url,
+            len(self.cluster.members),
+            self.cluster.owned_partitions(),
+        )
+        return me
 
     async def ready(self) -> tuple[bool, str]:
         """(ready, reason) for /readyz: the broker answers and dedup is on."""
@@ -328,9 +405,13 @@ class Runtime:
 
         phases: list[list[tuple[str, Callable[[], Awaitable[None]]]]] = [
             [("transactions", self.transactions.close), ("consumer groups", groups)],
-            [("produce", self.service.close)],
+            [("produce", self.service.close), ("cluster membership", self.membership.leave)],
             [("registry", self.registry.close)],
-            [("Pulsar client", self.publisher.close), ("admin client", self.admin.close)],
+            [
+                ("Pulsar client", self.publisher.close),
+                ("admin client", self.admin.close),
+                ("peer client", self.peers.close),
+            ],
         ]
         for phase in phases:
             await _within(deadline, phase, self.settings.shutdown_timeout_ms)

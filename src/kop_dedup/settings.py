@@ -126,8 +126,6 @@ class Settings(BaseSettings):
     check_back_timeout_ms: int = Field(default=5_000, ge=10)
     txn_sweep_interval_ms: int = Field(default=1_000, ge=10)
     """How often the owner of a log partition looks for timed-out transactions."""
-    coordinator_adopt_interval_ms: int = Field(default=5_000, ge=10)
-    """How often a sidecar looks for coordinator partitions whose owner went away."""
     journal_retention_minutes: int = Field(default=1440, ge=1)
     """How long journals (and the decisions log) keep records: longer than the longest
     transaction timeout plus a recovery."""
@@ -187,6 +185,25 @@ class Settings(BaseSettings):
     Kubernetes' 30 s grace): requests in flight get this long to finish, then every
     part closes within what is left. Nothing acknowledged is lost; what could not be
     handed over cleanly is recovered by the next owner."""
+
+    # -- the cluster (kop_dedup.cluster): sidecars sharing a system namespace are one
+    node_id: int | None = Field(default=None, ge=0, le=2**31 - 2)
+    """This node's Kafka broker id, unique in the cluster (a StatefulSet's pod ordinal,
+    say); default: derived from the advertised Kafka address, stable as long as it is."""
+    peer_url: str | None = None
+    """The URL other nodes reach this node's HTTP API at, for forwarded requests
+    (``http://10.0.0.7:8090``); default: ``http://<host>:<port>``, with the advertised
+    Kafka host when ``host`` binds every address."""
+    cluster_mode: Literal["cluster", "sidecar"] = "cluster"
+    """``cluster``: Kafka clients are told every node and go to the owner of what they
+    use; ``sidecar``: this node's Kafka listener answers as a one-node cluster (clients
+    that can reach only their own sidecar) and forwards what other nodes own."""
+    cluster_refresh_ms: int = Field(default=1_000, ge=10)
+    """How often a node lists the cluster's live members (Pulsar's view): ownership
+    follows a change within about this long."""
+    cluster_handoff_ms: int = Field(default=5_000, ge=0)
+    """How long a new owner waits for the previous one to hand a state partition over
+    (close its writer) before it fences it: bounds a takeover from a node that hangs."""
 
     # -- HTTP
     host: str = "127.0.0.1"
@@ -261,6 +278,13 @@ class Settings(BaseSettings):
                 f"({shortest:g} s): entries would outlive their expiry by more than itself"
             )
         return self
+
+    def peer(self, kafka_host: str) -> str:
+        """The URL other nodes forward HTTP requests to (see ``peer_url``)."""
+        if self.peer_url:
+            return self.peer_url.rstrip("/")
+        host = kafka_host if self.host in {"", "0.0.0.0", "::"} else self.host  # noqa: S104
+        return f"http://{host}:{self.port}"
 
     def kafka_address(self) -> tuple[str, int] | None:
         """(host, port) of the Kafka listener; None when it is off."""

@@ -23,6 +23,7 @@ from kop_dedup.settings import Settings
 from kop_dedup.transports.kafka.apis import API_TABLE
 from kop_dedup.transports.kafka.listener import KafkaListener
 from tests.kafka_wire import produce_request
+from tests.unit.asgi import unjoined_cluster
 
 
 class StubAdmin:
@@ -79,6 +80,7 @@ class StubRuntime:
         self.admin, self.service = StubAdmin(), StubService()
         self.registry = type("R", (), {"allocator": StubAllocator()})()
         self.publisher = type("P", (), {"client": None})()  # Fetch's readers: never opened here
+        self.cluster = unjoined_cluster()
 
 
 class Client:

@@ -24,9 +24,10 @@ import time
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
-from kop_dedup.coordination.groups.store import GroupStore, StagedOffset
+from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
+from kop_dedup.coordination.transactions.offsets import TxnOffsets
 from kop_dedup.coordination.transactions.ordering import CopyOrder, Ticket
 from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.coordination.transactions.state import TransactionStateManager
@@ -53,7 +54,7 @@ class TransactionApplier:
         state: TransactionStateManager,
         copier: Copier,
         journal: Journal,
-        offsets: GroupStore,
+        offsets: TxnOffsets,
         decisions: KeyedWriter,
         stats: TxnStats,
         settings: TxnSettings,

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.epochs import EpochRegistry
-from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.producer_ids import ProducerIdAllocator
 from kop_dedup.coordination.transactional_ids import TransactionalIds
 from kop_dedup.coordination.transactions.admission import Journaler, ProduceAdmission
@@ -28,6 +27,7 @@ from kop_dedup.coordination.transactions.applier import TransactionApplier
 from kop_dedup.coordination.transactions.checkback import CheckBacks
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
+from kop_dedup.coordination.transactions.offsets import TxnOffsets
 from kop_dedup.coordination.transactions.requests import (
     EndTxn,
     InitProducerId,
@@ -64,7 +64,7 @@ class TransactionCoordinator:
         decisions_topic: str,
         journal: Journal,
         copier: Copier,
-        offsets: GroupStore,
+        offsets: TxnOffsets,
         allocator: ProducerIdAllocator,
         epochs: EpochRegistry,
         legacy: TransactionalIds,
@@ -72,6 +72,8 @@ class TransactionCoordinator:
         partitions_of: Callable[[str], Awaitable[int]],
         members: MemberCheck,
         settings: TxnSettings,
+        owner_of: Callable[[int], str] | None = None,
+        release_journals: Callable[[frozenset[int]], None] | None = None,
     ) -> None:
         self.settings = settings
         self._members = members
@@ -79,8 +81,9 @@ class TransactionCoordinator:
         self._admin, self._copier, self._offsets = admin, copier, offsets
         self._allocator, self._epochs, self._legacy = allocator, epochs, legacy
         self._decisions_topic = decisions_topic
+        self._release_journals = release_journals  # the journal names of moved producers
         self.state = TransactionStateManager(
-            client, admin, log_topic, settings, on_acquired=self._recover, on_lost=self._lost
+            client, admin, log_topic, settings, self._recover, self._lost, owner_of=owner_of
         )
         self._decisions = KeyedWriter(client, f"{decisions_topic}-partition-0")
         self.applier = TransactionApplier(
@@ -135,14 +138,17 @@ class TransactionCoordinator:
         log.info("transaction log partition %d moved to another sidecar", partition)
         if self._closing:
             return  # close() closes every copy producer
+        if self._release_journals is not None:
+            pids = frozenset(t.producer_id for t in self.state.in_partition(partition))
+            self._release_journals(pids)
         # its copy producers close, so the new owner can create them (one per name)
         task = asyncio.get_running_loop().create_task(self._copier.release(partition))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _recover(self, partition: int) -> None:
+    async def _recover(self, partition: int, orphan: bool) -> None:  # noqa: ARG002 - always
         """This sidecar just took the partition: finish what was decided, ask about what
-        is in doubt (timeouts fire at the next sweep)."""
+        is in doubt (timeouts fire at the next sweep), whoever had it before."""
         await self.applier.recover(partition)
         for txn in self.state.in_partition(partition):
             if txn.in_doubt and not txn.state.preparing:
@@ -157,21 +163,11 @@ class TransactionCoordinator:
 
     def owned_open(self) -> int:
         """Open transactions in the log partitions this sidecar owns (no I/O)."""
-        return sum(
-            1
-            for p in range(self.settings.log_partitions)
-            if self.state.owned(p)
-            for t in self.state.in_partition(p)
-            if t.state.open
-        )
+        return self.state.owned_open()
 
     async def open_transactions(self) -> list[Transaction]:
         """Every open transaction (Ongoing or decided, not yet applied), oldest first."""
-        await self.state.read_all()
-        return sorted(
-            (t for t in self.state if t.state.open),
-            key=lambda t: (t.started_ms, t.transactional_id),
-        )
+        return await self.state.open_transactions()
 
     # -- init-producer-id -----------------------------------------------------------------
 

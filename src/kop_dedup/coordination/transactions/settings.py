@@ -17,7 +17,7 @@ class TxnSettings:
     """The first wait between two check-backs; it doubles, up to a minute."""
     check_back_timeout_s: float = 5.0
     sweep_interval_s: float = 1.0
-    adopt_interval_s: float = 5.0
+    handoff_wait_s: float = 5.0
     retry_interval_s: float = 1.0
     """How soon a decision whose application failed (Pulsar away) is tried again."""
     apply_delay_s: float = 0.0

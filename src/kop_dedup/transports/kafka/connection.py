@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kop_dedup import errors
-from kop_dedup.transports.kafka import codec
+from kop_dedup.transports.kafka import codec, routed
 from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
 from kop_dedup.transports.kafka.sasl import raw_token
 
@@ -211,7 +211,7 @@ class Connection:
         started = time.perf_counter()
         close: tuple[str, str] | None = None
         try:
-            answer = await api.handle(session, body, version)
+            answer = await routed.handle(session, api, body, version)
         except CloseConnection as exc:
             answer, close = exc.answer, (exc.kind, exc.reason)
         except errors.KafkaError as exc:

@@ -39,6 +39,7 @@ from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.fetching import EntryReader
 from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.pulsar.reader_pool import ReaderPool
+from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.fetched import encode_entry
 from kop_dedup.transports.kafka.registry import Api, Session
 
@@ -214,10 +215,12 @@ async def fetch(session: Session, request: Any, version: int) -> Any:
         for t in request.topics
         for p in t.partitions
     ]
+    for part in parts:
+        part.error = await topology.not_leader(session, part.topic, part.index)
     wait_ms = min(max(request.max_wait_ms, 0), session.settings.max_pull_wait_ms)
     deadline = time.monotonic() + wait_ms / 1000
     try:
-        await asyncio.gather(*(_open(session, pool, part) for part in parts))
+        await asyncio.gather(*(_open(session, pool, p) for p in parts if p.error is None))
         await _fill(pool, parts, request.max_bytes, request.min_bytes, deadline)
         await asyncio.gather(
             *(_watermarks(pool, p) for p in parts if p.reader is not None and p.error is None)

@@ -22,6 +22,7 @@ from kop_dedup.coordination.groups.deletion import GroupDeletion
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.kafka.fetch import partition_topic
 from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.routed import group_key
 
 __all__ = ["APIS"]
 
@@ -106,6 +107,13 @@ def _offset_delete_error(_request: Any, version: int, error: errors.KafkaError) 
     )
 
 
+def _first_named(request: Any, _version: int) -> tuple[int, str] | None:
+    """DeleteGroups names several groups: admin clients batch them by coordinator, so
+    the first one's coordinator is the request's."""
+    groups = list(request.groups_names or [])
+    return (0, str(groups[0])) if groups else None
+
+
 APIS = (
     Api(
         key=42,
@@ -114,6 +122,8 @@ APIS = (
         versions=(0, 2),
         handle=delete_groups,
         error_answer=_delete_groups_error,
+        coordinator_key=_first_named,
+        response=DeleteGroupsResponse,
     ),
     Api(
         key=47,
@@ -122,5 +132,7 @@ APIS = (
         versions=(0, 0),
         handle=offset_delete,
         error_answer=_offset_delete_error,
+        coordinator_key=group_key,
+        response=OffsetDeleteResponse,
     ),
 )

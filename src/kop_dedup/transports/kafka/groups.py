@@ -34,6 +34,7 @@ from kop_dedup.coordination.groups.classic import ClassicGroups, NewMemberId
 from kop_dedup.protocol.groups.classic import EMPTY, STABLE, ClassicGroup, JoinRequest
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.routed import group_key
 
 __all__ = ["APIS"]
 
@@ -323,6 +324,13 @@ def _list_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
     )
 
 
+def _first_group(request: Any, _version: int) -> tuple[int, str] | None:
+    """DescribeGroups names several groups: admin clients batch them by coordinator, so
+    the first one's coordinator is the request's."""
+    groups = list(request.groups or [])
+    return (0, str(groups[0])) if groups else None
+
+
 APIS = (
     Api(
         key=11,
@@ -331,6 +339,8 @@ APIS = (
         versions=(0, 9),
         handle=join_group,
         error_answer=_join_error,
+        coordinator_key=group_key,
+        response=JoinGroupResponse,
     ),
     Api(
         key=12,
@@ -339,6 +349,8 @@ APIS = (
         versions=(0, 4),
         handle=heartbeat,
         error_answer=_heartbeat_error,
+        coordinator_key=group_key,
+        response=HeartbeatResponse,
     ),
     Api(
         key=13,
@@ -347,6 +359,8 @@ APIS = (
         versions=(0, 5),
         handle=leave_group,
         error_answer=_leave_error,
+        coordinator_key=group_key,
+        response=LeaveGroupResponse,
     ),
     Api(
         key=14,
@@ -355,6 +369,8 @@ APIS = (
         versions=(0, 5),
         handle=sync_group,
         error_answer=_sync_error,
+        coordinator_key=group_key,
+        response=SyncGroupResponse,
     ),
     Api(
         key=15,
@@ -363,6 +379,8 @@ APIS = (
         versions=(0, 5),
         handle=describe_groups,
         error_answer=_describe_error,
+        coordinator_key=_first_group,
+        response=DescribeGroupsResponse,
     ),
     Api(
         key=16,

@@ -28,6 +28,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from kop_dedup import errors
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.fetch import partition_topic, readers
 from kop_dedup.transports.kafka.registry import Api, Session
 
@@ -82,6 +83,8 @@ async def list_offsets(session: Session, request: Any, version: int) -> Any:
             return _partition(
                 index, errors.InvalidRequest(f"{topic}-{index} is named twice in one request")
             )
+        if (refused := await topology.not_leader(session, topic, index)) is not None:
+            return _partition(index, refused)
         return await _one(session, topic, index, timestamp, version)
 
     answers = await asyncio.gather(*(answer(*a) for a in asked))

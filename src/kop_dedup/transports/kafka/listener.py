@@ -20,13 +20,15 @@ import socket
 import ssl
 import uuid
 
+from kop_dedup.errors import KafkaError
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.pulsar.produced import ProducedOffsets
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import split_address
+from kop_dedup.transports.kafka import routed
 from kop_dedup.transports.kafka.apis import API_TABLE
 from kop_dedup.transports.kafka.connection import Connection
-from kop_dedup.transports.kafka.registry import Node, Session, Shared
+from kop_dedup.transports.kafka.registry import CloseConnection, Node, Session, Shared
 
 __all__ = ["KafkaListener", "ListenerError"]
 
@@ -115,6 +117,12 @@ class KafkaListener:
             " (SASL/PLAIN)" if self._shared.tokens else "",
         )
 
+    def joined(self, node_id: int) -> None:
+        """The node joined its cluster as ``node_id``: the id Metadata gives this node."""
+        self.node = Node(node_id, self.node.host, self.node.port, self.node.cluster_id)
+        if self._shared is not None:
+            self._shared.node = self.node
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         shared = self._shared
         if shared is None:  # closing
@@ -141,6 +149,36 @@ class KafkaListener:
             self._connections.discard(connection)
             if task is not None:
                 self._handlers.discard(task)
+
+    async def forwarded(
+        self, api_key: int, version: int, client_id: str, body: bytes, by: str
+    ) -> bytes | None:
+        """A Kafka request another node forwarded (its body at ``version``): handled here
+        as if a client of this listener had sent it; the response body (None: no answer,
+        acks=0). ValueError for an API or version this listener does not serve, or a
+        body that does not parse."""
+        shared = self._shared
+        api = None if shared is None else shared.apis.get(api_key)
+        if shared is None or api is None or not api.serves(version):
+            raise ValueError(f"API {api_key} v{version} is not served here")
+        try:
+            request = api.request.decode(memoryview(body), version=version)
+        except Exception as exc:
+            raise ValueError(
+                f"the forwarded {api.name} v{version} does not parse: {exc!r}"
+            ) from exc
+        session = Session(
+            shared, peer=f"node {by}", client_id=client_id, authenticated=True, forwarded=True
+        )
+        try:
+            answer = await routed.handle(session, api, request, version)
+        except CloseConnection as exc:
+            answer = exc.answer
+        except KafkaError as exc:
+            answer = api.error_answer(request, version, exc)
+        if answer is None:
+            return None
+        return bytes(answer.encode(version=version))
 
     @property
     def connections(self) -> int:

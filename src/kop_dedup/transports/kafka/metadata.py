@@ -1,15 +1,17 @@
-"""Metadata and FindCoordinator: this sidecar is the whole cluster.
+"""Metadata and FindCoordinator: the cluster as :mod:`.topology` tells it.
 
-The cluster has one broker, this node at its advertised address, which leads every
-partition and coordinates every group and transactional id (any sidecar serves any
-of them: their state is in Pulsar). Topics are the partitioned topics of the Kafka
-namespace (``KOP_DEDUP_NAMESPACE``). A Metadata request naming a topic that does not
-exist creates it with ``KAFKA_DEFAULT_PARTITIONS`` when ``KAFKA_AUTO_CREATE_TOPICS``
-is on and the client allows it (v4+), and answers it at once (Kafka answers
-LEADER_NOT_AVAILABLE first and lets the client ask again); otherwise
+Brokers are the cluster's live nodes at their advertised addresses (this node alone
+in sidecar mode); each partition's leader is the node the cluster's placement names
+(:mod:`kop_dedup.cluster.placement`), the same answer from every node; FindCoordinator
+answers the owner of the key's state partition. Topics are the partitioned topics of
+the Kafka namespace (``KOP_DEDUP_NAMESPACE``). A Metadata request naming a topic that
+does not exist creates it with ``KAFKA_DEFAULT_PARTITIONS`` when
+``KAFKA_AUTO_CREATE_TOPICS`` is on and the client allows it (v4+), and answers it at
+once (Kafka answers LEADER_NOT_AVAILABLE first and lets the client ask again); otherwise
 UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a name Kafka (or the
 mapping to Pulsar) refuses. Topic ids are not served: they are zero, so clients keep
-to names (Produce and Fetch are capped at v12).
+to names (Produce and Fetch are capped at v12). Leader epochs are 0: leadership is
+recomputed, not elected, so there is no epoch every node would agree on.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from kafka.protocol.metadata import (
 from kop_dedup import errors
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
+from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.registry import Api, Session
 
 __all__ = ["APIS", "find_coordinator", "metadata"]
@@ -36,7 +39,9 @@ _Partition = _Topic.MetadataResponsePartition
 _COORDINATOR_KEY_TYPES = (0, 1)  # group, transaction
 
 
-def _topic(name: str | None, error: errors.KafkaError | None, partitions: int = 0) -> Any:
+def _topic(
+    name: str | None, error: errors.KafkaError | None, leaders: dict[int, int] | None = None
+) -> Any:
     return _Topic(
         error_code=errors.NONE_ERRNO if error is None else error.errno,
         name=name,
@@ -46,13 +51,13 @@ def _topic(name: str | None, error: errors.KafkaError | None, partitions: int = 
             _Partition(
                 error_code=errors.NONE_ERRNO,
                 partition_index=i,
-                leader_id=0,
+                leader_id=leader,
                 leader_epoch=0,
-                replica_nodes=[0],
-                isr_nodes=[0],
+                replica_nodes=[leader],
+                isr_nodes=[leader],
                 offline_replicas=[],
             )
-            for i in range(partitions)
+            for i, leader in sorted((leaders or {}).items())
         ],
         authorized_operations=None,
     )
@@ -74,26 +79,23 @@ async def _describe(session: Session, name: str | None, create: bool) -> Any:
         return _topic(name, exc)
     except Exception as exc:
         return _topic(name, translate(exc, f"describing topic {name}"))
-    return _topic(name, None, count)
+    return _topic(name, None, topology.leaders(session, name, count))
 
 
 def _answer(session: Session | None, version: int, topics: list[Any]) -> Any:
-    node = None if session is None else session.shared.node
-    brokers = (
-        []
-        if node is None
-        else [
-            MetadataResponse.MetadataResponseBroker(
-                node_id=node.node_id, host=node.host, port=node.port, rack=None
-            )
-        ]
-    )
+    listed = [] if session is None else topology.brokers(session)
+    brokers = [
+        MetadataResponse.MetadataResponseBroker(
+            node_id=b.node_id, host=b.host, port=b.port, rack=None
+        )
+        for b in listed
+    ]
     return MetadataResponse(
         version=version,
         throttle_time_ms=0,
         brokers=brokers,
-        cluster_id=None if node is None else node.cluster_id,
-        controller_id=0 if node is None else node.node_id,
+        cluster_id=None if session is None else session.shared.node.cluster_id,
+        controller_id=-1 if session is None else topology.controller(session),
         topics=topics,
         authorized_operations=None,
         error_code=errors.NONE_ERRNO,
@@ -151,14 +153,14 @@ def _metadata_error(request: Any, version: int, error: errors.KafkaError) -> Any
 # -- FindCoordinator ----------------------------------------------------------------------
 
 
-def _coordinator(session: Session | None, key_type: int) -> tuple[Any, ...]:
-    """(error, node id, host, port) for a key (any key: this node coordinates all)."""
+def _coordinator(session: Session | None, key_type: int, key: str) -> tuple[Any, ...]:
+    """(error, node id, host, port) for a key: its coordinator (:mod:`.topology`)."""
     if session is None:
         return errors.KafkaError(), -1, "", -1
     if key_type not in _COORDINATOR_KEY_TYPES:
         return errors.InvalidRequest(f"unknown coordinator key type {key_type}"), -1, "", -1
-    node = session.shared.node
-    return None, node.node_id, node.host, node.port
+    broker = topology.coordinator_of(session, key_type, key)
+    return None, broker.node_id, broker.host, broker.port
 
 
 async def find_coordinator(session: Session, request: Any, version: int) -> Any:
@@ -170,7 +172,7 @@ def _find_answer(
 ) -> Any:
     key_type = 0 if version < 1 else request.key_type
     if version < 4:
-        error, node_id, host, port = _coordinator(session, key_type)
+        error, node_id, host, port = _coordinator(session, key_type, request.key)
         error = forced or error
         return FindCoordinatorResponse(
             version=version,
@@ -183,7 +185,7 @@ def _find_answer(
         )
     coordinators = []
     for key in request.coordinator_keys:
-        error, node_id, host, port = _coordinator(session, key_type)
+        error, node_id, host, port = _coordinator(session, key_type, key)
         error = forced or error
         coordinators.append(
             FindCoordinatorResponse.Coordinator(

@@ -37,10 +37,13 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from kop_dedup import errors
+from kop_dedup.cluster.peers import PeerUnavailable
+from kop_dedup.cluster.placement import Member
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.pulsar.naming import validate_topic
-from kop_dedup.transports.kafka import txn_codes
+from kop_dedup.transports.kafka import topology, txn_codes
 from kop_dedup.transports.kafka.batches import decode_batch, is_transactional
+from kop_dedup.transports.kafka.forward import forward
 from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
 
 __all__ = ["APIS", "produce"]
@@ -135,11 +138,58 @@ async def _transactional(
     return out
 
 
+async def _to_coordinator(
+    session: Session,
+    version: int,
+    request: Any,
+    parts: list[tuple[str, Any]],
+    indexes: list[int],
+    owner: Member,
+) -> list[Answer]:
+    """The request's transactional batches, produced by their transactional id's
+    coordinator (it journals them, whichever node leads their partitions)."""
+    topics: dict[str, list[Any]] = {}
+    for i in indexes:
+        topics.setdefault(parts[i][0], []).append(parts[i][1])
+    sub = ProduceRequest(
+        version=version,
+        transactional_id=request.transactional_id,
+        acks=-1,
+        timeout_ms=request.timeout_ms,
+        topic_data=[
+            ProduceRequest.TopicProduceData(name=name, partition_data=datas)
+            for name, datas in topics.items()
+        ],
+    )
+    try:
+        answer = await forward(session, owner, ProduceResponse, 0, version, sub)
+    except PeerUnavailable as exc:
+        session.runtime.cluster.stats.forward_failures += 1
+        unreachable = errors.NotEnoughReplicas(
+            f"the coordinator of {request.transactional_id!r}, node {owner.node_id}, could "
+            f"not be reached ({exc}); retry"
+        )
+        return [(parts[i][1].index, unreachable, -1) for i in indexes]
+    found = {(t.name, p.index): p for t in answer.responses for p in t.partition_responses}
+    out: list[Answer] = []
+    for i in indexes:
+        name, data = parts[i]
+        p = found.get((name, data.index))
+        if p is None or p.error_code == errors.NONE_ERRNO:
+            error = None if p is not None else errors.KafkaError("the coordinator lost it")
+            out.append((data.index, error, -1 if p is None else p.base_offset))
+            continue
+        cls = errors.error_for_code(p.error_code)
+        out.append((data.index, cls(p.error_message or cls.name), p.base_offset))
+    return out
+
+
 async def _all(
     session: Session, version: int, request: Any, parts: list[tuple[str, Any]], deadline: float
 ) -> list[Answer]:
-    """Every partition's answer, in request order: idempotent batches side by side,
-    the transactional ones together through the coordinator."""
+    """Every partition's answer, in request order: idempotent batches side by side (6
+    for a partition another node leads), the transactional ones together through the
+    coordinator (here, or forwarded to it)."""
     datas = [p.records or b"" for _, p in parts]
     decoded = await asyncio.gather(
         *(_decoded(session, version, t, p.index, d) for (t, p), d in zip(parts, datas, strict=True))
@@ -152,13 +202,20 @@ async def _all(
             results[i] = (p.index, batch, -1)
         elif is_transactional(datas[i]):
             txn[i] = batch
+        elif refused := await topology.not_leader(session, batch.topic, batch.partition):
+            results[i] = (p.index, refused, -1)
         else:
             plain[i] = batch
+    tid = request.transactional_id
+    owner = None
+    if txn and not session.forwarded and tid is not None:
+        owner = session.runtime.cluster.txn_coordinator(tid)
 
     async def transactional() -> list[Answer]:
         if not txn:
             return []
-        tid = request.transactional_id
+        if owner is not None and not session.runtime.cluster.is_me(owner):
+            return await _to_coordinator(session, version, request, parts, list(txn), owner)
         return await _transactional(session, version, tid, list(txn.values()), deadline)
 
     journaled, stored = await asyncio.gather(

@@ -27,6 +27,7 @@ from kop_dedup.coordination.transactions.requests import InitProducerId
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.kafka import txn_codes
 from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.routed import txn_key
 
 __all__ = ["APIS", "init_producer_id"]
 
@@ -93,5 +94,7 @@ APIS = (
         versions=(0, 5),
         handle=init_producer_id,
         error_answer=_error,
+        coordinator_key=txn_key,
+        response=InitProducerIdResponse,
     ),
 )

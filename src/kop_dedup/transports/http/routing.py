@@ -1,0 +1,238 @@
+"""HTTP clients never see the cluster's topology: a request for what another node owns
+is forwarded to it, and answered as if this node had served it.
+
+:class:`Forwarding` (ASGI middleware) routes by what a request names:
+
+- ``/v1/groups/{groupId}...`` (every group call, offsets included): the group's
+  coordinator;
+- ``POST /v1/init-producer-id`` with a ``transactionalId``, ``/v1/end-txn``,
+  ``/v1/txn-offset-commit``, ``GET /v1/transactions/{transactionalId}``: the
+  transactional id's coordinator (init without one is served anywhere);
+
+``POST /v1/produce`` is routed by the produce endpoint itself (:func:`route_produce`):
+a transactional request to its coordinator as a whole, the other batches each to its
+partition's leader, the answers put back in request order.
+
+A forwarded request carries :data:`~kop_dedup.cluster.peers.FORWARDED` and is always
+served where it lands (if that node is no longer the owner, the coordinators answer
+their retriable codes: NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER). An owner that cannot
+be reached is answered 503 with COORDINATOR_NOT_AVAILABLE (or per batch 6), both
+retriable: the next listing of the members names a live owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+from starlette.datastructures import State
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kop_dedup import errors
+from kop_dedup.cluster.peers import FORWARDED, PeerUnavailable
+from kop_dedup.cluster.placement import Member
+from kop_dedup.protocol.records import KafkaBatch
+from kop_dedup.runtime import Runtime
+
+__all__ = ["Forwarding", "forwarded", "route_produce"]
+
+log = logging.getLogger(__name__)
+
+_FORWARDED = FORWARDED.encode()
+_TXN_POSTS = frozenset({"/v1/init-producer-id", "/v1/end-txn", "/v1/txn-offset-commit"})
+_GROUPS = "/v1/groups/"
+_TRANSACTIONS = "/v1/transactions/"
+
+
+def forwarded(scope: Scope) -> bool:
+    """Whether another node forwarded this request (it is served here, whatever)."""
+    return any(name == _FORWARDED for name, _ in scope["headers"])
+
+
+def _unavailable(owner: Member, exc: Exception) -> JSONResponse:
+    error = errors.CoordinatorNotAvailable(
+        f"node {owner.node_id} owns this and could not be reached ({exc}); retry"
+    )
+    return JSONResponse(
+        {"errorCode": error.errno, "error": error.name, "errorMessage": error.message},
+        status_code=503,
+    )
+
+
+async def _read(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+def _transactional_id(body: bytes) -> str | None:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None  # the route answers 422
+    tid = doc.get("transactionalId") if isinstance(doc, dict) else None
+    return tid if isinstance(tid, str) and tid else None
+
+
+class Forwarding:
+    """ASGI middleware in front of the routes (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, state: State) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        runtime: Runtime | None = getattr(self.state, "runtime", None)
+        if scope["type"] != "http" or runtime is None or forwarded(scope):
+            await self.app(scope, receive, send)
+            return
+        cluster = runtime.cluster
+        path, method = scope["path"], scope["method"]
+        owner: Member | None = None
+        body: bytes | None = None
+        if path.startswith(_GROUPS):
+            group = unquote(path[len(_GROUPS) :].split("/", 1)[0])
+            owner = cluster.group_coordinator(group) if group else None
+        elif path.startswith(_TRANSACTIONS) and method == "GET":
+            named = unquote(path[len(_TRANSACTIONS) :].split("/", 1)[0])
+            owner = cluster.txn_coordinator(named) if named else None
+        elif path in _TXN_POSTS and method == "POST":
+            body = await _read(receive)
+            tid = _transactional_id(body)
+            owner = cluster.txn_coordinator(tid) if tid else None
+        if owner is None or cluster.is_me(owner):
+            await self.app(scope, receive if body is None else _replay(body), send)
+            return
+        if body is None:
+            body = await _read(receive)
+        try:
+            answer = await runtime.peers.forward(
+                owner,
+                method,
+                path,
+                query=scope.get("query_string", b""),
+                headers=scope["headers"],
+                body=body,
+            )
+        except PeerUnavailable as exc:
+            cluster.stats.forward_failures += 1
+            await _unavailable(owner, exc)(scope, receive, send)
+            return
+        cluster.stats.forwarded += 1
+        await send(
+            {"type": "http.response.start", "status": answer.status, "headers": answer.headers}
+        )
+        await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _by_leader(
+    runtime: Runtime, batches: Sequence[KafkaBatch | Any]
+) -> tuple[list[int], dict[int, list[int]], dict[int, Member]]:
+    """(indexes led here, leader node id -> indexes it leads, node id -> member)."""
+    cluster = runtime.cluster
+    remote: dict[int, list[int]] = {}
+    owners: dict[int, Member] = {}
+    mine: list[int] = []
+    for i, b in enumerate(batches):
+        leader = None
+        if isinstance(b, KafkaBatch):
+            try:
+                leader = await cluster.leader_of(b.topic, b.partition)
+            except errors.KafkaError:
+                leader = None  # the local path answers the topic's problem
+        if leader is None or cluster.is_me(leader):
+            mine.append(i)
+        else:
+            remote.setdefault(leader.node_id, []).append(i)
+            owners[leader.node_id] = leader
+    return mine, remote, owners
+
+
+Encode = Callable[[list[KafkaBatch], int], bytes]
+Answer = dict[str, Any]
+
+
+async def route_produce(
+    runtime: Runtime,
+    batches: Sequence[KafkaBatch | Any],
+    headers: Sequence[tuple[bytes, bytes]],
+    deadline: float,
+    encode: Encode,
+    local: Callable[[list[int]], Any],
+) -> list[Answer | None]:
+    """Forward the batches another node leads to it (one request per leader, side by
+    side); ``local(indexes)`` produces the others here. Per batch, in order: the answer a
+    leader gave (a dict), or None where ``local`` answers. ``batches`` may hold refused
+    entries (not KafkaBatch): they stay local."""
+    cluster = runtime.cluster
+    mine, remote, owners = await _by_leader(runtime, batches)
+    out: list[Answer | None] = [None] * len(batches)
+    if not remote:
+        await local(mine)
+        return out
+    auth = [(k, v) for k, v in headers if k == b"authorization"]
+
+    async def send_to(node: int, indexes: list[int]) -> None:
+        owner = owners[node]
+        remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        body = encode([batches[i] for i in indexes], remaining_ms)
+        try:
+            answer = await runtime.peers.forward(
+                owner,
+                "POST",
+                "/v1/produce",
+                headers=[(b"content-type", b"application/json"), *auth],
+                body=body,
+            )
+            results = json.loads(answer.body)["results"] if answer.status == 200 else None
+        except (PeerUnavailable, ValueError, KeyError) as exc:
+            cluster.stats.forward_failures += 1
+            results, why = None, repr(exc)
+        else:
+            why = f"it answered HTTP {answer.status}"
+        if results is None or len(results) != len(indexes):
+            error = errors.NotLeaderOrFollower(
+                f"the leader, node {owner.node_id}, could not be reached ({why}); retry"
+            )
+            results = [
+                {
+                    "topic": batches[i].topic,
+                    "partition": batches[i].partition,
+                    "errorCode": error.errno,
+                    "error": error.name,
+                    "messageId": None,
+                    "errorMessage": error.message,
+                }
+                for i in indexes
+            ]
+        else:
+            cluster.stats.forwarded += 1
+        for i, result in zip(indexes, results, strict=True):
+            out[i] = result
+
+    await asyncio.gather(local(mine), *(send_to(n, ix) for n, ix in remote.items()))
+    return out
