@@ -228,7 +228,7 @@ class Settings(BaseSettings):
     transaction ended without removing them."""
     kafka_group_min_session_timeout_ms: int = Field(default=6_000, ge=1)
     """The shortest session timeout a Kafka consumer may ask in JoinGroup (Kafka's
-    group.min.session.timeout.ms)."""
+    ``group.min.session.timeout.ms``; shorter: 26 INVALID_SESSION_TIMEOUT)."""
     group_reader_idle_ms: int = Field(default=60_000, ge=100)
     """A member's partition reader kept between pulls closes after this long unused."""
     group_pull_answer_delay_ms: int = Field(default=0, ge=0)
@@ -272,7 +272,8 @@ class Settings(BaseSettings):
     port 0 takes a free port. Empty (``KOP_DEDUP_KAFKA_LISTENER=``) turns the listener off."""
     kafka_advertised: str | None = None
     """``host:port`` the listener tells clients to connect back to (Metadata,
-    FindCoordinator); default: the listener's bound address."""
+    FindCoordinator); default: the listener's bound address. Set it when listening on
+    ``0.0.0.0`` or behind NAT."""
     kafka_auto_create_topics: bool = True
     """Create a topic a Metadata request names when the client allows it (Kafka's
     ``auto.create.topics.enable``); Produce never creates one."""

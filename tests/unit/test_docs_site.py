@@ -74,3 +74,21 @@ def test_a_broken_link_anchor_or_unlisted_page_fails_the_build(tmp_path):
     assert re.search(r"link 'no-such-page\.md'.*not found", log), log
     assert "does not contain an anchor '#no-such-heading'" in log, log
     assert "stray.md" in log, log
+
+
+def test_the_readmes_links_into_the_docs_resolve():
+    """The README is the front page on the repository host and on PyPI: its relative
+    links point at the docs' Markdown sources, which must exist (with their anchors)."""
+    from markdown.extensions.toc import slugify
+
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert len(local) >= 10, local
+    for link in local:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.is_file(), link
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", target.read_text(), re.MULTILINE)
+            assert anchor in {slugify(h, "-") for h in headings}, link
