@@ -95,7 +95,7 @@ def new_pid(api: httpx.Client) -> int:
 
 
 RETRIABLE_INIT = frozenset({6, 7, 15, 16, 51, 56})
-"""Answers to init-producer-id a client retries (README: broker trouble 6/7/56, a
+"""Answers to init-producer-id a client retries (docs/http/produce.md: broker trouble 6/7/56, a
 coordinator moving 15/16, the last transaction still being applied 51)."""
 
 

@@ -26,7 +26,6 @@ import contextlib
 import os
 import re
 import shutil
-import sys
 import time
 from importlib import resources as importlib_resources
 from pathlib import Path
@@ -107,9 +106,8 @@ def kafka_jars(*, quiet: bool = False) -> list[Path]:
 
 def _resolve(target: Path, *, quiet: bool) -> None:
     if not quiet:
-        print(
-            f"resolving Apache Kafka {KAFKA_VERSION} (broker and tools) with Maven...",
-            file=sys.stderr,
+        resources.progress(
+            f"resolving Apache Kafka {KAFKA_VERSION} (broker and tools) with Maven..."
         )
     started = time.monotonic()
     tmp = target.with_name(target.name + ".tmp")
@@ -132,11 +130,6 @@ def _resolve(target: Path, *, quiet: bool) -> None:
     size = sum(p.stat().st_size for p in target.glob("*.jar"))
     seconds = time.monotonic() - started
     (target / ".resolved").write_text(f"{seconds:.1f}s {size} bytes\n")
-    if not quiet:
-        print(
-            f"Apache Kafka {KAFKA_VERSION}: {size / 1e6:.0f} MB of jars in {seconds:.0f}s",
-            file=sys.stderr,
-        )
 
 
 def classpath() -> str:
