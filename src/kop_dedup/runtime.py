@@ -198,6 +198,7 @@ class Runtime:
         )
         self.group_deletion = GroupDeletion(self.groups, self.group_retention)
         self._stopping_at: float | None = None
+        self._leaving: asyncio.Task[None] | None = None
         journal = Journal(
             self.admin,
             self.naming,
@@ -373,11 +374,20 @@ class Runtime:
 
     def begin_shutdown(self) -> None:
         """A stop was asked for (SIGTERM): the shutdown budget starts now; nothing new
-        is taken, long polls answer what they have."""
+        is taken, long polls answer what they have, and the node leaves its cluster at
+        once, so that the others take its partitions over while it closes (each waits
+        for it to hand a state partition over: :mod:`kop_dedup.coordination.partitions`)."""
         if self._stopping_at is None:
             self._stopping_at = _clock()
+            self._leaving = asyncio.get_running_loop().create_task(
+                self.membership.leave(), name="leave the cluster"
+            )
         self.service.begin_shutdown()
         self.groups.begin_shutdown()
+
+    async def _left(self) -> None:
+        if self._leaving is not None:
+            await self._leaving
 
     def shutdown_left_s(self) -> float:
         """What is left of the shutdown budget for closing (all of it before a stop
@@ -405,7 +415,7 @@ class Runtime:
 
         phases: list[list[tuple[str, Callable[[], Awaitable[None]]]]] = [
             [("transactions", self.transactions.close), ("consumer groups", groups)],
-            [("produce", self.service.close), ("cluster membership", self.membership.leave)],
+            [("produce", self.service.close), ("cluster membership", self._left)],
             [("registry", self.registry.close)],
             [
                 ("Pulsar client", self.publisher.close),

@@ -108,9 +108,9 @@ def test_offset_delete_answers_as_kafka(conformance):
 
 
 @pytest.fixture(scope="module")
-def other(pulsar: Any) -> Iterator[ThreadSidecar]:
-    """A second sidecar on the same broker (the group store is shared)."""
-    with ThreadSidecar(pulsar) as sc:
+def other(pulsar: Any, sidecar: ThreadSidecar) -> Iterator[ThreadSidecar]:
+    """A second node of the session sidecar's cluster (the group store is shared)."""
+    with ThreadSidecar(pulsar, cluster_of=sidecar) as sc:
         yield sc
 
 

@@ -114,6 +114,7 @@ def small(pulsar: Any) -> Iterator[ThreadSidecar]:
     message limit, so the bounds show with few records."""
     with ThreadSidecar(
         pulsar,
+        system_namespace=uniq("sys"),  # a cluster of its own: it outlives this module's tests
         max_batch_records=50,
         max_inflight_batches=2,
         max_batch_bytes=64 * 1024,

@@ -57,6 +57,35 @@ class ClusterStats:
     not_coordinator: int = 0
     """Kafka requests answered 16 NOT_COORDINATOR (a key another node coordinates)."""
 
+    def counters(self, moves: int) -> list[tuple[str, str, list[tuple[dict[str, str], float]]]]:
+        """The Prometheus counter families (``/metrics``)."""
+        return [
+            (
+                "cluster_ownership_moves_total",
+                "State partitions this node loaded or released (membership changes).",
+                [({}, float(moves))],
+            ),
+            (
+                "cluster_forwarded_total",
+                "Requests (or parts of one) sent on to the node that owns what they name.",
+                [
+                    ({"result": "ok"}, float(self.forwarded)),
+                    ({"result": "unreachable"}, float(self.forward_failures)),
+                ],
+            ),
+            (
+                "cluster_refused_total",
+                (
+                    "Kafka requests refused for another node: 6 NOT_LEADER_OR_FOLLOWER, 16 "
+                    "NOT_COORDINATOR (clients go to the owner)."
+                ),
+                [
+                    ({"code": "6"}, float(self.not_leader)),
+                    ({"code": "16"}, float(self.not_coordinator)),
+                ],
+            ),
+        ]
+
 
 class Cluster:
     def __init__(
@@ -86,6 +115,14 @@ class Cluster:
     @property
     def members(self) -> tuple[Member, ...]:
         return self.view.members
+
+    async def relist(self) -> None:
+        """List the members now: a node could not be reached (it stopped or died a moment
+        ago), so the next answer routes by the members Pulsar lists now."""
+        try:
+            await self.membership.refresh()
+        except Exception as exc:  # the admin API away: the last view stays
+            log.debug("cluster: listing the members again failed: %r", exc)
 
     def is_me(self, member: Member | None) -> bool:
         return member is not None and member.node_id == self.me.node_id
@@ -185,3 +222,36 @@ class Cluster:
     def moves(self) -> int:
         """State partitions loaded or released on this node since it started."""
         return sum(parts.moves for _name, parts in self._logs)
+
+    def describe_cluster(self) -> dict[str, object]:
+        """What ``GET /v1/cluster`` shows: the nodes, who owns each state partition, what
+        this node owns and has loaded, and its counters."""
+        view = self.view
+        me = self.membership.me if self.membership.joined else None
+        return {
+            "nodeId": None if me is None else me.node_id,
+            "mode": self.mode,
+            "joined": self.membership.joined,
+            "controller": view.controller,
+            "nodes": [
+                {
+                    "nodeId": m.node_id,
+                    "kafka": f"{m.host}:{m.port}",
+                    "peer": m.peer_url,
+                    "startedMs": m.started_ms,
+                    "self": me is not None and m.node_id == me.node_id,
+                }
+                for m in view.members
+            ],
+            "stateOwners": {
+                name: {str(p): n for p, n in view.place(name, parts.count).items()} if view else {}
+                for name, parts in self._logs
+            },
+            "owned": self.owned_partitions(),
+            "membershipChanges": self.membership.changes,
+            "ownershipMoves": self.moves(),
+            "forwarded": self.stats.forwarded,
+            "forwardFailures": self.stats.forward_failures,
+            "refusedNotLeader": self.stats.not_leader,
+            "refusedNotCoordinator": self.stats.not_coordinator,
+        }

@@ -225,16 +225,34 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     gauges["open_transactions_owned"] = float(runtime.transactions.owned_open())
     gauges["group_pulls_in_flight"] = float(runtime.groups.pulls_in_flight)
     gauges["kafka_connections"] = float(runtime.kafka_stats.open_connections)
+    gauges["cluster_nodes"] = float(len(runtime.cluster.members))
     lag = group_gauges(runtime.group_lag.rows, runtime.settings.group_metrics_max_series)
     return PlainTextResponse(
         render(
             runtime.stats,
             gauges,
-            [*runtime.transactions.stats.counters(), *runtime.kafka_stats.counters()],
+            [
+                *runtime.transactions.stats.counters(),
+                *runtime.kafka_stats.counters(),
+                *runtime.cluster.stats.counters(runtime.cluster.moves()),
+            ],
             lag,
         ),
         media_type=CONTENT_TYPE,
     )
+
+
+@router.get("/v1/cluster", dependencies=[Authorized], tags=["stats"])
+async def cluster(runtime: RuntimeDep, topic: str | None = None) -> dict[str, object]:
+    """The cluster as this node sees it: the live nodes, who owns each state partition,
+    what this node owns, its counters; with ``topic``, each partition's leader."""
+    described = runtime.cluster.describe_cluster()
+    if topic is not None:
+        count = await runtime.admin.partitions(topic, create_with=None)
+        described["leaders"] = {
+            str(p): m.node_id for p, m in runtime.cluster.leaders(topic, count).items()
+        }
+    return described
 
 
 @router.get("/healthz", tags=["health"])

@@ -23,10 +23,11 @@ retriable: the next listing of the members names a live owner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -35,7 +36,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kop_dedup import errors
-from kop_dedup.cluster.peers import FORWARDED, PeerUnavailable
+from kop_dedup.cluster.peers import FORWARDED, PeerAnswer, PeerUnavailable
 from kop_dedup.cluster.placement import Member
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.runtime import Runtime
@@ -90,6 +91,30 @@ def _replay(body: bytes) -> Receive:
     return receive
 
 
+async def _unless_gone(forwarding: Awaitable[PeerAnswer], receive: Receive) -> PeerAnswer | None:
+    """The owner's answer; None when the client disconnects first. The forwarded request
+    is cancelled then (its connection to the owner closes), so the owner sees its client
+    go away as it would a direct one (a long poll whose client is gone puts its records
+    back)."""
+    task = asyncio.ensure_future(forwarding)
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, PeerUnavailable):
+        await task
+    return None
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 def _transactional_id(body: bytes) -> str | None:
     try:
         doc = json.loads(body)
@@ -105,6 +130,21 @@ class Forwarding:
     def __init__(self, app: ASGIApp, state: State) -> None:
         self.app, self.state = app, state
 
+    @staticmethod
+    def _owner(runtime: Runtime, path: str, method: str, body: bytes | None) -> Member | None:
+        """The node that owns what the request names (None: any node serves it)."""
+        cluster = runtime.cluster
+        if path.startswith(_GROUPS):
+            group = unquote(path[len(_GROUPS) :].split("/", 1)[0])
+            return cluster.group_coordinator(group) if group else None
+        if path.startswith(_TRANSACTIONS) and method == "GET":
+            named = unquote(path[len(_TRANSACTIONS) :].split("/", 1)[0])
+            return cluster.txn_coordinator(named) if named else None
+        if body is not None:
+            tid = _transactional_id(body)
+            return cluster.txn_coordinator(tid) if tid else None
+        return None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime: Runtime | None = getattr(self.state, "runtime", None)
         if scope["type"] != "http" or runtime is None or forwarded(scope):
@@ -112,36 +152,43 @@ class Forwarding:
             return
         cluster = runtime.cluster
         path, method = scope["path"], scope["method"]
-        owner: Member | None = None
         body: bytes | None = None
-        if path.startswith(_GROUPS):
-            group = unquote(path[len(_GROUPS) :].split("/", 1)[0])
-            owner = cluster.group_coordinator(group) if group else None
-        elif path.startswith(_TRANSACTIONS) and method == "GET":
-            named = unquote(path[len(_TRANSACTIONS) :].split("/", 1)[0])
-            owner = cluster.txn_coordinator(named) if named else None
-        elif path in _TXN_POSTS and method == "POST":
+        if path in _TXN_POSTS and method == "POST":
             body = await _read(receive)
-            tid = _transactional_id(body)
-            owner = cluster.txn_coordinator(tid) if tid else None
+        owner = self._owner(runtime, path, method, body)
         if owner is None or cluster.is_me(owner):
             await self.app(scope, receive if body is None else _replay(body), send)
             return
         if body is None:
             body = await _read(receive)
+        query = scope.get("query_string", b"")
         try:
-            answer = await runtime.peers.forward(
-                owner,
-                method,
-                path,
-                query=scope.get("query_string", b""),
-                headers=scope["headers"],
-                body=body,
+            answer = await _unless_gone(
+                runtime.peers.forward(
+                    owner, method, path, query=query, headers=scope["headers"], body=body
+                ),
+                receive,
             )
+            if answer is None:
+                return  # the client went away: so does the forwarded request
         except PeerUnavailable as exc:
             cluster.stats.forward_failures += 1
-            await _unavailable(owner, exc)(scope, receive, send)
-            return
+            await cluster.relist()  # it stopped or died a moment ago: who owns it now?
+            again = self._owner(runtime, path, method, body)
+            if again is None or cluster.is_me(again):
+                await self.app(scope, _replay(body), send)
+                return
+            if again.node_id == owner.node_id:
+                await _unavailable(owner, exc)(scope, receive, send)
+                return
+            try:
+                answer = await runtime.peers.forward(
+                    again, method, path, query=query, headers=scope["headers"], body=body
+                )
+            except PeerUnavailable as exc_again:
+                cluster.stats.forward_failures += 1
+                await _unavailable(again, exc_again)(scope, receive, send)
+                return
         cluster.stats.forwarded += 1
         await send(
             {"type": "http.response.start", "status": answer.status, "headers": answer.headers}
@@ -150,14 +197,16 @@ class Forwarding:
 
 
 async def _by_leader(
-    runtime: Runtime, batches: Sequence[KafkaBatch | Any]
+    runtime: Runtime, batches: Sequence[KafkaBatch | Any], indexes: list[int]
 ) -> tuple[list[int], dict[int, list[int]], dict[int, Member]]:
-    """(indexes led here, leader node id -> indexes it leads, node id -> member)."""
+    """Of ``indexes``: (those led here, leader node id -> those it leads, node id ->
+    member)."""
     cluster = runtime.cluster
     remote: dict[int, list[int]] = {}
     owners: dict[int, Member] = {}
     mine: list[int] = []
-    for i, b in enumerate(batches):
+    for i in indexes:
+        b = batches[i]
         leader = None
         if isinstance(b, KafkaBatch):
             try:
@@ -187,17 +236,15 @@ async def route_produce(
     """Forward the batches another node leads to it (one request per leader, side by
     side); ``local(indexes)`` produces the others here. Per batch, in order: the answer a
     leader gave (a dict), or None where ``local`` answers. ``batches`` may hold refused
-    entries (not KafkaBatch): they stay local."""
+    entries (not KafkaBatch): they stay local. A leader that cannot be reached (it
+    stopped or died a moment ago) is looked for again once, in a fresh listing of the
+    members; its batches are then answered 6 (retriable) if it is still listed."""
     cluster = runtime.cluster
-    mine, remote, owners = await _by_leader(runtime, batches)
     out: list[Answer | None] = [None] * len(batches)
-    if not remote:
-        await local(mine)
-        return out
     auth = [(k, v) for k, v in headers if k == b"authorization"]
+    pending = list(range(len(batches)))
 
-    async def send_to(node: int, indexes: list[int]) -> None:
-        owner = owners[node]
+    async def send_to(owner: Member, indexes: list[int], failed: list[int]) -> None:
         remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
         body = encode([batches[i] for i in indexes], remaining_ms)
         try:
@@ -209,30 +256,37 @@ async def route_produce(
                 body=body,
             )
             results = json.loads(answer.body)["results"] if answer.status == 200 else None
-        except (PeerUnavailable, ValueError, KeyError) as exc:
-            cluster.stats.forward_failures += 1
-            results, why = None, repr(exc)
-        else:
-            why = f"it answered HTTP {answer.status}"
+        except (PeerUnavailable, ValueError, KeyError):
+            results = None
         if results is None or len(results) != len(indexes):
-            error = errors.NotLeaderOrFollower(
-                f"the leader, node {owner.node_id}, could not be reached ({why}); retry"
-            )
-            results = [
-                {
-                    "topic": batches[i].topic,
-                    "partition": batches[i].partition,
-                    "errorCode": error.errno,
-                    "error": error.name,
-                    "messageId": None,
-                    "errorMessage": error.message,
-                }
-                for i in indexes
-            ]
-        else:
-            cluster.stats.forwarded += 1
+            cluster.stats.forward_failures += 1
+            failed.extend(indexes)
+            return
+        cluster.stats.forwarded += 1
         for i, result in zip(indexes, results, strict=True):
             out[i] = result
 
-    await asyncio.gather(local(mine), *(send_to(n, ix) for n, ix in remote.items()))
+    for attempt in (1, 2):
+        mine, remote, owners = await _by_leader(runtime, batches, pending)
+        failed: list[int] = []
+        await asyncio.gather(
+            local(mine), *(send_to(owners[n], ix, failed) for n, ix in remote.items())
+        )
+        if not failed:
+            return out
+        pending = sorted(failed)
+        if attempt == 1:
+            await cluster.relist()
+    for i in pending:
+        error = errors.NotLeaderOrFollower(
+            f"the leader of {batches[i].topic}-{batches[i].partition} could not be reached; retry"
+        )
+        out[i] = {
+            "topic": batches[i].topic,
+            "partition": batches[i].partition,
+            "errorCode": error.errno,
+            "error": error.name,
+            "messageId": None,
+            "errorMessage": error.message,
+        }
     return out
