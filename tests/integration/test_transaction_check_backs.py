@@ -1,6 +1,7 @@
 """Check-backs on two sidecars against the real broker: a slow application's answer
 never takes the transaction-log partition back from the sidecar that took it meanwhile
-(the new owner asks again)."""
+(the new owner asks again), and a batch of the epoch a timeout fenced, arriving while
+the application is asked, is refused 47 and stays out of the committed transaction."""
 
 from __future__ import annotations
 
@@ -97,3 +98,44 @@ def test_a_slow_check_back_answer_never_takes_the_partition_back(
         assert b.runtime.transactions.state.owned(p)
         assert described(api_b, tid)["state"] == "CompleteCommit"
         assert values(pulsar_reader_client, topic) == [f"{pid}:{epoch}:0", f"{pid}:{epoch}:1"]
+
+
+def test_a_batch_of_the_fenced_epoch_during_a_check_back_is_refused_and_not_committed(
+    pulsar, app, pulsar_reader_client
+):
+    """A transaction journaled through two sidecars, one partition each (each sidecar
+    its partition's journaler: a batch for it joins nothing, so no epoch check runs
+    under the log's lock), times out with a check-back URL: its producer is fenced at
+    epoch + 1. While the application is asked, a batch of the fenced epoch arrives at
+    each sidecar (the log partition's owner and the other): both answer 47. The
+    application answers COMMIT: each partition holds what was journaled before the
+    fence, nothing else."""
+    checker, url = app
+    tid, topic = uniq("tx"), uniq("d")
+    r = httpx.put(f"{pulsar.admin_url}/admin/v2/persistent/public/kafka/{topic}/partitions", json=2)
+    assert r.status_code == 204, r.text
+    checker.hold(tid, "COMMIT")
+    with (
+        ThreadSidecar(pulsar, **SIDECAR) as a,
+        ThreadSidecar(pulsar, **SIDECAR) as b,
+        httpx.Client(base_url=a.url, timeout=60) as api_a,
+        httpx.Client(base_url=b.url, timeout=60) as api_b,
+    ):
+        pid, epoch = init_txn(api_a, tid, transactionTimeoutMs=1500, checkBackUrl=url)
+        assert produce(api_a, tid, batch(topic, pid, 0, 1, epoch=epoch, partition=0)) == [0]
+        assert produce(api_b, tid, batch(topic, pid, 0, 1, epoch=epoch, partition=1)) == [0]
+        p = partition_of(tid, Settings().txn_log_partitions)
+        assert b.runtime.transactions.state.owned(p)  # B joined its partition: it took p
+        asked = wait_until("the application asked", lambda: checker.questions(tid))
+        assert asked[0]["recordCount"] == 2
+        fenced = described(api_a, tid)
+        assert (fenced["inDoubt"], fenced["producerEpoch"]) == (True, epoch + 1)
+        for api, partition in ((api_a, 0), (api_b, 1)):
+            late = batch(topic, pid, 1, 1, epoch=epoch, partition=partition, tag="late:")
+            assert produce(api, tid, late) == [47]
+        checker.release(tid)
+        wait_until("the commit applied", lambda: described(api_a, tid)["state"] == "CompleteCommit")
+        assert len(checker.questions(tid)) == 1
+        for partition in (0, 1):
+            stored = values(pulsar_reader_client, topic, partition)
+            assert stored == [f"{pid}:{epoch}:0"], (partition, stored)
