@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import httpx
 import pulsar as pulsar_client
 
+from kop_dedup.cluster.placement import place
 from kop_dedup.coordination.partitions import partition_of
 from kop_dedup.protocol.records import SEQ_MODULUS
 
@@ -127,6 +128,15 @@ def same_partition_ids(count: int) -> tuple[str, str]:
         second = uniq("tx")
         if partition_of(second, count) == p:
             return first, second
+
+
+def newcomer_owning(present: int, log: str, count: int, partition: int) -> int:
+    """A node id that, joining a cluster of node ``present`` alone, becomes the owner of
+    ``partition`` of ``log`` (``count`` partitions): a takeover a test can make happen."""
+    candidate = present + 1
+    while place(log, count, [present, candidate])[partition] != candidate:
+        candidate += 1
+    return candidate
 
 
 def log_writers(sc: Any, p: int) -> list[str]:

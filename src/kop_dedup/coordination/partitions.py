@@ -210,7 +210,10 @@ class StatePartitions:
         dropped = self._assigned - wanted
         self._assigned = wanted
         for p in sorted(dropped):
-            self._spawn(self._release(p), f"release {self.name} {p}")
+            part = self._parts[p]
+            was_loaded = part.loaded.is_set()
+            part.loaded.clear()  # at once: nothing new starts on it, a new assign loads it
+            self._spawn(self._release(p, was_loaded), f"release {self.name} {p}")
         for p in sorted(wanted):
             part = self._parts[p]
             if part.loaded.is_set() and part.writer.owned:
@@ -317,27 +320,24 @@ class StatePartitions:
             first = False
             await asyncio.sleep(_HANDOFF_POLL_S)
 
-    async def _release(self, partition: int) -> None:
+    async def _release(self, partition: int, was_loaded: bool) -> None:
         """No longer assigned: hand the partition over (``on_release``, then the writer
         closes, so the new owner can take it at once)."""
         part = self._parts[partition]
         acquiring = part.acquiring
-        if acquiring is not None and not acquiring.done():
+        if partition not in self._assigned and acquiring is not None and not acquiring.done():
             acquiring.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acquiring
         async with part.lock:
-            if partition in self._assigned:
-                return  # assigned again meanwhile
-            was_loaded = part.loaded.is_set()
-            part.loaded.clear()
             if was_loaded and part.writer.owned:
                 try:
                     await self._on_release(partition)
                 except Exception as exc:  # the next owner recovers what was not handed over
                     log.info("%s: handing partition %d over: %r", self.name, partition, exc)
-            await part.writer.close()
-            self._doubt.pop(partition, None)
+            if partition not in self._assigned:  # else assigned again meanwhile: it reloads
+                await part.writer.close()
+                self._doubt.pop(partition, None)
         if was_loaded:
             self.moves += 1
             owner = self._owner_of(partition)
@@ -369,14 +369,30 @@ class StatePartitions:
             partition,
             doubt,
         )
-        part.loaded.clear()
         if self._reset is not None:
-            await self.restart(partition, functools.partial(self._reset, partition))
-        else:
-            await part.writer.lost()
+            await self.retake(partition, functools.partial(self._reset, partition))
+            return
+        part.loaded.clear()
+        await part.writer.lost()
         await part.writer.open()
         self._doubt.pop(partition, None)
         await self._settle(part, orphan=False, how="after a failed write")
+
+    async def retake(self, partition: int, reset: Callable[[], None]) -> None:
+        """Read the partition again from its start (``reset`` drops the caller's state of
+        it first) and own it again with a fresh writer, as the owner the cluster names:
+        for an owner whose state may hold a write that failed. NOT_COORDINATOR when this
+        node is not the owner. Call with :meth:`lock` held."""
+        if partition not in self._assigned:
+            raise errors.NotCoordinator(
+                f"{self.name}: partition {partition} is owned by {self._owner_of(partition)}"
+            )
+        part = self._parts[partition]
+        part.loaded.clear()
+        await self.restart(partition, reset)
+        await part.writer.open()
+        self._doubt.pop(partition, None)
+        await self._settle(part, orphan=False, how="read again after a failed write")
 
     def in_doubt(self, partition: int) -> bool:
         """Whether a write of ours to the partition failed in a way that may have stored

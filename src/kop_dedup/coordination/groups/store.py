@@ -145,6 +145,8 @@ class GroupStore:
         changing anything)."""
         self._clean.taken(partition, orphan=orphan)
         async with self.parts.lock(partition):
+            if partition in self._broken and self.parts.owned(partition):
+                await self._reread(partition)  # its view may hold writes never stored
             if self.parts.owned(partition):
                 await self._clean.recover(partition)
         await self.durable(partition)
@@ -181,8 +183,7 @@ class GroupStore:
         self._epoch[p] += 1
         failure = self._broken.pop(p)
         try:
-            await self.parts.restart(p, functools.partial(self._view.clear, p))
-            await self.parts.own(p)
+            await self.parts.retake(p, functools.partial(self._view.clear, p))
         except BaseException:
             self._broken.setdefault(p, failure)
             raise
