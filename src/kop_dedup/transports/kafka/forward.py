@@ -25,9 +25,12 @@ async def forward(
     """``request`` (a kafka-python request at ``version``) answered by ``owner``; None
     when the request gets no answer (Produce with acks=0)."""
     runtime = session.runtime
+    request.with_header(client_id=session.client_id)  # a decoded request carries none
     body = bytes(request.encode(version=version))
     answer = await runtime.peers.kafka(owner, api_key, version, session.client_id, body)
     runtime.cluster.stats.forwarded += 1
     if not answer:
         return None
-    return response.decode(memoryview(answer), version=version)
+    decoded = response.decode(memoryview(answer), version=version)
+    decoded._header = None  # a decoded message has no such slot; the connection sets it
+    return decoded

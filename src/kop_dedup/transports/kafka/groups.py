@@ -33,6 +33,7 @@ from kop_dedup import errors
 from kop_dedup.coordination.groups.classic import ClassicGroups, NewMemberId
 from kop_dedup.protocol.groups.classic import EMPTY, STABLE, ClassicGroup, JoinRequest
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.registry import Api, Session
 from kop_dedup.transports.kafka.routed import group_key
 
@@ -294,7 +295,7 @@ async def list_groups(session: Session, request: Any, version: int) -> Any:
     types = set(getattr(request, "types_filter", None) or [])
     out = []
     try:
-        for p in range(store.parts.count):
+        for p in topology.listed_group_partitions(session, store.parts.count):
             await store.read_partition(p)
             for group_id in store.groups_in(p):
                 group = classic.group(group_id)

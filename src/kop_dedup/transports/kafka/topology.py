@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kop_dedup import errors
-from kop_dedup.cluster.placement import Member
+from kop_dedup.cluster.placement import GROUP_LOG, Member
 from kop_dedup.transports.kafka.registry import Session
 
 __all__ = [
@@ -29,7 +29,9 @@ __all__ = [
     "brokers",
     "controller",
     "coordinator_of",
+    "leader_elsewhere",
     "leaders",
+    "listed_group_partitions",
     "local_only",
     "not_coordinator",
     "not_leader",
@@ -81,6 +83,16 @@ def leaders(session: Session, topic: str, count: int) -> dict[int, int]:
     return {p: placed[p].node_id if p in placed else me for p in range(count)}
 
 
+def listed_group_partitions(session: Session, count: int) -> list[int]:
+    """The consumer-groups partitions whose groups ListGroups answers: Kafka's broker lists
+    the groups it coordinates (admin clients ask every broker and merge); a one-node
+    listener lists them all."""
+    if local_only(session):
+        return list(range(count))
+    cluster = session.runtime.cluster
+    return sorted(cluster.view.owned_by(cluster.me.node_id, GROUP_LOG, count))
+
+
 def coordinator_of(session: Session, key_type: int, key: str) -> Broker:
     """FindCoordinator's answer for a group (0) or transactional id (1)."""
     if local_only(session):
@@ -90,17 +102,28 @@ def coordinator_of(session: Session, key_type: int, key: str) -> Broker:
     return _self(session) if owner is None else _broker(owner)
 
 
-async def not_leader(session: Session, topic: str, partition: int) -> errors.KafkaError | None:
-    """6 NOT_LEADER_OR_FOLLOWER for a partition another node leads (cluster mode)."""
-    if local_only(session):
-        return None
+async def leader_elsewhere(session: Session, topic: str, partition: int) -> Member | None:
+    """The leader of the partition when it is another node (None: this one, or it
+    cannot be told: the handler answers the topic's own problem)."""
     cluster = session.runtime.cluster
+    if not cluster.membership.joined:
+        return None
     try:
         leader = await cluster.leader_of(topic, partition)
     except errors.KafkaError:
-        return None  # the handler answers the topic's own problem
-    if leader is None or cluster.is_me(leader):
         return None
+    return None if leader is None or cluster.is_me(leader) else leader
+
+
+async def not_leader(session: Session, topic: str, partition: int) -> errors.KafkaError | None:
+    """6 NOT_LEADER_OR_FOLLOWER for a partition another node leads (cluster mode; in
+    sidecar mode the handler forwards instead)."""
+    if local_only(session):
+        return None
+    leader = await leader_elsewhere(session, topic, partition)
+    if leader is None:
+        return None
+    cluster = session.runtime.cluster
     cluster.stats.not_leader += 1
     return errors.NotLeaderOrFollower(
         f"{topic}-{partition} is led by {cluster.describe(leader)}; refresh the metadata"
