@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
+    configs,
     fetch,
     group_deletion,
     groups,
@@ -52,4 +53,5 @@ API_TABLE = build_table(
     groups.APIS,
     group_deletion.APIS,
     transactions.APIS,
+    configs.APIS,
 )
