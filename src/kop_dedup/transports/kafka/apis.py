@@ -17,6 +17,7 @@ from kop_dedup.transports.kafka import (
     list_offsets,
     metadata,
     offsets,
+    partitions,
     produce,
     producer_ids,
     sasl,
@@ -54,4 +55,5 @@ API_TABLE = build_table(
     group_deletion.APIS,
     transactions.APIS,
     configs.APIS,
+    partitions.APIS,
 )
