@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
+    cluster,
     configs,
     fetch,
     group_deletion,
@@ -56,4 +57,5 @@ API_TABLE = build_table(
     transactions.APIS,
     configs.APIS,
     partitions.APIS,
+    cluster.APIS,
 )
