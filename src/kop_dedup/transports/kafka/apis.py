@@ -24,6 +24,7 @@ from kop_dedup.transports.kafka import (
     sasl,
     topics,
     transactions,
+    txn_admin,
     versions,
 )
 from kop_dedup.transports.kafka.registry import Api
@@ -58,4 +59,5 @@ API_TABLE = build_table(
     configs.APIS,
     partitions.APIS,
     cluster.APIS,
+    txn_admin.APIS,
 )
