@@ -121,10 +121,12 @@ class TopicManager:
         removed = {f"{CONFIG_PREFIX}{k}" for k in current if k not in wanted}
         await self._admin.update_properties(topic, changed, removed)
 
-    async def _apply(self, topic: str, policy: tc.PulsarPolicy) -> None:
+    async def _apply(self, topic: str, policy: tc.PulsarPolicy, *, created: bool = False) -> None:
         threshold = COMPACTION_THRESHOLD_BYTES if policy.compacted else None
         try:
-            await self._admin.apply_topic_policy(topic, policy.retention, threshold)
+            await self._admin.apply_topic_policy(
+                topic, policy.retention, threshold, created=created
+            )
         except AdminError as exc:
             if exc.status != _REFUSED or policy.retention is None:
                 raise
@@ -165,7 +167,7 @@ class TopicManager:
         policy = tc.pulsar_policy(overrides, self.defaults)
         if policy != tc.PulsarPolicy(None, compacted=False):
             try:
-                await self._apply(topic, policy)
+                await self._apply(topic, policy, created=True)
             except Exception:
                 # not created with configs it could not apply: Kafka creates nothing then
                 await self._admin.delete_topic(topic)

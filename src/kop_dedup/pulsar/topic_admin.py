@@ -75,18 +75,25 @@ class TopicAdmin(PulsarAdmin):
         return Retention.from_pulsar(resp.json() if resp.content else None)
 
     async def apply_topic_policy(
-        self, topic: str, retention: Retention | None, compaction_threshold: int | None
+        self,
+        topic: str,
+        retention: Retention | None,
+        compaction_threshold: int | None,
+        *,
+        created: bool = False,
     ) -> None:
         """Set (None: remove) a Kafka topic's own retention policy and compaction
-        threshold; returns once the broker applies the retention (topic policies travel
-        through a system topic: a roll-over right after the call must find them)."""
+        threshold (``created``: the topic is new, it has nothing to remove); returns once
+        the broker applies the retention (topic policies travel through a system topic:
+        a roll-over right after the call must find them)."""
         path = f"/admin/v2/persistent/{self._path(topic)}"
-        if retention is None:
-            await self._request("DELETE", f"{path}/retention")
-        else:
+        if retention is not None:
             await self._request("POST", f"{path}/retention", json=retention.to_pulsar())
+        elif not created:
+            await self._request("DELETE", f"{path}/retention")
         if compaction_threshold is None:
-            await self._request("DELETE", f"{path}/compactionThreshold")
+            if not created:
+                await self._request("DELETE", f"{path}/compactionThreshold")
         else:
             await self._request("POST", f"{path}/compactionThreshold", json=compaction_threshold)
         if retention is not None:
