@@ -173,3 +173,10 @@ def test_journal_retention_follows_the_longest_transaction_timeout():
     assert flink.journal_retention == 1440  # a day covers twice an hour
     long = Settings(max_transaction_timeout_ms=24 * 3_600_000, journal_retention_minutes=60)
     assert long.journal_retention == 2 * 24 * 60
+
+
+def test_the_journals_are_kept_as_long_as_the_settings_say_they_follow():
+    from kop_dedup.runtime import txn_settings
+
+    settings = Settings(max_transaction_timeout_ms=24 * 3_600_000, journal_retention_minutes=60)
+    assert txn_settings(settings).decisions_retention_minutes == 2 * 24 * 60
