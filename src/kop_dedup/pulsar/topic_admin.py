@@ -208,7 +208,9 @@ class TopicAdmin(PulsarAdmin):
 
     async def log_start(self, partition_topic: str) -> int:
         """The log start offset DeleteRecords set on a partition topic (a full
-        ``persistent://`` name); 0 when none was set, or the topic is not a Kafka topic."""
+        ``persistent://`` name); 0 when none was set, or the topic is not a Kafka topic.
+        Reads go on while the admin API does not answer: the last value read is used
+        (0 when none was), so a fetch never fails for want of it."""
         prefix = self._naming.topic("")
         topic, sep, index = partition_topic.removeprefix(prefix).rpartition(_PARTITION)
         if not partition_topic.startswith(prefix) or not sep or not index.isdigit():
@@ -217,6 +219,11 @@ class TopicAdmin(PulsarAdmin):
             props = await self.properties(topic)
         except errors.UnknownTopicOrPartition:
             return 0
+        except Exception as exc:
+            known = self._props.get(topic)
+            props = {} if known is None else known[0]
+            self._props[topic] = (props, time.monotonic())  # asked again after the TTL
+            log.warning("log start of %s not read (%r): using the last known", topic, exc)
         return int(props.get(f"{LOG_START_PREFIX}{index}", 0))
 
     async def set_log_start(self, topic: str, partition: int, offset: int) -> int:
