@@ -18,8 +18,8 @@ from kop_dedup.transports.kafka.registry import Api, Session
 
 __all__ = ["APIS", "describe_cluster"]
 
-_BROKERS, _CONTROLLERS = 1, 2
-ALL_CLUSTER_OPERATIONS = frozenset({5, 7, 8, 9, 10, 11, 12})
+_BROKERS = 1  # the endpoint type a broker answers (2: controllers)
+_ALL_CLUSTER_OPERATIONS = frozenset({5, 7, 8, 9, 10, 11, 12})
 """CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS,
 IDEMPOTENT_WRITE: what Kafka answers when no authorizer is configured."""
 
@@ -38,7 +38,7 @@ async def describe_cluster(session: Session, request: Any, version: int) -> Any:
         )
     answer = _answer(session, version, None, endpoint)
     if request.include_cluster_authorized_operations:
-        answer.authorized_operations = set(ALL_CLUSTER_OPERATIONS)
+        answer.authorized_operations = set(_ALL_CLUSTER_OPERATIONS)
     return answer
 
 

@@ -33,9 +33,15 @@ from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.settings import Settings
 from kop_dedup.transports.kafka.registry import Api, Session
 
-__all__ = ["APIS", "alter_configs", "broker_entries", "describe_configs"]
+__all__ = [
+    "APIS",
+    "alter_configs",
+    "broker_entries",
+    "describe_configs",
+    "incremental_alter_configs",
+]
 
-TOPIC, BROKER = 2, 4
+_TOPIC, _BROKER = 2, 4
 _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Config = _Result.DescribeConfigsResourceResult
 _Synonym = _Config.DescribeConfigsSynonym
@@ -117,9 +123,9 @@ async def _describe_one(
 ) -> tuple[list[tc.Entry], errors.KafkaError | None]:
     name, keys = resource.resource_name, resource.configuration_keys
     try:
-        if resource.resource_type == TOPIC:
+        if resource.resource_type == _TOPIC:
             return await _describe_topic(session, name, keys), None
-        if resource.resource_type == BROKER:
+        if resource.resource_type == _BROKER:
             return _describe_broker(session, name, keys), None
         raise errors.InvalidRequest(f"resource type {resource.resource_type} is not served")
     except errors.KafkaError as exc:
@@ -184,7 +190,7 @@ async def _alter_one(
     session: Session, resource: Any, incremental: bool, validate_only: bool
 ) -> errors.KafkaError | None:
     name = resource.resource_name
-    if resource.resource_type == BROKER:
+    if resource.resource_type == _BROKER:
         error = _other_broker(session, name)
         if error is not None:
             return error
@@ -198,7 +204,7 @@ async def _alter_one(
             else f"{first} cannot be changed at run time: it is the sidecar's setting "
             f"{where}; set it there and restart the sidecar"
         )
-    if resource.resource_type != TOPIC:
+    if resource.resource_type != _TOPIC:
         return errors.InvalidRequest(f"resource type {resource.resource_type} is not served")
     if incremental:
         change = _incremental([(c.name, c.config_operation, c.value) for c in resource.configs])

@@ -38,7 +38,7 @@ from kop_dedup.transports.kafka.registry import Api, Session
 
 __all__ = ["APIS", "create_partitions", "delete_records"]
 
-HIGH_WATERMARK = -1
+_HIGH_WATERMARK = -1
 _Grown = CreatePartitionsResponse.CreatePartitionsTopicResult
 _DeletedTopic = DeleteRecordsResponse.DeleteRecordsTopicResult
 _Deleted = _DeletedTopic.DeleteRecordsPartitionResult
@@ -99,7 +99,7 @@ async def _move_log_start(session: Session, topic: str, index: int, offset: int)
     ptopic = await partition_topic(session, topic, index)
     pool = readers(session)
     end = await pool.end(ptopic, fresh=True)
-    target = end if offset == HIGH_WATERMARK else offset
+    target = end if offset == _HIGH_WATERMARK else offset
     if not 0 <= target <= end:
         raise errors.OffsetOutOfRange(
             f"{topic}-{index}: cannot delete records before offset {offset}: the high "
