@@ -27,7 +27,7 @@ from confluent_kafka.admin import OffsetSpec
 from kop_dedup.coordination.topics import RetentionTooShort, TopicManager
 from kop_dedup.protocol.retention import Retention, Verdict
 from kop_dedup.settings import Settings
-from tests.kafka_admin_wire import create_topic
+from tests.kafka_admin_wire import configs_of, create_topic, describe_configs
 from tests.kafka_conformance import Target
 from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
@@ -106,6 +106,13 @@ def _roll_over(pulsar: Any, target: Target, ns: str, topic: str) -> None:
     )
 
 
+def _until(check: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
 def _earliest(target: Target, topic: str) -> int:
     admin = target.admin()
     futures = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()})
@@ -125,6 +132,17 @@ def test_never_consumed_records_survive_rollovers_under_pulsars_default_retentio
     assert _retention(pulsar, f"persistent/{namespace}/{lost}") is None
     _set_namespace_retention(pulsar, namespace, 0, 0)  # Pulsar's default: 0 minutes, 0 MB
     try:
+        with WireClient(target.bootstrap) as c:  # what applies, and where it comes from
+            assert configs_of(describe_configs(c, kept, ["retention.ms"])) == {
+                "retention.ms": (str(_WEEK_MS), 1)  # the topic's own
+            }
+            _until(
+                lambda: (
+                    configs_of(describe_configs(c, lost, ["retention.ms"]))
+                    == {"retention.ms": ("0", 3)}
+                ),  # the namespace's: DYNAMIC_DEFAULT_BROKER_CONFIG
+                "DescribeConfigs to show the namespace's retention",
+            )
         for topic in (kept, lost):
             _roll_over(pulsar, target, namespace, topic)
         deadline = time.monotonic() + 60

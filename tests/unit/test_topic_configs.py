@@ -180,3 +180,16 @@ def test_the_journals_are_kept_as_long_as_the_settings_say_they_follow():
 
     settings = Settings(max_transaction_timeout_ms=24 * 3_600_000, journal_retention_minutes=60)
     assert txn_settings(settings).decisions_retention_minutes == 2 * 24 * 60
+
+
+def test_defaults_follow_a_namespace_policy_that_keeps_otherwise():
+    assert D.following(None) is D
+    assert D.following(Retention(10080, -1)) is D  # the settings' own
+    zero = D.following(Retention(0, 0))
+    (ms, size) = tc.describe({}, zero, ["retention.ms", "retention.bytes"])
+    assert (ms.value, ms.source) == ("0", tc.Source.NAMESPACE)
+    assert (size.value, size.source) == ("0", tc.Source.NAMESPACE)
+    kept = D.following(Retention(-1, 20480))
+    assert (kept.retention_ms, kept.retention_bytes) == (-1, 20480 << 20)
+    # a topic with retention.ms only takes the size that applies to it
+    assert tc.pulsar_policy({"retention.ms": "60000"}, kept).retention == Retention(1, 20480)

@@ -11,20 +11,22 @@ overrides has no policy of its own: the namespace's applies, which the sidecar s
 Kafka's ``log.retention.*`` when it has none (:meth:`TopicManager.prepare_namespace`).
 
 >>> manager = TopicManager(admin, settings)
->>> await manager.create("orders", 3, [("retention.ms", "3600000")])   # doctest: +SKIP
-{'retention.ms': '3600000'}
+>>> entries = await manager.create("orders", 3, [("retention.ms", "3600000")])  # doctest: +SKIP
+>>> {e.name: e.value for e in entries}["retention.ms"]  # doctest: +SKIP
+'3600000'
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from kop_dedup import errors
 from kop_dedup.protocol import topic_configs as tc
 from kop_dedup.protocol.retention import Retention, Verdict, namespace_plan
 from kop_dedup.pulsar.admin import AdminError
-from kop_dedup.pulsar.topic_admin import CONFIG_PREFIX, TopicAdmin
+from kop_dedup.pulsar.topic_admin import CONFIG_PREFIX, PROPERTIES_TTL_S, TopicAdmin
 from kop_dedup.settings import Settings
 
 __all__ = ["COMPACTION_THRESHOLD_BYTES", "RetentionTooShort", "TopicManager", "defaults"]
@@ -61,7 +63,21 @@ class TopicManager:
     def __init__(self, admin: TopicAdmin, settings: Settings) -> None:
         self._admin = admin
         self._settings = settings
+        self._namespace = f"{settings.tenant}/{settings.namespace}"
         self.defaults = defaults(settings)
+        self._following: tuple[tc.Defaults, float] | None = None
+
+    async def current_defaults(self) -> tc.Defaults:
+        """What applies to a topic without overrides: the settings, or the data
+        namespace's retention where an operator set another (read at most every
+        :data:`~kop_dedup.pulsar.topic_admin.PROPERTIES_TTL_S`)."""
+        cached = self._following
+        if cached is not None and time.monotonic() - cached[1] < PROPERTIES_TTL_S:
+            return cached[0]
+        policy = await self._admin.namespace_retention(self._namespace)
+        following = self.defaults.following(policy)
+        self._following = (following, time.monotonic())
+        return following
 
     # -- the data namespace ---------------------------------------------------------------
 
@@ -97,7 +113,8 @@ class TopicManager:
 
     async def describe(self, topic: str, names: Iterable[str] | None) -> list[tc.Entry]:
         """The configs of a topic (UnknownTopicOrPartition when it does not exist)."""
-        return tc.describe(await self._admin.configs(topic, fresh=True), self.defaults, names)
+        overrides = await self._admin.configs(topic, fresh=True)
+        return tc.describe(overrides, await self.current_defaults(), names)
 
     async def alter(
         self,
@@ -110,11 +127,12 @@ class TopicManager:
         ``tc.replace``, bound to the request), apply them to its Pulsar topic, store
         them. InvalidConfig (nothing changed) for what cannot be honoured."""
         current = await self._admin.configs(topic, fresh=True)
-        wanted = change(current, self.defaults)
+        defaults = await self.current_defaults()
+        wanted = change(current, defaults)
         if validate_only or wanted == current:
             return
-        before = tc.pulsar_policy(current, self.defaults)
-        after = tc.pulsar_policy(wanted, self.defaults)
+        before = tc.pulsar_policy(current, defaults)
+        after = tc.pulsar_policy(wanted, defaults)
         if after != before:
             await self._apply(topic, after)
         changed = {f"{CONFIG_PREFIX}{k}": v for k, v in wanted.items() if current.get(k) != v}
@@ -145,10 +163,12 @@ class TopicManager:
         configs: Iterable[tuple[str, str | None]],
         *,
         validate_only: bool = False,
-    ) -> dict[str, str]:
-        """Create a topic with its config overrides stored and applied; the overrides.
-        TopicAlreadyExists, InvalidConfig, InvalidRequest as Kafka answers them."""
-        overrides = tc.for_create(configs, self.defaults)
+    ) -> list[tc.Entry]:
+        """Create a topic with its config overrides stored and applied; its configs as
+        DescribeConfigs would answer them. TopicAlreadyExists, InvalidConfig,
+        InvalidRequest as Kafka answers them."""
+        defaults = await self.current_defaults()
+        overrides = tc.for_create(configs, defaults)
         try:
             await self._admin.partitions(topic, create_with=None)
         except errors.UnknownTopicOrPartition:
@@ -156,7 +176,7 @@ class TopicManager:
         else:
             raise errors.TopicAlreadyExists(f"Topic '{topic}' already exists.")
         if validate_only:
-            return overrides
+            return tc.describe(overrides, defaults)
         properties = {f"{CONFIG_PREFIX}{k}": v for k, v in overrides.items()}
         try:
             await self._admin.create_topic_with(topic, partitions, properties)
@@ -164,7 +184,7 @@ class TopicManager:
             if exc.status == _CONFLICT:
                 raise errors.TopicAlreadyExists(f"Topic '{topic}' already exists.") from exc
             raise
-        policy = tc.pulsar_policy(overrides, self.defaults)
+        policy = tc.pulsar_policy(overrides, defaults)
         if policy != tc.PulsarPolicy(None, compacted=False):
             try:
                 await self._apply(topic, policy, created=True)
@@ -172,7 +192,7 @@ class TopicManager:
                 # not created with configs it could not apply: Kafka creates nothing then
                 await self._admin.delete_topic(topic)
                 raise
-        return overrides
+        return tc.describe(overrides, defaults)
 
     async def grow(self, topic: str, count: int, *, validate_only: bool) -> None:
         """CreatePartitions: ``count`` partitions for a topic that has fewer (Kafka's

@@ -26,6 +26,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ __all__ = [
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 """IncrementalAlterConfigs' operations."""
+_MINUTE_MS = 60_000
+_MB = 1 << 20
 _MAX_LONG = str((1 << 63) - 1)
 
 
@@ -81,6 +84,9 @@ class Source(enum.IntEnum):
     """DescribeConfigs' ``config_source``."""
 
     TOPIC = 1
+    NAMESPACE = 3
+    """Kafka's DYNAMIC_DEFAULT_BROKER_CONFIG: the data namespace's retention policy, set
+    by an operator to other values than the sidecar's settings."""
     STATIC_BROKER = 4
     DEFAULT = 5
 
@@ -88,13 +94,29 @@ class Source(enum.IntEnum):
 @dataclass(frozen=True, slots=True)
 class Defaults:
     """The values a topic without overrides has: the sidecar's settings where they set
-    one (``*_set``: set explicitly, Kafka's STATIC_BROKER_CONFIG)."""
+    one (``*_set``: set explicitly, Kafka's STATIC_BROKER_CONFIG), or the data
+    namespace's retention when it is not the settings' (``namespace``)."""
 
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
     max_message_bytes: int = 1_048_576
     retention_ms_set: bool = False
     retention_bytes_set: bool = False
+    namespace: bool = False
+
+    def following(self, policy: Retention | None) -> Defaults:
+        """These defaults, with the namespace's retention ``policy`` where it is set and
+        keeps another time or size than these (what applies to a topic without its own)."""
+        if policy is None or policy == Retention.from_kafka(
+            self.retention_ms, self.retention_bytes
+        ):
+            return self
+        return dataclasses.replace(
+            self,
+            retention_ms=policy.minutes * _MINUTE_MS if policy.minutes >= 0 else -1,
+            retention_bytes=policy.megabytes * _MB if policy.megabytes >= 0 else -1,
+            namespace=True,
+        )
 
 
 DEFAULTS = Defaults()
@@ -281,14 +303,13 @@ CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in _TABLE}
 
 
 def _default(d: ConfigDef, defaults: Defaults) -> tuple[str, Source]:
-    if d.name == "retention.ms":
-        return str(
-            defaults.retention_ms
-        ), Source.STATIC_BROKER if defaults.retention_ms_set else Source.DEFAULT
-    if d.name == "retention.bytes":
-        return str(
-            defaults.retention_bytes
-        ), Source.STATIC_BROKER if defaults.retention_bytes_set else Source.DEFAULT
+    if d.name in ("retention.ms", "retention.bytes"):
+        ms = d.name == "retention.ms"
+        value = defaults.retention_ms if ms else defaults.retention_bytes
+        explicit = defaults.retention_ms_set if ms else defaults.retention_bytes_set
+        if defaults.namespace:
+            return str(value), Source.NAMESPACE
+        return str(value), Source.STATIC_BROKER if explicit else Source.DEFAULT
     if d.name == "max.message.bytes":
         return str(defaults.max_message_bytes), Source.STATIC_BROKER
     return d.default, Source.DEFAULT

@@ -86,13 +86,12 @@ async def _create(session: Session, topic: Any, validate_only: bool, version: in
     try:
         count = _count(session, topic)
         configs = [(c.name, c.value) for c in topic.configs or []]
-        overrides = await manager.create(name, count, configs, validate_only=validate_only)
+        entries = await manager.create(name, count, configs, validate_only=validate_only)
     except errors.KafkaError as exc:
         return _created(name, exc)
     except Exception as exc:
         return _created(name, translate(exc, f"creating topic {name}"))
-    entries = tc.describe(overrides, manager.defaults) if version >= _CONFIGS_FROM else []
-    return _created(name, None, count, entries)
+    return _created(name, None, count, entries if version >= _CONFIGS_FROM else [])
 
 
 async def create_topics(session: Session, request: Any, version: int) -> Any:
