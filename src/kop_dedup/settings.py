@@ -173,8 +173,8 @@ class Settings(BaseSettings):
     """How often the owner of a log partition looks for timed-out transactions."""
     journal_retention_minutes: int = Field(default=1440, ge=1)
     """How long journals (and the decisions log) keep records: at least twice
-    ``max_transaction_timeout_ms`` (a journal must outlive the longest transaction plus
-    its recovery)."""
+    ``max_transaction_timeout_ms`` (the longest transaction plus its recovery), which it
+    follows when that is longer (:attr:`journal_retention`)."""
     txn_apply_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between a decision and applying it (the fault
     tests crash a coordinator there)."""
@@ -303,6 +303,18 @@ class Settings(BaseSettings):
     """The base offset a Produce answer carries: ``derive`` it from the offset of the
     entry before when this sidecar knows it (entries are dense within a ledger), else
     ask the broker (one admin call); ``lookup``: always ask; ``none``: answer -1."""
+    kafka_log_retention_ms: int = Field(default=7 * 24 * 3_600_000, ge=-1)
+    """Kafka's ``log.retention.ms`` for topics without their own ``retention.ms``: set as
+    the data namespace's retention (rounded up to minutes; -1 keeps forever) when it has
+    none. Pulsar deletes a ledger that no subscription holds once it is this old, and
+    Kafka consumers read through readers, which hold nothing (see the retention docs)."""
+    kafka_log_retention_bytes: int = Field(default=-1, ge=-1)
+    """Kafka's ``log.retention.bytes`` (per partition) for topics without their own
+    ``retention.bytes`` (rounded up to MB; -1 unbounded), set with the time."""
+    kafka_retention_check: Literal["warn", "refuse"] = "warn"
+    """A data namespace whose retention policy keeps less than the two above (set by an
+    operator: the sidecar never shortens or overrides one) is logged at start with the
+    command that fixes it (``warn``), or the sidecar refuses to start (``refuse``)."""
     kafka_tls_cert: Path | None = None
     """PEM certificate chain: the listener speaks TLS (``security.protocol=SSL``, or
     ``SASL_SSL`` with tokens) when it and ``kafka_tls_key`` are set."""
@@ -322,11 +334,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 "default_transaction_timeout_ms must not exceed max_transaction_timeout_ms"
             )
-        if self.journal_retention_minutes * 60_000 < 2 * self.max_transaction_timeout_ms:
-            raise ValueError(
-                "journal_retention_minutes must cover twice max_transaction_timeout_ms: a "
-                "journal must outlive the longest transaction plus its recovery"
-            )
         if self.max_batch_bytes > self.pulsar_max_message_bytes:
             raise ValueError("max_batch_bytes must not exceed pulsar_max_message_bytes")
         if (self.kafka_tls_cert is None) != (self.kafka_tls_key is None):
@@ -336,6 +343,16 @@ class Settings(BaseSettings):
             if value:
                 split_address(value, name)
         return self
+
+    @property
+    def journal_retention(self) -> int:
+        """The journals' retention in minutes: ``journal_retention_minutes``, raised to
+        twice ``max_transaction_timeout_ms`` when that is longer (a journal must outlive
+        the longest transaction plus its recovery: Flink's one-hour
+        ``transaction.timeout.ms`` needs ``MAX_TRANSACTION_TIMEOUT_MS=3600000``, and its
+        journals then keep at least two hours)."""
+        needed = -(-2 * self.max_transaction_timeout_ms // 60_000)
+        return max(self.journal_retention_minutes, needed)
 
     @property
     def producer_queue_records(self) -> int:

@@ -32,6 +32,7 @@ __all__ = [
     "leader_elsewhere",
     "leaders",
     "listed_group_partitions",
+    "lists_transaction",
     "local_only",
     "not_coordinator",
     "not_leader",
@@ -91,6 +92,16 @@ def listed_group_partitions(session: Session, count: int) -> list[int]:
         return list(range(count))
     cluster = session.runtime.cluster
     return sorted(cluster.view.owned_by(cluster.me.node_id, GROUP_LOG, count))
+
+
+def lists_transaction(session: Session, transactional_id: str) -> bool:
+    """Whether ListTransactions of this node names the id: Kafka's broker lists the
+    transactions it coordinates (admin clients ask every broker and merge); a one-node
+    listener lists them all."""
+    if local_only(session):
+        return True
+    cluster = session.runtime.cluster
+    return cluster.is_me(cluster.txn_coordinator(transactional_id))
 
 
 def coordinator_of(session: Session, key_type: int, key: str) -> Broker:
