@@ -30,9 +30,9 @@ one fences the earlier, whose next write fails (NOT_COORDINATOR, nothing stored)
 once their views agree only the owner takes it again. A non-owner never takes a
 partition.
 
-``apply`` sees the table's records (markers excluded) in topic order; it must accept
-seeing a record twice (a coordinator applies its own writes at once and reads them
-again later) and ignore stale ones (records carry a version).
+``apply`` sees the table's records (markers excluded) in topic order, some twice (a
+coordinator applies its own writes at once and reads them again later): it ignores
+stale ones (records carry a version).
 
 **A write that failed** (one rule for every coordinator). A write that fails with
 anything but a fencing (a timeout, the broker away) may still have been stored, now or
@@ -109,11 +109,9 @@ class _Partition:
     def __init__(self, client: PulsarClient, topic: str, index: int, apply: Apply) -> None:
         self.index, self.topic = index, topic
         self.marker: str | None = None
-        self.last_marker: str | None = None
-        """The latest ownership marker read from the partition (anyone's)."""
+        self.last_marker: str | None = None  # the latest ownership marker read (anyone's)
         self.marker_seen = asyncio.Event()
-        self.loaded = asyncio.Event()
-        """Set while this node holds the partition, loaded (cleared when it is lost)."""
+        self.loaded = asyncio.Event()  # set while this node holds the partition, loaded
         self.acquiring: asyncio.Task[None] | None = None
 
         def apply_record(record: TableRecord) -> None:
@@ -155,8 +153,7 @@ class StatePartitions:
     ) -> None:
         self.topic, self.count, self.name = topic, partitions, name
         self._reset = reset
-        self._doubt: dict[int, BaseException] = {}
-        """Partitions a write of ours may have reached without our knowing (how it failed)."""
+        self._doubt: dict[int, BaseException] = {}  # a failed write of ours may be stored
         self._identity = uuid.uuid4().hex[:12]
         self._on_acquired, self._on_lost, self._on_release = on_acquired, on_lost, on_release
         self._owner_of = owner_of or (lambda _p: "another node")
@@ -168,8 +165,7 @@ class StatePartitions:
         self._assigned: frozenset[int] = frozenset()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-        self.moves = 0
-        """Partitions loaded or released on this node since it started."""
+        self.moves = 0  # partitions loaded or released on this node since it started
 
     def partition_of(self, key: str) -> int:
         return partition_of(key, self.count)
@@ -222,7 +218,7 @@ class StatePartitions:
                 part.acquiring = self._spawn(self._acquire(p), f"load {self.name} {p}")
 
     async def loaded(self, timeout_s: float) -> bool:
-        """Wait until every assigned partition is loaded (at most ``timeout_s``)."""
+        """Wait (at most ``timeout_s``) until every assigned partition is loaded."""
         waits = [self._parts[p].loaded.wait() for p in self._assigned]
         if not waits:
             return True
@@ -395,8 +391,7 @@ class StatePartitions:
         await self._settle(part, orphan=False, how="read again after a failed write")
 
     def in_doubt(self, partition: int) -> bool:
-        """Whether a write of ours to the partition failed in a way that may have stored
-        it (the partition is taken again before its next change)."""
+        """Whether a write of ours failed in a way that may have stored it."""
         return partition in self._doubt
 
     async def settle_doubt(self) -> int:
@@ -415,15 +410,10 @@ class StatePartitions:
         return settled
 
     async def still_owned(self, partition: int, *, caught_up: bool = False) -> bool:
-        """Whether this node still owns the partition, having read everything written
-        to it (call with :meth:`lock` held). Another node may have fenced this one while
-        it was idle (the client learns that at its next write, after a reconnection:
-        about 150 ms): its ownership marker, read here, says so at once.
-
-        ``caught_up``: the caller ran :meth:`read` since its request began, before taking
-        the lock (so that concurrent callers share one catch-up). A takeover that lands
-        in between is not seen here; it fenced this writer, so the change's first write
-        fails (NOT_COORDINATOR)."""
+        """Whether this node still owns the partition, having read everything written to
+        it (lock held): a node that fenced this one while it was idle wrote its marker,
+        read here. ``caught_up``: the caller ran :meth:`read` since its request began (a
+        takeover since then fenced this writer: the change's first write fails)."""
         part = self._parts[partition]
         if not self.owned(partition):
             return False
