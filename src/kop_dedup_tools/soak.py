@@ -11,6 +11,7 @@ described there and in ``docs/operations/soak.md``. In-process use (the CI test)
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def _handler(args: argparse.Namespace) -> int:
         )
         if not broker.is_ready():
             broker.start()
-    report = run_soak(cfg, broker=broker)
+    report = run_soak(cfg, broker=broker, say=functools.partial(print, flush=True))
     print(report.text(), flush=True)
     path = Path(report.workdir) / "soak-report.json"
     report.write(path)

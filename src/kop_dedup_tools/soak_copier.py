@@ -20,6 +20,7 @@ written before the step is taken::
     {"e": "committed", "a": "t-0/0/7", "n": 50}  # the commit was answered
     {"e": "abort", "a": "t-0/0/7", "why": "random"}
     {"e": "error", "where": "commit", "error": "...", "fatal": false}
+    {"e": "idle"}                                # nothing to copy for 10 s
 
 So an attempt with a ``begin`` and no ``commit`` line was never asked to commit: its
 records must never be read (the soak's ``aborted`` check). One with ``commit`` and no
@@ -34,6 +35,7 @@ import json
 import random
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -52,6 +54,7 @@ from kop_dedup_tools.soak_check import ATTEMPT_HEADER
 __all__ = ["main"]
 
 _RETRY_FOR_S = 60.0
+_IDLE_EVERY_S = 10.0
 T = TypeVar("T")
 
 
@@ -120,16 +123,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    stop = False
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    tid = args.transactional_id
-    rng = random.Random(f"{args.seed}/{tid}/{args.incarnation}")  # noqa: S311 - not a secret
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -144,40 +140,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     producer = Producer(
         {
             "bootstrap.servers": args.bootstrap,
-            "transactional.id": tid,
+            "transactional.id": args.transactional_id,
             "transaction.timeout.ms": args.transaction_timeout_ms,
             "linger.ms": 5,
             "batch.num.messages": args.batch_records,
+            "debug": "eos",  # the transaction's steps on stderr: what a hang waited for
         }
     )
     status = 0
     try:
         _call("init", lambda: producer.init_transactions(60))
         consumer.subscribe([args.input])
-        _emit(e="start", id=tid, incarnation=args.incarnation)
-        n = 0
-        while not stop:
-            messages = [m for m in consumer.consume(args.transaction_size, 1.0) if not m.error()]
-            if not messages:
-                continue
-            attempt = f"{tid}/{args.incarnation}/{n}"
-            n += 1
-            _emit(e="begin", a=attempt, n=len(messages))
-            why = None
-            try:
-                _copy(producer, consumer, messages, args.output, attempt)
-                if rng.random() < args.abort_rate:
-                    why = "random"
-                else:
-                    _emit(e="commit", a=attempt)
-                    _call("commit", lambda: producer.commit_transaction(60))
-                    _emit(e="committed", a=attempt, n=len(messages))
-            except _Abort as exc:
-                why = str(exc)
-            if why is not None:
-                _emit(e="abort", a=attempt, why=why)
-                _call("abort", lambda: producer.abort_transaction(60))
-                _rewind(consumer)
+        _emit(e="start", id=args.transactional_id, incarnation=args.incarnation)
+        _loop(args, consumer, producer, stop)
     except (_Fatal, _Abort) as exc:
         _emit(e="fatal", error=str(exc))
         status = 2
@@ -185,6 +160,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         _emit(e="stop", status=status)
         consumer.close()
     return status
+
+
+def _loop(
+    args: argparse.Namespace, consumer: Consumer, producer: Producer, stop: threading.Event
+) -> None:
+    """One transaction per poll until ``stop`` (see the module docstring)."""
+    prefix = f"{args.transactional_id}/{args.incarnation}"
+    rng = random.Random(f"{args.seed}/{prefix}")  # noqa: S311 - a replayable choice, no secret
+    n = 0
+    quiet_since = time.monotonic()
+    while not stop.is_set():
+        messages = [m for m in consumer.consume(args.transaction_size, 1.0) if not m.error()]
+        if not messages:
+            if time.monotonic() - quiet_since >= _IDLE_EVERY_S:  # alive, nothing to do
+                _emit(e="idle")
+                quiet_since = time.monotonic()
+            continue
+        quiet_since = time.monotonic()
+        attempt = f"{prefix}/{n}"
+        n += 1
+        _emit(e="begin", a=attempt, n=len(messages))
+        why = None
+        try:
+            _copy(producer, consumer, messages, args.output, attempt)
+            if rng.random() < args.abort_rate:
+                why = "random"
+            else:
+                _emit(e="commit", a=attempt)
+                _call("commit", lambda: producer.commit_transaction(60))
+                _emit(e="committed", a=attempt, n=len(messages))
+        except _Abort as exc:
+            why = str(exc)
+        if why is not None:
+            _emit(e="abort", a=attempt, why=why)
+            _call("abort", lambda: producer.abort_transaction(60))
+            _rewind(consumer)
 
 
 def _copy(

@@ -15,8 +15,11 @@ pipeline's group has committed the input's end on every partition and the soak h
 stopped adding input, as a deployment restarts a copier that died: a copier that exited
 (a fault made it fail, or a Java copier that had caught up before more input came) is
 started again with the same transactional id (which fences what its last incarnation
-left open), after a back-off. Each restart is noted (:class:`Restart`). Once a
-pipeline is done its copiers get SIGTERM.
+left open), after a back-off. A copier that printed nothing for ``hang_s`` (both print
+at least every 10 s while they run: the Java one before every poll, the librdkafka one
+an ``idle`` line) is hung: it is SIGKILLed and started again, and the hang is noted.
+Each restart is noted (:class:`Restart`). Once a pipeline is done its copiers get
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -86,6 +89,14 @@ class CopierProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def silent_s(self) -> float:
+        """Seconds since it last printed a line (or started)."""
+        try:
+            printed = self.stdout_path.stat().st_mtime
+        except OSError:
+            printed = 0.0
+        return min(time.time() - printed, time.monotonic() - self.started_at)
+
     @property
     def returncode(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
@@ -126,6 +137,10 @@ class CopierProcess:
                 if isinstance(value, dict):
                     out.append(value)
         return out
+
+    def last_line(self) -> str:
+        events = self.events()
+        return json.dumps(events[-1])[:300] if events else "(no output)"
 
     def last_words(self) -> str:
         """Why it ended, as far as its output says: the last exception line of stderr,
@@ -225,12 +240,14 @@ class Supervisor(threading.Thread):
         clock: Callable[[], float],
         poll_s: float = 0.5,
         ask_every_s: float = 2.0,
+        hang_s: float = 90.0,
     ) -> None:
         super().__init__(name="soak-supervisor", daemon=True)
         self.pipelines = list(pipelines)
         self._committed, self._input_end, self._clock = committed, input_end, clock
-        self._poll_s, self._ask_every_s = poll_s, ask_every_s
+        self._poll_s, self._ask_every_s, self._hang_s = poll_s, ask_every_s, hang_s
         self.restarts: list[Restart] = []
+        self.hangs: list[Restart] = []
         self.input_done = threading.Event()
         """Set by the soak once no more input will be added."""
         self.end: dict[int, int] = {}
@@ -292,6 +309,16 @@ class Supervisor(threading.Thread):
     def _keep_running(self, pipeline: Pipeline) -> None:
         now = time.monotonic()
         for copier in pipeline.copiers:
+            if copier.running() and copier.silent_s() > self._hang_s:
+                hang = Restart(
+                    round(self._clock(), 2),
+                    copier.name,
+                    None,
+                    f"hung: printed nothing for {copier.silent_s():.0f}s after "
+                    f"{copier.last_line()}",
+                )
+                self.hangs.append(hang)
+                copier.kill()
             if copier.running():
                 continue
             if copier.exited_at is None:

@@ -56,6 +56,8 @@ class SoakReport:
     faults: list[AppliedFault] = field(default_factory=list)
     cluster_events: list[dict[str, Any]] = field(default_factory=list)
     restarts: list[Restart] = field(default_factory=list)
+    hangs: list[Restart] = field(default_factory=list)
+    """Copiers that printed nothing for too long, and were killed and started again."""
     pipelines: list[PipelineFigures] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     stalled: list[str] = field(default_factory=list)
@@ -85,6 +87,7 @@ class SoakReport:
             "faults": [asdict(f) for f in self.faults],
             "cluster_events": self.cluster_events,
             "restarts": [asdict(r) for r in self.restarts],
+            "hangs": [asdict(r) for r in self.hangs],
             "pipelines": [{**asdict(p), "records_per_s": p.records_per_s} for p in self.pipelines],
             "checks": [c.to_dict() for c in self.checks],
             "stalled": self.stalled,
@@ -121,6 +124,7 @@ class SoakReport:
                 else ""
             )
         )
+        lines += [f"    HUNG {h.at_s:7.1f}s {h.copier}: {h.reason}" for h in self.hangs]
         for p in self.pipelines:
             rate = f"{p.records_per_s} records/s" if p.records_per_s else "never finished"
             took = f"{p.seconds:.0f}s" if p.seconds else "-"

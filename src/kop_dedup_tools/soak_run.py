@@ -207,6 +207,7 @@ def _soak(run: _Run, cluster: SoakCluster, tag: str) -> None:
     )
     progress.start()
     try:
+        _warm_up(run, supervisor)
         for fault in run.schedule:
             _fault(run, cluster, side, supervisor, fault)
         run.current = "draining"
@@ -225,6 +226,7 @@ def _soak(run: _Run, cluster: SoakCluster, tag: str) -> None:
         supervisor.halt()
         supervisor.stop_all()
         run.report.restarts = supervisor.restarts
+        run.report.hangs = supervisor.hangs
         run.report.notes += [f"supervisor: {e}" for e in supervisor.errors[:20]]
     run.report.pipelines = [
         PipelineFigures(
@@ -245,6 +247,18 @@ def _soak(run: _Run, cluster: SoakCluster, tag: str) -> None:
         run.report.notes.append(f"watcher errors (faults): {dict(watcher.errors)}")
     _judge(run, cluster, side, supervisor, watcher, ends)
     side.close()
+
+
+def _warm_up(run: _Run, supervisor: Supervisor, timeout: float = 180.0) -> None:
+    """Until every pipeline has committed something: the first fault lands on a copy
+    under way, not on copiers still starting."""
+    run.current = "warming up"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(p.committed_total() > 0 for p in supervisor.pipelines):
+            return
+        time.sleep(0.5)
+    run.report.notes.append(f"the copiers had not all committed within {timeout:.0f}s of starting")
 
 
 def _pipelines(run: _Run, bootstrap: str, tag: str) -> list[Pipeline]:
@@ -395,60 +409,87 @@ def _judge(
     watcher: Watcher,
     ends: dict[str, dict[int, int]],
 ) -> None:
-    from kop_dedup_tools.soak_watch import read_committed  # noqa: PLC0415 - see _soak
-
-    cfg, checks = run.cfg, run.cfg.checks
+    checks = run.cfg.checks
     direct = PulsarSide(
         cluster.broker.service_url, cluster.broker.admin_url, cluster.data_namespace
     )
-    input_records, wrong = direct.read(INPUT, cfg.partitions, at_least={})
-    inputs: dict[int, list[str]] = {p: [] for p in range(cfg.partitions)}
-    for rec in input_records:
-        inputs[rec.partition].append(rec.value)
-    run.report.input_records = len(input_records)
-    held = {r.value for r in input_records}
-    lost_input = run.acked - held
-    if lost_input or len(held) != len(input_records):
-        run.report.notes.append(
-            f"the input itself: {len(lost_input)} acknowledged records missing, "
-            f"{len(input_records) - len(held)} stored twice (idempotent produce)"
-        )
+    inputs, wrong = _read_input(run, direct)
     aborted = _aborted_attempts(supervisor)
     topic_spans: dict[str, Any] = {}
     for pipeline in supervisor.pipelines:
         topic = pipeline.output_topic
-        want = ends.get(topic, {})
-        readers: dict[str, list[OutRecord]] = {}
-        try:
-            readers["read_committed"] = read_committed(side, topic, want)
-        except TimeoutError as exc:
-            run.report.notes.append(str(exc))
-        direct_out, bad = direct.read(topic, cfg.partitions, at_least=want)
+        topic_spans[topic], bad = _judge_output(
+            run, pipeline.name, topic, ends.get(topic, {}), side, direct, inputs, aborted
+        )
         wrong += bad
-        readers["pulsar"] = direct_out
-        topic_spans[topic] = soak_check.spans(direct_out)
-        for reader, records in readers.items():
-            label = f"{pipeline.name}, {reader}"
-            counts = soak_check.copy_counts(inputs, records, reader=label)
-            for name in ("duplicates", "lost", "order"):
-                if name in checks:
-                    run.report.checks.append(counts[name])
-            if "aborted" in checks and pipeline.name == "librdkafka":
-                run.report.checks.append(soak_check.aborted_reads(records, aborted, reader=label))
     if "offsets" in checks:
-        try:
-            end = {p: e for (_, p), e in side.ends({INPUT: cfg.partitions}, committed=False).items()}
-            for pipeline in supervisor.pipelines:
-                got = side.committed(pipeline.group, INPUT, cfg.partitions)
-                pipeline.committed = got
-                run.report.checks.append(soak_check.committed_offsets(got, end, group=pipeline.name))
-        except Exception as exc:  # the listener gone: say so, do not judge blind
-            run.report.checks.append(
-                soak_check.CheckResult("offsets (asked)", 1, 1, [f"{type(exc).__name__}: {exc}"])
-            )
-        counted = soak_check.CheckResult("offsets (pulsar index)", len(supervisor.pipelines) + 1, 0)
-        for w in wrong:
-            counted.note(w)
-        run.report.checks.append(counted)
+        _judge_offsets(run, side, supervisor, wrong)
     if "lso" in checks:
         run.report.checks.append(soak_check.lso_violations(watcher.answers, topic_spans))
+
+
+def _read_input(run: _Run, direct: PulsarSide) -> tuple[dict[int, list[str]], list[str]]:
+    """The input as stored (values per partition, in order), and offset disagreements."""
+    records, wrong = direct.read(INPUT, run.cfg.partitions, at_least={})
+    inputs: dict[int, list[str]] = {p: [] for p in range(run.cfg.partitions)}
+    for rec in records:
+        inputs[rec.partition].append(rec.value)
+    run.report.input_records = len(records)
+    held = {r.value for r in records}
+    lost_input = run.acked - held
+    if lost_input or len(held) != len(records):
+        run.report.notes.append(
+            f"the input itself: {len(lost_input)} acknowledged records missing, "
+            f"{len(records) - len(held)} stored twice (idempotent produce)"
+        )
+    return inputs, wrong
+
+
+def _judge_output(
+    run: _Run,
+    pipeline: str,
+    topic: str,
+    want: dict[int, int],
+    side: KafkaSide,
+    direct: PulsarSide,
+    inputs: dict[int, list[str]],
+    aborted: set[str],
+) -> tuple[dict[int, list[soak_check.Span]], list[str]]:
+    """One output topic read both ways and counted; its transactions' spans (from the
+    Pulsar read) and offset disagreements."""
+    from kop_dedup_tools.soak_watch import read_committed  # noqa: PLC0415 - see _soak
+
+    checks = run.cfg.checks
+    readers: dict[str, list[OutRecord]] = {}
+    try:
+        readers["read_committed"] = read_committed(side, topic, want)
+    except TimeoutError as exc:  # a reader that cannot reach the end it was told
+        run.report.checks.append(
+            soak_check.CheckResult(f"lost ({pipeline}, read_committed)", 1, 1, [str(exc)])
+        )
+    readers["pulsar"], wrong = direct.read(topic, run.cfg.partitions, at_least=want)
+    for reader, records in readers.items():
+        label = f"{pipeline}, {reader}"
+        counts = soak_check.copy_counts(inputs, records, reader=label)
+        run.report.checks += [counts[n] for n in ("duplicates", "lost", "order") if n in checks]
+        if "aborted" in checks and pipeline == "librdkafka":
+            run.report.checks.append(soak_check.aborted_reads(records, aborted, reader=label))
+    return soak_check.spans(readers["pulsar"]), wrong
+
+
+def _judge_offsets(run: _Run, side: KafkaSide, supervisor: Supervisor, wrong: list[str]) -> None:
+    parts = run.cfg.partitions
+    try:
+        end = {p: e for (_, p), e in side.ends({INPUT: parts}, committed=False).items()}
+        for pipeline in supervisor.pipelines:
+            got = side.committed(pipeline.group, INPUT, parts)
+            pipeline.committed = got
+            run.report.checks.append(soak_check.committed_offsets(got, end, group=pipeline.name))
+    except Exception as exc:  # the listener gone: say so, do not judge blind
+        run.report.checks.append(
+            soak_check.CheckResult("offsets (asked)", 1, 1, [f"{type(exc).__name__}: {exc}"])
+        )
+    counted = soak_check.CheckResult("offsets (pulsar index)", len(supervisor.pipelines) + 1, 0)
+    for w in wrong:
+        counted.note(w)
+    run.report.checks.append(counted)

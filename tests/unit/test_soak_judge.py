@@ -71,7 +71,7 @@ def test_a_value_in_the_wrong_partition_or_in_no_input_is_counted():
 
 
 def test_records_of_an_attempt_never_asked_to_commit_are_aborted_reads():
-    got = out(0, ["a0", "a1"], attempt="t/0/1") + [OutRecord(0, 2, "a2", attempt="t/0/2")]
+    got = [*out(0, ["a0", "a1"], attempt="t/0/1"), OutRecord(0, 2, "a2", attempt="t/0/2")]
     result = aborted_reads(got, {"t/0/2"}, reader="r")
     assert (result.checked, result.violations) == (3, 1)
 
@@ -81,7 +81,11 @@ def copies(partition: int, txn: tuple[int, int], offsets: range) -> list[OutReco
 
 
 def test_spans_are_where_each_transaction_landed_per_partition():
-    got = copies(0, (1, 1), range(0, 3)) + copies(0, (1, 2), range(3, 5)) + copies(1, (1, 1), range(0, 2))
+    got = (
+        copies(0, (1, 1), range(3))
+        + copies(0, (1, 2), range(3, 5))
+        + copies(1, (1, 1), range(2))
+    )
     found = spans(got)
     assert [(s.txn, s.first, s.last, s.records) for s in found[0]] == [
         ((1, 1), 0, 2, 3),
@@ -115,4 +119,5 @@ def test_committed_offsets_must_be_the_inputs_end_neither_beyond_nor_short():
     assert committed_offsets({0: 250, 1: 250}, {0: 250, 1: 250}, group="g").ok
     result = committed_offsets({0: 265, 1: 240}, {0: 250, 1: 250}, group="g")
     assert result.violations == 2
-    assert "beyond" in result.examples[0] and "short" in result.examples[1]
+    assert "beyond" in result.examples[0]
+    assert "short" in result.examples[1]
