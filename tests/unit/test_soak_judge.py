@@ -81,11 +81,7 @@ def copies(partition: int, txn: tuple[int, int], offsets: range) -> list[OutReco
 
 
 def test_spans_are_where_each_transaction_landed_per_partition():
-    got = (
-        copies(0, (1, 1), range(3))
-        + copies(0, (1, 2), range(3, 5))
-        + copies(1, (1, 1), range(2))
-    )
+    got = copies(0, (1, 1), range(3)) + copies(0, (1, 2), range(3, 5)) + copies(1, (1, 1), range(2))
     found = spans(got)
     assert [(s.txn, s.first, s.last, s.records) for s in found[0]] == [
         ((1, 1), 0, 2, 3),
