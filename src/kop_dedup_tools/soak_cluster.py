@@ -122,12 +122,25 @@ class SoakCluster:
     def resume_broker(self) -> None:
         self._note("SIGCONT broker", self.broker.resume)
 
-    def heal(self) -> None:
+    def heal(self, attempts: int = 5) -> list[str]:
         """After a fault that failed half-way: the broker resumed and running, every
-        sidecar running."""
-        self.broker.resume()
-        if self.broker.pid() is None:
-            self.start_broker()
-        for index, sc in enumerate(self.sidecars):
-            if not sc.running():
-                self.start_sidecar(index)
+        sidecar running; each step tried up to ``attempts`` times. Returns what failed on
+        the way (a sidecar that exits at start while the broker's admin API does not
+        answer yet is started again)."""
+        failures: list[str] = []
+        for _ in range(attempts):
+            try:
+                self.broker.resume()
+                if self.broker.pid() is None or not self.broker.is_ready(timeout=10.0):
+                    if self.broker.pid() is not None:
+                        self.broker.kill()
+                    self.start_broker()
+                for index, sc in enumerate(self.sidecars):
+                    if not sc.running():
+                        self.start_sidecar(index)
+            except Exception as exc:
+                failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                time.sleep(2.0)
+                continue
+            return failures
+        raise RuntimeError(f"the cluster could not be brought back: {failures}")

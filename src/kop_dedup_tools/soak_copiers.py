@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,7 +255,8 @@ class Supervisor(threading.Thread):
         self._halt = threading.Event()
         self._streak: dict[str, int] = {}
         self._next_try: dict[str, float] = {}
-        self.errors: list[str] = []
+        self.errors: Counter[str] = Counter()
+        """What asking the cluster failed with (while a fault lasts), by kind."""
 
     def start_copiers(self) -> None:
         for pipeline in self.pipelines:
@@ -303,8 +305,7 @@ class Supervisor(threading.Thread):
                     copier.stop()
 
     def _error(self, text: str) -> None:
-        if len(self.errors) < 200:
-            self.errors.append(f"{self._clock():.1f}s {text}")
+        self.errors[text[:200]] += 1
 
     def _keep_running(self, pipeline: Pipeline) -> None:
         now = time.monotonic()

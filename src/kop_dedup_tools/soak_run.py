@@ -227,7 +227,10 @@ def _soak(run: _Run, cluster: SoakCluster, tag: str) -> None:
         supervisor.stop_all()
         run.report.restarts = supervisor.restarts
         run.report.hangs = supervisor.hangs
-        run.report.notes += [f"supervisor: {e}" for e in supervisor.errors[:20]]
+        run.report.notes += [
+            f"supervisor asked the cluster and got (while faults lasted) {n}x {e}"
+            for e, n in supervisor.errors.most_common(10)
+        ]
     run.report.pipelines = [
         PipelineFigures(
             p.name,
@@ -333,9 +336,11 @@ def _fault(
     try:
         FAULT_KINDS[fault.kind].apply(cluster, fault.params)
     except Exception as exc:  # a fault that failed half-way: bring everything back
-        error = f"{type(exc).__name__}: {exc}"
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
         run.say(f"{run.clock():7.1f}s fault #{fault.index} failed ({error}); healing")
-        cluster.heal()
+        healed = cluster.heal()
+        if healed:
+            error += f"; healing retried after {healed}"
     run.report.faults.append(
         AppliedFault(
             fault.index,

@@ -72,14 +72,17 @@ class KafkaSide:
 
     def ends(self, topics: Mapping[str, int], *, committed: bool) -> dict[tuple[str, int], int]:
         """ListOffsets LATEST (isolation READ_COMMITTED when ``committed``); raises when a
-        partition has no answer."""
+        partition has no answer (an offset below 0 is none)."""
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         futures = self.admin.list_offsets(
             {tp: _latest() for tp in _tps(topics)},
             isolation_level=level,
             request_timeout=10,
         )
-        return {(tp.topic, tp.partition): f.result(timeout=15).offset for tp, f in futures.items()}
+        out = {(tp.topic, tp.partition): f.result(timeout=15).offset for tp, f in futures.items()}
+        if any(offset < 0 for offset in out.values()):
+            raise ValueError(f"ListOffsets answered no offset: {out}")
+        return out
 
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int]:
         """The group's committed offsets (partitions it never committed: 0)."""
@@ -170,6 +173,9 @@ class Watcher:
                     offset = future.result(timeout=10).offset
                 except Exception as exc:  # a fault: ask again
                     self.errors[f"list-offsets {type(exc).__name__}"] += 1
+                    continue
+                if offset < 0:  # no offset: not an answer
+                    self.errors["list-offsets answered no offset"] += 1
                     continue
                 self.answers.append(
                     Answer(self._clock(), tp.topic, tp.partition, offset, "list-offsets")
