@@ -1,9 +1,12 @@
 """A short ``kop-dedup soak`` (issue 25's exactly-once soak) on the session's broker.
 
-One run per module (about a minute and a half): Kafka's TransactionalMessageCopier and
-the librdkafka copier copy a seeded input through two sidecars while one fault of each
-kind lands (sidecar SIGKILL, sidecar SIGTERM, broker SIGKILL, broker SIGSTOP, takeover);
-the tests below judge the run's report, one property each. It needs the launcher's
+One run per module: Kafka's TransactionalMessageCopier and the librdkafka copier copy a
+seeded input through two sidecars while one fault of each kind but the broker's SIGKILL
+lands (sidecar SIGKILL, sidecar SIGTERM, broker SIGSTOP, takeover: the broker's restart
+alone would take 20-40 s of the suite's budget; the long schedules of ``kop-dedup soak``
+have it); the tests below judge the run's report, one property each. Transactions of
+100 records in batches of 2 make each copy land as about 50 entries per partition, so a
+read_committed end inside one is seen in every run while there is no LSO. It needs the launcher's
 broker (it kills it): with ``PULSAR_SERVICE_URL`` set it skips. A failure prints the
 report, whose first lines name the seed and the command that replays the schedule; the
 logs are under pytest's basetemp (``soak-*``).
@@ -21,20 +24,22 @@ from kop_dedup_tools.soak_faults import FAULT_KINDS
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 SEED = 25
+KINDS = sorted(set(FAULT_KINDS) - {"broker-kill"})
 
 
 @pytest.fixture(scope="module")
 def report(pulsar: Any, tmp_path_factory: pytest.TempPathFactory) -> SoakReport:
     cfg = SoakConfig(
         seed=SEED,
-        faults=len(FAULT_KINDS),
+        faults=len(KINDS),
+        kinds=KINDS,
         gap_s=(1.0, 3.0),
         records=800,
         wave_records=400,
         partitions=2,
         java_copiers=1,
         rdkafka_copiers=2,
-        transaction_size=40,
+        transaction_size=100,
         batch_records=2,  # many batches per partition and transaction: the LSO matters
         drain_s=120.0,
         progress_s=10.0,
@@ -56,7 +61,7 @@ def failing(report: SoakReport, *names: str) -> list[str]:
 
 
 def test_every_fault_kind_was_applied_and_the_copiers_finished(report: SoakReport) -> None:
-    assert sorted(f.kind for f in report.faults) == sorted(FAULT_KINDS)
+    assert sorted(f.kind for f in report.faults) == KINDS
     assert [f for f in report.faults if f.error] == []
     assert report.stalled == []
     assert {p.name for p in report.pipelines} == {"java", "librdkafka"}
