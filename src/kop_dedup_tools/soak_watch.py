@@ -2,9 +2,11 @@
 group's committed offsets and the input's end for the supervisor, and the output read
 back read_committed at the end.
 
-:class:`Watcher` runs two threads while the copiers copy: one asks ListOffsets with
-isolation READ_COMMITTED (confluent-kafka's ``AdminClient.list_offsets``) for every
-output partition in a loop, the other is a read_committed consumer assigned to every
+:class:`Watcher` runs threads while the copiers copy: ``askers`` (default 2) ask
+ListOffsets with isolation READ_COMMITTED (confluent-kafka's ``AdminClient.list_offsets``,
+each its own client) for every output partition in a loop, out of step with each other
+(a copy in progress is a window of a few hundred milliseconds: more askers see more of
+them), and one is a read_committed consumer assigned to every
 output partition with ``enable.partition.eof``, noting the offset where it reached the
 end each time (the end the sidecar's Fetch answered). Both kinds of answer are
 :class:`~kop_dedup_tools.soak_check.Answer` s, judged at the end against where each
@@ -140,6 +142,7 @@ class Watcher:
         clock: Callable[[], float],
         *,
         interval_s: float = 0.05,
+        askers: int = 2,
     ) -> None:
         self._side, self._topics, self._clock = side, dict(topics), clock
         self._interval = interval_s
@@ -148,7 +151,10 @@ class Watcher:
         self.consumed = 0
         self._halt = threading.Event()
         self._threads = [
-            threading.Thread(target=self._list_offsets, name="soak-lso", daemon=True),
+            *(
+                threading.Thread(target=self._list_offsets, name=f"soak-lso-{i}", daemon=True)
+                for i in range(askers)
+            ),
             threading.Thread(target=self._consume, name="soak-eof", daemon=True),
         ]
 
