@@ -37,6 +37,7 @@ from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.coordination.transactions.settings import TxnSettings
+from kop_dedup.coordination.transactions.stable import StableOffsets
 from kop_dedup.errors import KafkaError, UnknownTopicOrPartition
 from kop_dedup.observability.stats import Stats
 from kop_dedup.observability.wire import WireStats
@@ -240,6 +241,12 @@ class Runtime:
             release_journals=self._handover.release_journals,
         )
         self.cluster.on_data(self._handover.retire_moved)
+        self.stable = StableOffsets(
+            self.publisher.client, self.groups.positions, self.naming, self.transactions.state
+        )
+        """Last stable offsets (ListOffsets READ_COMMITTED, read_committed fetches, the
+        groups' "latest" and lag)."""
+        self.groups.stable = self.stable
 
     async def _journal(
         self, batch: KafkaBatch, deadline: float, ptopic: str, extra: dict[str, str]
@@ -419,7 +426,11 @@ class Runtime:
             await self.offsets.close(timeout_s=0.5 * (deadline - _clock()))
 
         phases: list[list[tuple[str, Callable[[], Awaitable[None]]]]] = [
-            [("transactions", self.transactions.close), ("consumer groups", groups)],
+            [
+                ("transactions", self.transactions.close),
+                ("consumer groups", groups),
+                ("stable offsets", self.stable.close),
+            ],
             [("produce", self.service.close), ("cluster membership", self._left)],
             [("registry", self.registry.close)],
             [

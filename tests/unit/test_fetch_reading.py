@@ -13,7 +13,8 @@ import pulsar
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kop_dedup.pulsar.fetching import RECORD_OVERHEAD, EntryReader, _Raw, _read_available
+from kop_dedup.pulsar.fetching import EntryReader
+from kop_dedup.pulsar.stored import RECORD_OVERHEAD, RawEntry, read_available
 from kop_dedup.pulsar.wire import PROP_EPOCH, PROP_PRODUCER_ID, PROP_SEQUENCE, PROP_TIMESTAMP
 
 # -- stand-ins for the client's messages and reader ------------------------------------------
@@ -95,11 +96,11 @@ def _messages(sizes: list[int], value: int = 10) -> list[_Msg]:
 def test_entries_are_grouped_and_a_read_ends_on_an_entry_boundary():
     reader = _Reader(_messages([3, 2, 4]))
     per_record = 10 + RECORD_OVERHEAD
-    raw, held, drained = _read_available(reader, None, 1)  # one byte: the first entry whole
+    raw, held, drained = read_available(reader, None, 1)  # one byte: the first entry whole
     assert [(r.entry, len(r.records)) for r in raw] == [(0, 3)]
     assert held is not None
     assert (held.at.entry, drained) == (1, False)
-    raw, held, drained = _read_available(reader, held, 10_000)
+    raw, held, drained = read_available(reader, held, 10_000)
     assert [(r.entry, len(r.records), r.sequence) for r in raw] == [(1, 2, 3), (2, 4, 5)]
     assert (held, drained) == (None, True)
     assert raw[0].size == 61 + 2 * per_record
@@ -109,7 +110,7 @@ def test_entries_are_grouped_and_a_read_ends_on_an_entry_boundary():
 
 def test_the_broker_is_asked_only_when_the_clients_queue_is_empty():
     reader = _Reader(_messages([50]))
-    raw, _, drained = _read_available(reader, None, 1 << 20)
+    raw, _, drained = read_available(reader, None, 1 << 20)
     assert (len(raw[0].records), drained) == (50, True)
     assert reader.calls.count("has") == 1  # at the end, not per message
     assert reader.calls.count("read_next(0)") == 51
@@ -117,7 +118,7 @@ def test_the_broker_is_asked_only_when_the_clients_queue_is_empty():
 
 def test_a_message_the_broker_has_but_the_client_has_not_yet_ends_the_read_undrained():
     reader = _Reader([], more=True)
-    raw, held, drained = _read_available(reader, None, 1 << 20)
+    raw, held, drained = read_available(reader, None, 1 << 20)
     assert (raw, held, drained) == ([], None, False)
 
 
@@ -151,13 +152,13 @@ class _Positions:
         return self.index[position[:2]][0] + max(position[2], 0)
 
 
-def _raws(index, keys, start_batch: int) -> list[_Raw]:
+def _raws(index, keys, start_batch: int) -> list[RawEntry]:
     out = []
     for i, (ledger, entry) in enumerate(keys):
         first = start_batch if i == 0 else 0
         n = index[(ledger, entry)][1] - first
         out.append(
-            _Raw(ledger, entry, first, 7, 0, 0, 0, [object()] * n, 0)  # type: ignore[list-item]
+            RawEntry(ledger, entry, first, 7, 0, 0, 0, [object()] * n, 0, None)  # type: ignore[list-item]
         )
     return out
 
@@ -197,9 +198,11 @@ def test_every_entry_read_whole_is_learnt_as_the_broker_indexes_it(layout, data,
     raw = raws[cut]
     if len(raw.records) > 1:
         at = data.draw(st.integers(1, len(raw.records) - 1))
-        rest = _Raw(raw.ledger, raw.entry, raw.batch_index + at, 7, 0, 0, 0, raw.records[at:], 0)
+        rest = RawEntry(
+            raw.ledger, raw.entry, raw.batch_index + at, 7, 0, 0, 0, raw.records[at:], 0, None
+        )
         raws[cut : cut + 1] = [
-            _Raw(raw.ledger, raw.entry, raw.batch_index, 7, 0, 0, 0, raw.records[:at], 0),
+            RawEntry(raw.ledger, raw.entry, raw.batch_index, 7, 0, 0, 0, raw.records[:at], 0, None),
             rest,
         ]
     cuts = (

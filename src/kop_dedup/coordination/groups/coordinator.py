@@ -39,6 +39,7 @@ from kop_dedup.coordination.groups.pulls import Pulls
 from kop_dedup.coordination.groups.readers import ReaderPool
 from kop_dedup.coordination.groups.resets import GroupResets
 from kop_dedup.coordination.groups.settings import GroupSettings
+from kop_dedup.coordination.groups.stable import EndsOnly, StableSource
 from kop_dedup.coordination.groups.state import GroupState
 from kop_dedup.coordination.groups.store import GroupStore, key
 from kop_dedup.protocol.groups import (
@@ -80,6 +81,9 @@ class GroupCoordinator:
         self.partitions_of = partitions_of
         self.settings = settings
         self.readers = ReaderPool(client, self.positions, idle_s=settings.reader_idle_s)
+        self.stable: StableSource = EndsOnly(self.positions, naming)
+        """Where a partition's last stable offset comes from (the runtime sets the
+        transactions'): pulls stop there, "latest" is there, lag counts to it."""
         self._pulls = Pulls(self)
         self._resets = GroupResets(self)
         self.classic = ClassicGroups(store, min_session_ms=settings.kafka_min_session_timeout_ms)

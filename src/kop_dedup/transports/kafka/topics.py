@@ -138,6 +138,7 @@ async def _delete(session: Session, name: str | None) -> Any:
         kept = session.shared.readers
         if kept is not None:  # close this topic's readers first: none reconnects to it
             await kept.forget(session.runtime.naming.topic(name))
+        await session.runtime.stable.forget(session.runtime.naming.topic(name))
         await session.runtime.admin.delete_topic(name)
     except errors.InvalidTopic:
         return _deleted(name, errors.UnknownTopicOrPartition(f"topic {name!r} does not exist"))
