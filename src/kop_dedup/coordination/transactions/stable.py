@@ -52,6 +52,8 @@ _TAILS = 256
 _TAIL_IDLE_S = 120.0
 _MAX_BEHIND = 50_000
 """Records a kept tail may lag behind the end; further behind, a new one starts near it."""
+_FRESH_S = 5.0
+"""A tail read to the end this recently is read on without asking how far behind it is."""
 _DRAIN_BYTES = 1 << 20
 _DRAIN_MAX = 64 << 20
 """What one answer reads at most of a tail; its LSO stands for what was read."""
@@ -171,9 +173,12 @@ class StableOffsets:
     async def _tail(self, topic: str, partition: int, ptopic: str) -> EntryReader:
         self._reap()
         tail = self._tails.get(ptopic)
-        if tail is not None:
-            end, _ = await self._positions.end(ptopic)
-            if tail.closed or tail.skipped_from is not None or end - tail.read_offset > _MAX_BEHIND:
+        if tail is not None and (tail.closed or tail.skipped_from is not None):
+            await self._drop(ptopic)
+            tail = None
+        if tail is not None and time.monotonic() - tail.last_used > _FRESH_S:
+            end, _ = await self._positions.end(ptopic)  # not asked lately: how far behind?
+            if end - tail.read_offset > _MAX_BEHIND:
                 await self._drop(ptopic)
                 tail = None
         if tail is None:
