@@ -26,20 +26,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pulsar as pulsar_client
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
-from tests.helpers import uniq, wait_until
+from tests.helpers import batch, uniq, wait_until
+from tests.integration.groups import commit, configure, join, lag, offsets, poll, pull, values
 from tests.integration.kafka_consume import create, list_offsets_request, produce
 from tests.integration.kafka_txn import transactional_producer, txn_id
 from tests.kafka_wire import WireClient
 from tests.sidecar import ProcessSidecar
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 RECORDS = 300
+RATE = 150
 PLAIN = 5
 """Plain records before the transaction: its first offset is not 0 (an answer of 0
 could not lie inside it)."""
@@ -87,9 +90,6 @@ class Watch:
     def seen(self) -> int:
         return sum(1 for _, v in self.values if v.startswith("txn-"))
 
-    def asked_between(self, after: float, before: float) -> list[int]:
-        return [offset for asked, _, offset in self.committed if after < asked < before]
-
     def answered_between(self, after: float, before: float) -> list[int]:
         """The answers asked after ``after`` and answered before ``before``."""
         return [
@@ -113,12 +113,12 @@ class Watch:
                 time.sleep(0.2)
 
     def _clock(self) -> None:
-        while not self.halt.is_set() and len(self.copied) < RECORDS:
+        while not self.halt.is_set():
             try:
                 msg = self.reader.read_next(200)
             except pulsar_client.Timeout:
                 continue
-            if msg.data().startswith(b"txn-"):
+            if "kafka.txn.ordinal" in msg.properties():  # a copied record
                 self.copied.append(time.monotonic())
 
     def _consume(self) -> None:
@@ -226,7 +226,7 @@ def _coordinator(node: ProcessSidecar, tid: str) -> int:
     return int(answer.node_id)
 
 
-def _placed(pair: list[ProcessSidecar]) -> tuple[str, str]:
+def _placed(pair: list[ProcessSidecar], admin_url: str) -> tuple[str, str]:
     """A topic of one partition led by node 2 (it answers the watchers) and a
     transactional id coordinated by node 1 (it copies), with PLAIN records in it."""
     leader = pair[1]
@@ -237,6 +237,14 @@ def _placed(pair: list[ProcessSidecar]) -> tuple[str, str]:
     )
     tid = next(t for t in (txn_id("lso") for _ in range(200)) if _coordinator(leader, t) == 1)
     produce(leader.kafka_bootstrap, topic, [(0, None, f"plain-{i}".encode()) for i in range(PLAIN)])
+    # the broker lets RATE messages a second into the partition: a copy of 300 takes
+    # about 2 s, so the watchers see it in progress, and a crash cuts it in the middle
+    r = httpx.post(
+        f"{admin_url}/admin/v2/persistent/public/kafka/{topic}/publishRate",
+        json={"publishThrottlingRateInMsg": RATE, "publishThrottlingRateInByte": -1},
+        timeout=30,
+    )
+    assert r.status_code == 204, r.text
     return topic, tid
 
 
@@ -252,9 +260,9 @@ def _watch(pair: list[ProcessSidecar], topic: str, client: Any) -> Watch:
 
 
 def test_read_committed_answers_never_lie_inside_a_transaction_being_copied(
-    pair, pulsar_reader_client
+    pair, pulsar, pulsar_reader_client
 ):
-    topic, tid = _placed(pair)
+    topic, tid = _placed(pair, pulsar.admin_url)
     watch = _watch(pair, topic, pulsar_reader_client)
     try:
         send_transaction(_both(pair), topic, tid)
@@ -264,21 +272,24 @@ def test_read_committed_answers_never_lie_inside_a_transaction_being_copied(
         watch.stop()
         watch.reader.close()
     check(watch, PLAIN)
-    # asked while the copy was arriving (its first record in, its last not yet): the
-    # answers were checked above (none inside); the watch was not idle meanwhile
-    assert watch.asked_between(watch.copied[0], watch.copied[-1])
+    # answers asked once the copy's first record was in and given before its last 30
+    # were (at RATE a second: the copy was not complete): the LSO held at the
+    # transaction's first record meanwhile
+    during = watch.answered_between(watch.copied[0], watch.copied[-30])
+    assert during
+    assert set(during) == {PLAIN}
     assert watch.committed[-1][2] == PLAIN + RECORDS
 
 
 def test_a_copy_cut_short_by_a_crash_holds_the_lso_until_another_sidecar_finishes_it(
-    pair, pulsar_reader_client
+    pair, pulsar, pulsar_reader_client
 ):
     """Node 1 coordinates the transaction (and copies it), node 2 leads the partition:
     node 1 is SIGKILLed as soon as the first copied record is in the partition, node 2
     takes the transaction over and finishes the copy 3 s later. Meanwhile part of the
     transaction is in the partition, and node 2's read_committed answers stop before it."""
     copier, leader = pair
-    topic, tid = _placed(pair)
+    topic, tid = _placed(pair, pulsar.admin_url)
     watch = _watch(pair, topic, pulsar_reader_client)
     killer = threading.Thread(target=_kill_once_copying, args=(watch, copier), daemon=True)
     try:
@@ -312,3 +323,82 @@ def _kill_once_copying(watch: Watch, copier: ProcessSidecar) -> None:
     while not watch.copied and time.monotonic() < deadline:
         time.sleep(0.001)
     copier.kill()
+
+
+def test_a_group_pull_never_hands_out_part_of_a_transaction_and_its_lag_counts_to_the_lso(
+    pair, pulsar, pulsar_reader_client
+):
+    """The same crash through the HTTP API: a transaction of 300 single-record batches
+    committed through node 1, node 1 killed at its first copied record; a group member
+    pulling through node 2 gets the records before the transaction and nothing of it
+    while part of it stands alone, the group's lag ends at its first record; once node 2
+    finished the copy, the member gets all 300 once, in order."""
+    copier, leader = pair
+    if not copier.running():  # the crash test before this one killed it
+        copier.start()
+        wait_until("both nodes to list two members", lambda: len(_brokers(leader)) == 2)
+    topic, tid = _placed(pair, pulsar.admin_url)
+    group = uniq("g")
+    with (
+        httpx.Client(base_url=leader.url, timeout=60) as api,
+        httpx.Client(base_url=copier.url, timeout=60) as coordinator,
+    ):
+        configure(api, group)
+        member = join(api, group, [topic])["memberId"]
+        assert offsets(pull(api, group, member, 100)) == list(range(PLAIN))
+        commit(api, group, member)
+        pid, epoch = _http_transaction(coordinator, tid, topic, RECORDS)
+        watch = _watch(pair, topic, pulsar_reader_client)
+        killer = threading.Thread(target=_kill_once_copying, args=(watch, copier), daemon=True)
+        try:
+            killer.start()
+            end = coordinator.post(
+                "/v1/end-txn",
+                json={
+                    "transactionalId": tid,
+                    "producerId": pid,
+                    "producerEpoch": epoch,
+                    "commit": True,
+                },
+            )
+            assert end.json()["errorCode"] == 0, end.text
+            killer.join(timeout=60)
+            stood_alone = _settled_count(watch)  # what node 1 had sent lands meanwhile
+            assert 0 < stood_alone < RECORDS
+            got = pull(api, group, member, 100, wait_ms=500)  # while part of it stands alone
+            rows = lag(api, group)[topic, 0]
+            assert len(watch.copied) == stood_alone, "the recovery ran before the checks"
+        finally:
+            watch.stop()
+            watch.reader.close()
+        assert got["records"] == []
+        assert (rows["end"], rows["lag"]) == (PLAIN, 0)
+        done = poll(
+            "the recovery to finish the copy", lambda: pull(api, group, member, 1000)["records"], 60
+        )
+        answer = {"records": done}
+        assert offsets(answer) == list(range(PLAIN, PLAIN + RECORDS))
+        assert values(answer) == [str(i) for i in range(RECORDS)]
+        commit(api, group, member)
+        # the log says complete a moment after the last copied record is in
+        poll("the lag to end after it", lambda: lag(api, group)[topic, 0]["end"] == PLAIN + RECORDS)
+
+
+def _http_transaction(api: httpx.Client, tid: str, topic: str, n: int) -> tuple[int, int]:
+    """Journal ``n`` single-record batches of a transaction of ``tid`` (not committed)."""
+    body = api.post("/v1/init-producer-id", json={"transactionalId": tid}).json()
+    assert body["errorCode"] == 0, body
+    pid, epoch = body["producerId"], body["producerEpoch"]
+    batches = [batch(topic, pid, i, 1, epoch=epoch) for i in range(n)]
+    answer = api.post("/v1/produce", json={"transactionalId": tid, "batches": batches}).json()
+    assert [r["errorCode"] for r in answer["results"]] == [0] * n, answer
+    return pid, epoch
+
+
+def _settled_count(watch: Watch) -> int:
+    """The copied records in once no more came for half a second."""
+    count = -1
+    while count != len(watch.copied):
+        count = len(watch.copied)
+        time.sleep(0.5)
+    return count
