@@ -108,6 +108,16 @@ async def partition_topic(session: Session, topic: str, index: int) -> str:
     return session.runtime.naming.partition_topic(topic, index)
 
 
+async def _unknown(session: Session, part: _Part) -> errors.KafkaError | None:
+    """3 for a topic or partition that does not exist, before leadership is asked (the
+    cluster's lookup of a leader would create a missing topic)."""
+    try:
+        await partition_topic(session, part.topic, part.index)
+    except errors.KafkaError as exc:
+        return exc
+    return None
+
+
 async def _open(session: Session, pool: ReaderPool, part: _Part) -> None:
     try:
         ptopic = await partition_topic(session, part.topic, part.index)
@@ -271,7 +281,9 @@ async def fetch(session: Session, request: Any, version: int) -> Any:
         for p in t.partitions
     ]
     for part in parts:
-        part.error = await topology.not_leader(session, part.topic, part.index)
+        part.error = await _unknown(session, part) or await topology.not_leader(
+            session, part.topic, part.index
+        )
     wait_ms = min(max(request.max_wait_ms, 0), session.settings.max_pull_wait_ms)
     deadline = time.monotonic() + wait_ms / 1000
     stable = session.runtime.stable if request.isolation_level == _READ_COMMITTED else None

@@ -126,6 +126,10 @@ async def list_offsets(session: Session, request: Any, version: int) -> Any:
             return _partition(
                 index, errors.InvalidRequest(f"{topic}-{index} is named twice in one request")
             )
+        try:  # 3 before leadership: the cluster's lookup of a leader creates a topic
+            await partition_topic(session, topic, index)
+        except errors.KafkaError as exc:
+            return _partition(index, exc)
         if (refused := await topology.not_leader(session, topic, index)) is not None:
             return _partition(index, refused)
         return await _one(session, topic, index, timestamp, version, committed)

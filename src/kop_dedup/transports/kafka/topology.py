@@ -121,7 +121,7 @@ async def leader_elsewhere(session: Session, topic: str, partition: int) -> Memb
         return None
     try:
         leader = await cluster.leader_of(topic, partition)
-    except errors.KafkaError:
+    except (errors.KafkaError, ValueError):  # no such topic or partition, a name refused
         return None
     return None if leader is None or cluster.is_me(leader) else leader
 
