@@ -13,6 +13,7 @@ import pulsar
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kop_dedup.protocol.stable import CopyHead, CopyMark
 from kop_dedup.pulsar.fetching import EntryReader
 from kop_dedup.pulsar.stored import RECORD_OVERHEAD, RawEntry, read_available
 from kop_dedup.pulsar.wire import PROP_EPOCH, PROP_PRODUCER_ID, PROP_SEQUENCE, PROP_TIMESTAMP
@@ -282,3 +283,43 @@ def test_an_entry_sent_again_from_its_start_after_a_read_that_ended_inside_it_gi
     assert got[0].position == (10, 1, 1)
     assert reader.skipped_from is None
     assert reader.next_offset == 9
+
+
+# -- read_committed: the last stable offset of what a reader counted ----------------------------
+
+
+def _marked(ledger, entry, first, n, mark):  # type: ignore[no-untyped-def]
+    return RawEntry(ledger, entry, first, 7, 0, 0, 0, [object()] * n, 0, mark)  # type: ignore[list-item]
+
+
+def test_a_read_committed_reader_hands_out_only_what_lies_before_a_copy_not_whole_yet():
+    index = _index([[2, 1, 1, 1]])
+    reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    copy = lambda batch: CopyMark(7, 1, CopyHead("app", batch, 2))  # noqa: E731
+    got = asyncio.run(
+        reader._counted(
+            [
+                _marked(10, 0, 0, 2, None),  # plain
+                _marked(10, 1, 0, 1, copy(0)),  # the copy's first batch of two
+                _marked(10, 2, 0, 1, None),  # plain, after the copy's first record
+            ]
+        )
+    )
+    reader._unread.extend(got)  # as a read ahead keeps them
+    assert reader.stable.lso == 2
+    assert [e.base_offset for e in reader._pop(1 << 20, reader._stable_unread())] == [0]
+    assert reader.next_offset == 2  # kept for the next fetch at the copy's first record
+    reader._unread.extend(asyncio.run(reader._counted([_marked(10, 3, 0, 1, copy(1))])))
+    assert [e.base_offset for e in reader._pop(1 << 20, reader._stable_unread())] == [2, 3, 4]
+
+
+def test_an_entry_sent_again_from_its_start_counts_its_batch_once():
+    """A read ended inside a copied batch; the reader's connection dropped and the broker
+    sent the entry again from its first record: its rest counts, its head not twice."""
+    index = _index([[4]])
+    reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    mark = CopyMark(7, 1, CopyHead("app", 0, 5))  # 5 records: one more batch to come
+    asyncio.run(reader._counted([_marked(10, 0, 0, 2, mark)]))
+    asyncio.run(reader._counted([_marked(10, 0, 0, 4, mark)]))  # again, from its start
+    [copy] = reader.stable.open_copies()
+    assert copy.seen == 4  # not 6: the rest's two records, the head counted once

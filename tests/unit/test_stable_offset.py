@@ -135,14 +135,16 @@ def test_a_settled_copy_holds_the_lso_until_a_read_begun_after_the_log_answered_
     p = Feed(start=100)
     p.put(1, head(1, 5, 9))  # met without its beginning
     in_flight = p.tracker.reading()  # a read began before the log answered
+    assert not p.tracker.settling
     p.tracker.settle((PID, 1))
+    assert p.tracker.settling
     p.tracker.drained(in_flight)  # it may have stopped before the copy's last records
     assert p.tracker.lso == 100
     assert p.tracker.to_ask(0.0) == []  # settled: not asked again
     after = p.tracker.reading()
     p.put(1, head(1, 6, 9))  # what that read found
     p.tracker.drained(after)
-    assert (p.tracker.lso, p.tracker.holding) == (p.offset, False)
+    assert (p.tracker.lso, p.tracker.holding, p.tracker.settling) == (p.offset, False, False)
 
 
 def test_a_settled_copy_whose_count_closes_is_whole_at_once():

@@ -203,6 +203,11 @@ class StableTracker:
         if copy is not None and copy.settled is None:
             copy.settled = self._reads
 
+    @property
+    def settling(self) -> bool:
+        """Whether a copy the log settled waits for a read that finds the end."""
+        return any(c.settled is not None for c in self._open.values())
+
     def reading(self) -> int:
         """A read of the partition begins: its token for :meth:`drained`."""
         self._reads += 1

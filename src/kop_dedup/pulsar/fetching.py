@@ -250,8 +250,12 @@ class EntryReader:
 
     async def _pull(self, max_bytes: int) -> list[StoredEntry]:
         """What Pulsar has now from where the reader stands (about ``max_bytes``)."""
-        if not self._take_arrival():
-            return []  # still waiting for the next message: nothing more now
+        if not self._take_arrival():  # still waiting for the next message: nothing more now
+            if self.stable.settling:  # unless the broker has more, a settled copy is read
+                token = self.stable.reading()
+                if not await (await self._open()).has_message_available():
+                    self.stable.drained(token)
+            return []
         self._reading = True
         try:
             reader = await self._open()
