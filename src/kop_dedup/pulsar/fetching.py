@@ -15,6 +15,11 @@ later than counted (or, after the first, earlier: the topic was deleted and crea
 again) sets :attr:`EntryReader.skipped_from`: the records asked for are gone, Kafka's
 OFFSET_OUT_OF_RANGE.
 
+Every piece a reader takes from Pulsar is fed to its
+:class:`~kop_dedup.protocol.stable.StableTracker`, which knows the last stable offset of
+what was read; a read with ``committed`` (read_committed) hands out only what lies below
+it, reading on while a copy holds it and keeping what lies beyond for a later read.
+
 Reads take what is available now, on a worker thread, in one loop hop (the blocking
 calls of the client, as :mod:`.reading` does). Waiting for more is push, not poll:
 :meth:`EntryReader.arrival` asks the client for the next message asynchronously and

@@ -26,11 +26,13 @@ decision's ``at`` is its sidecar's clock, the note's time the audit's.)
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from kop_dedup.clock import now_ms
+from kop_dedup.pulsar.snapshot import read_latest
 
 __all__ = ["BEFORE_ALL", "StableSnapshot", "mark_unstable", "stable_snapshot"]
 
@@ -39,7 +41,6 @@ BEFORE_ALL: Entry = (-1, -1)
 """A bound every stored entry lies after (a partition empty, or a decision that saw it so)."""
 _PREPARE_COMMIT = "PrepareCommit"
 _COMPLETE = ("CompleteCommit", "CompleteAbort")
-_READ_WAIT_MS = 10_000
 _SKEW_MS = 60_000
 """How much earlier than the note a record published after it may say it was (the
 publish time is its producer's clock)."""
@@ -86,33 +87,9 @@ def _entry(text: str | None) -> Entry:
     return int(ledger), int(entry)
 
 
-def _read_log(service_url: str, topic: str, partitions: int) -> dict[str, dict[str, Any]]:
-    """Every transactional id's latest record in the transaction log (read to its end)."""
-    import pulsar  # noqa: PLC0415 - the driver has the client; Spark's executors need none
-
-    latest: dict[str, dict[str, Any]] = {}
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-    try:
-        for p in range(partitions):
-            reader = client.create_reader(
-                f"{topic}-partition-{p}", pulsar.MessageId.earliest, is_read_compacted=True
-            )
-            try:
-                while reader.has_message_available():
-                    msg = reader.read_next(_READ_WAIT_MS)
-                    key, data = msg.partition_key(), msg.data()
-                    if not data:  # a tombstone: the id expired
-                        latest.pop(key, None)
-                        continue
-                    doc = json.loads(data)
-                    known = latest.get(key)
-                    if known is None or int(doc.get("version", 0)) >= int(known.get("version", 0)):
-                        latest[key] = doc
-            finally:
-                reader.close()
-    finally:
-        client.close()
-    return latest
+def _newer(data: bytes, kept: bytes) -> bool:
+    """A transaction log record replaces the one kept unless its version is lower."""
+    return int(json.loads(data).get("version", 0)) >= int(json.loads(kept).get("version", 0))
 
 
 def stable_snapshot(
@@ -126,7 +103,7 @@ def stable_snapshot(
 ) -> StableSnapshot:
     """The note of :mod:`this module <kop_dedup.spark.stable>` for the Kafka ``topics``:
     their partitions' last entries first, then the transaction log."""
-    taken = int(time.time() * 1000)
+    taken = now_ms()
     bounds: dict[tuple[str, int], Entry] = {}
     for topic in topics:
         path = f"{tenant}/{namespace}/{topic}"
@@ -134,10 +111,11 @@ def stable_snapshot(
             bounds[topic, p] = _last_entry(admin_url, f"{path}-partition-{p}")
     log_path = f"{tenant}/{system_namespace}/transaction-log"
     count = _partitions(admin_url, log_path)
-    docs = _read_log(service_url, f"persistent://{log_path}", count) if count else {}
+    raw = read_latest(service_url, f"persistent://{log_path}", count, newer=_newer) if count else {}
     transactions: dict[str, tuple[int, bool]] = {}
     copying: set[tuple[str, int]] = set()
-    for tid, doc in docs.items():
+    for tid, data in raw.items():
+        doc = json.loads(data)
         state = str(doc.get("state"))
         transactions[tid] = (int(doc.get("ordinal", 0)), state in _COMPLETE)
         if state != _PREPARE_COMMIT:
