@@ -59,9 +59,10 @@ from kop_dedup.pulsar.tables import PulsarClient, discard
 
 __all__ = ["ENTRY_OVERHEAD", "RECORD_OVERHEAD", "EntryReader", "StoredEntry"]
 
-_AHEAD_BYTES = 64 << 20
+_AHEAD_BYTES = 8 << 20
 """What a read_committed read keeps back at most while a copy holds the last stable
-offset (a transaction's records in one partition, as the copy holds them in memory)."""
+offset (per reader: a partition held by a copy in progress costs no more). A copy
+larger than this is let through once the transaction log says it is complete."""
 _AHEAD_CHUNK = 1 << 20
 
 

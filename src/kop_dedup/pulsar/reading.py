@@ -16,7 +16,7 @@ never under it, and a closed reader reads nothing more.
 A pull never hands out part of a transaction that is not complete in the partition:
 every record read is fed to the reader's :class:`~kop_dedup.protocol.stable.StableTracker`
 and only records below its last stable offset are returned; while a copy holds it, the
-reader reads on (up to ``_AHEAD_RECORDS`` kept back) to see it whole, and keeps what
+reader reads on (up to ``_AHEAD_BYTES`` kept back) to see it whole, and keeps what
 lies beyond for a later read.
 """
 
@@ -40,8 +40,9 @@ from kop_dedup.pulsar.wire import DecodedRecord, copy_mark
 __all__ = ["PartitionReader", "Pulled", "after"]
 
 _READ_WAIT_MS = 5_000
-_AHEAD_RECORDS = 1_000_000
-"""Records a reader keeps back at most while a copy holds the last stable offset."""
+_AHEAD_BYTES = 8 << 20
+"""What a reader keeps back at most while a copy holds the last stable offset (a copy
+larger than this is let through once the transaction log says it is complete)."""
 _AHEAD_CHUNK = 10_000
 
 
@@ -135,6 +136,8 @@ class PartitionReader:
         self._ahead: collections.deque[Pulled] = collections.deque()
         """Records read and not returned yet: beyond the last stable offset, or beyond
         what the last read asked for."""
+        self._kept = 0
+        """The bytes of the records kept back."""
         self.stable = StableTracker(offset)
         self.clamped_from: int | None = None
         """Set when the first record read lay beyond the offset asked for (deleted by
@@ -172,6 +175,7 @@ class PartitionReader:
         out: list[Pulled] = []
         while self._ahead and len(out) < max_records and self._ahead[0].offset < lso:
             pulled = self._ahead.popleft()
+            self._kept -= pulled.size
             out.append(pulled)
             size += pulled.size
             if max_bytes is not None and size >= max_bytes:
@@ -191,11 +195,12 @@ class PartitionReader:
         offset, until it is whole or nothing more is there now."""
         while not self._closed:
             stable, holding = self._stable_ahead(), self.stable.holding
-            if (stable >= max_records and not holding) or len(self._ahead) >= _AHEAD_RECORDS:
+            if (stable >= max_records and not holding) or self._kept >= _AHEAD_BYTES:
                 return
             limit = _AHEAD_CHUNK if holding else max_records - stable
-            got, drained = await self._pull(limit, None if holding else max_bytes)
+            got, drained = await self._pull(limit, _AHEAD_BYTES if holding else max_bytes)
             self._ahead.extend(got)
+            self._kept += sum(p.size for p in got)
             if not got or drained:
                 return
 
