@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,8 @@ from kop_dedup_tools.bench import command, groups, kafka, kafka_groups, memory, 
 from kop_dedup_tools.bench.support import BenchError, Sidecars, describe_failure, step
 from kop_dedup_tools.launcher import BrokerError, free_port
 from kop_dedup_tools.sidecar import SidecarProcess
+
+DOCS_BENCH = Path(__file__).parents[2] / "docs" / "bench"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,6 +68,16 @@ def test_every_option_keeps_its_default():
         1,
     )
     assert args.kafka_measures == ["produce", "fetch", "txn"]
+
+
+def test_render_prints_a_results_files_table_and_writes_its_plot_again(tmp_path, capsys):
+    results_file = tmp_path / "kafka.json"
+    shutil.copy(DOCS_BENCH / "kafka" / "kafka.json", results_file)
+    assert cli.main(["bench", "--render", str(results_file)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Kafka clients through the kop-dedup listener")
+    assert "| fetch, 1 consumer |" in printed
+    assert (tmp_path / "kafka.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_failure_without_a_message_still_says_what_failed_and_shows_the_sidecar_log(

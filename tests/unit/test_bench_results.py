@@ -5,6 +5,7 @@ latency a paced row adds), the results file, the table and the plot agreeing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -141,4 +142,27 @@ def test_a_file_of_another_format_is_refused_saying_so():
 def test_the_plot_is_written_also_with_a_target_missing_and_no_latencies(tmp_path):
     only = [Cell(Workload("fetch", 1, 100), "listener", 1, 1_000, 1.0)]
     plot("t", summarize(only, Compare("listener")), tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+HISTORY = sorted((Path(__file__).parents[2] / "docs" / "bench").rglob("*.json"))
+
+
+def test_the_kept_history_holds_every_mode():
+    modes = {json.loads(p.read_text())["mode"] for p in HISTORY}
+    assert modes == {"produce", "memory", "transactions", "groups", "kafka", "kafka-groups"}
+
+
+@pytest.mark.parametrize("path", HISTORY, ids=lambda p: p.name)
+def test_every_modes_results_render_through_the_one_table_and_the_one_plot(path, tmp_path):
+    results = Results.load(path)
+    rows = results.rows()
+    table = table_rows(render(results.title, rows, results.notes))
+    assert list(table) == [r.workload.label for r in rows]
+    for r in rows:
+        subject = r.cells.get(results.compare.subject)
+        if subject is not None:
+            assert f"{subject.records_per_s:,.0f}" in table[r.workload.label]
+    assert results.to_json()["summary"] == json.loads(path.read_text())["summary"]
+    plot(results.title, rows, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
