@@ -306,6 +306,19 @@ class PulsarProducer:
         self._raw.send_async(builder.build(), waiter.on_last)
         return self._flush(waiter, 1)
 
+    def send_marker(self, properties: Mapping[str, str]) -> asyncio.Future[BatchReceipt]:
+        """One empty message carrying ``properties`` (a journal's barrier: found by its
+        position, never read as a batch); the client assigns its sequence id. Same
+        receipts and failures as :meth:`send_batch`."""
+        if self.room < 1:
+            raise SendFailed(_pulsar.Result.ProducerQueueIsFull)
+        waiter = BatchWaiter(asyncio.get_running_loop(), 1)
+        builder = _pulsar.MessageBuilder()
+        builder.content(b"")
+        builder.properties(dict(properties))
+        self._raw.send_async(builder.build(), waiter.on_last)
+        return self._flush(waiter, 1)
+
     def _flush(self, waiter: BatchWaiter, count: int) -> asyncio.Future[BatchReceipt]:
         """Flush the enqueued records as one entry, or raise for a last record refused."""
         if waiter.refused is not None:
@@ -366,14 +379,23 @@ class Publisher:
         self._send_timeout_ms = send_timeout_ms
 
     async def create(
-        self, topic: str, name: str | None, *, capacity: int = 50_000
+        self,
+        topic: str,
+        name: str | None,
+        *,
+        capacity: int = 50_000,
+        send_timeout_ms: int | None = None,
     ) -> PulsarProducer:
         """A producer named ``name`` (None: broker-assigned) on a partition topic whose
-        queue holds ``capacity`` records."""
+        queue holds ``capacity`` records. ``send_timeout_ms``: the client's send timeout
+        (None: the publisher's; 0: none, the client never fails a pending send on its
+        own but keeps resending it across reconnections, in order)."""
         producer = await self.client.create_producer(
             topic,
             producer_name=name,
-            send_timeout_millis=self._send_timeout_ms,
+            send_timeout_millis=(
+                self._send_timeout_ms if send_timeout_ms is None else send_timeout_ms
+            ),
             max_pending_messages=capacity,
             max_pending_messages_across_partitions=capacity,
             block_if_queue_full=False,

@@ -24,7 +24,6 @@ import contextlib
 import enum
 import json
 import logging
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -189,15 +188,12 @@ class CheckBacks:
         records: list[dict[str, object]] = []
         total = 0
         for part in txn.partitions:
-            with_end = replace(
-                part, journal_end=await self._journal.end(part.topic, part.partition)
-            )
-            stored = await self._copier.journaled(txn, with_end)
-            count = sum(len(s.batch.records) for s in stored)
+            stored = await self._copier.journaled_now(txn, part)
+            count = sum(len(b.records) for b in stored)
             total += count
             partitions.append({"topic": part.topic, "partition": part.partition, "records": count})
-            for s in stored:
-                for r in s.batch.records:
+            for b in stored:
+                for r in b.records:
                     if len(records) < _CHECK_BACK_RECORDS:
                         records.append(
                             {

@@ -77,6 +77,7 @@ class TransactionCoordinator:
         self._members = members
         self.stats = TxnStats(local=copier.local, copier=copier)
         self._admin, self._copier, self._offsets = admin, copier, offsets
+        self._journal = journal
         self._allocator, self._epochs, self._legacy = allocator, epochs, legacy
         self._decisions_topic = decisions_topic
         self.state = TransactionStateManager(
@@ -128,6 +129,7 @@ class TransactionCoordinator:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self._copier.close()
+        await self._journal.close()
         await self.state.close()
         await self._decisions.close()
 

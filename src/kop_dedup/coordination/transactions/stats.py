@@ -24,6 +24,8 @@ class TxnStats:
         default_factory=lambda: dict.fromkeys(("COMMIT", "ROLLBACK", "UNKNOWN"), 0)
     )
     copy_state_lost: int = 0
+    copy_unresolved: int = 0
+    """Attempts at a copy that could not be resolved (see ``CopyUnresolved``)."""
     apply_retries: int = 0
     """Attempts to apply a decision that failed and were tried again."""
     applied_ms: list[float] = field(default_factory=list)
@@ -48,6 +50,7 @@ class TxnStats:
             "fenced": self.fenced,
             "checkBacks": dict(self.check_backs),
             "copyStateLost": self.copy_state_lost,
+            "copyUnresolved": self.copy_unresolved,
             "applyRetries": self.apply_retries,
             "appliedMsP50": pct(0.5),
             "appliedMsP99": pct(0.99),
@@ -84,6 +87,11 @@ class TxnStats:
                 "txn_apply_retries_total",
                 "Attempts to apply a decision that failed and were tried again.",
                 [({}, self.apply_retries)],
+            ),
+            (
+                "txn_copy_unresolved_total",
+                "Decided copies that found other than the decision counted (retried).",
+                [({}, self.copy_unresolved)],
             ),
             (
                 "txn_copy_state_lost_total",
