@@ -34,7 +34,8 @@ import time
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.store import GroupStore, StagedOffset
-from kop_dedup.coordination.transactions.copier import Copier, CopyUnresolved
+from kop_dedup.coordination.transactions.copier import Copier
+from kop_dedup.coordination.transactions.copy_source import CopyUnresolved
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.ordering import CopyOrder, Ticket
 from kop_dedup.coordination.transactions.settings import TxnSettings

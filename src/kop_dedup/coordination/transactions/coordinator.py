@@ -76,8 +76,7 @@ class TransactionCoordinator:
         self.settings = settings
         self._members = members
         self.stats = TxnStats(local=copier.local, copier=copier)
-        self._admin, self._copier, self._offsets = admin, copier, offsets
-        self._journal = journal
+        self._admin, self._copier, self._offsets, self._journal = admin, copier, offsets, journal
         self._allocator, self._epochs, self._legacy = allocator, epochs, legacy
         self._decisions_topic = decisions_topic
         self.state = TransactionStateManager(

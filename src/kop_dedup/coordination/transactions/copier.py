@@ -50,14 +50,11 @@ the next attempt creates the producer again and sends everything again. Releasin
 log partition (:meth:`Copier.release`) or closing closes its copy producers even while
 a copy holds them: that copy fails, and its apply loop finds the log partition gone.
 
-**What to copy is counted by the decision.** The decision records, per partition, how
-many batches the journal holds for the transaction (:attr:`Partition.batches`, each
-batch once: by producer id and base sequence, the first in journal order, as a batch
-the broker journaled twice after losing its deduplication state is one batch) and a
-real end entry (:meth:`Copier.decision_end`). The copy takes the local copy
-(:mod:`.local_copy`) when it holds exactly that many, else reads the journal by
-position to that end; finding any other number, it copies nothing and raises
-:class:`CopyUnresolved` (retried, and reported): a commit is never completed in part.
+**What to copy is counted by the decision** (:mod:`.copy_source`): per partition, how
+many batches the journal holds for the transaction, each batch once, up to a real end
+entry. The copy is given exactly that many batches, or nothing is copied
+(:class:`~.copy_source.CopyUnresolved`, retried and reported): a commit is never
+completed in part.
 
 **The broker forgetting the name** (360 minutes after its last disconnect,
 ``brokerDeduplicationProducerInactivityTimeoutMinutes``): a copy producer created with a
@@ -79,11 +76,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
+from kop_dedup.coordination.transactions.copy_source import CopySource, CopyUnresolved
 from kop_dedup.coordination.transactions.journal import (
     NUMBER_BYTES,
     PROP_TXN_ID,
@@ -96,26 +94,17 @@ from kop_dedup.coordination.transactions.journal import (
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.protocol.transactions import Partition, Transaction
-from kop_dedup.pulsar.entries import RangeNotReached, StoredBatch, read_batches
+from kop_dedup.pulsar.entries import StoredBatch, read_batches
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.message_ids import (
-    EntryPosition,
     decode_entry_position,
-    encode_entry_position,
 )
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import BatchReceipt, Publisher, PulsarProducer
 from kop_dedup.pulsar.tables import PulsarClient
-from kop_dedup.pulsar.wire import PROP_PRODUCER_ID, entry_size_bound
+from kop_dedup.pulsar.wire import entry_size_bound
 
-__all__ = [
-    "PROP_TXN_BATCH",
-    "Copier",
-    "CopyUnresolved",
-    "copy_overhead",
-    "copy_sequence_id",
-    "distinct",
-]
+__all__ = ["PROP_TXN_BATCH", "Copier", "copy_overhead", "copy_sequence_id"]
 
 log = logging.getLogger(__name__)
 
@@ -150,32 +139,6 @@ def copy_overhead(transactional_id: str, records: int) -> int:
     return records * per_record + head
 
 
-def distinct(stored: Iterable[tuple[EntryPosition, KafkaBatch]]) -> list[KafkaBatch]:
-    """The batches in journal (position) order, each once: a batch (producer id, base
-    sequence) met again later is the same batch journaled twice, and is dropped.
-
-    >>> from kop_dedup.protocol.records import rec
-    >>> b = lambda seq: KafkaBatch("t", 0, 7, 0, seq, seq, (rec(b"x"),))
-    >>> [x.base_sequence for x in distinct([((5, 2), b(1)), ((5, 0), b(0)), ((5, 1), b(0))])]
-    [0, 1]
-    """
-    seen: set[tuple[int, int]] = set()
-    out = []
-    for _, batch in sorted(stored, key=lambda pb: pb[0]):
-        key = (batch.producer_id, batch.base_sequence)
-        if key not in seen:
-            seen.add(key)
-            out.append(batch)
-    return out
-
-
-class CopyUnresolved(errors.KafkaStorageError):
-    """What a decision must copy cannot be found as it was counted (the journal holds
-    another number of the transaction's batches, or cannot be read to the decision's
-    end; the broker forgot the copy's name and the data partition holds part of it).
-    Nothing is copied and the decision stays undone: retried, and reported."""
-
-
 class _Stalled(errors.KafkaStorageError):
     """No receipt came for a while: the copy producer is closed and the copy tried again."""
 
@@ -188,7 +151,9 @@ class _Pooled:
     last_used: float = field(default_factory=time.monotonic)
 
 
-class Copier:
+class Copier(CopySource):
+    """Copies a decision's batches into the data partitions (see the module docstring)."""
+
     def __init__(
         self,
         client: PulsarClient,
@@ -205,12 +170,9 @@ class Copier:
         forget_after_ms: int = 360 * 60_000,
         stall_s: float = 60.0,
     ) -> None:
-        self._client, self._publisher, self._naming = client, publisher, naming
-        self._journal, self._prefix = journal, prefix
+        super().__init__(client, journal, local=local, instance=instance)
+        self._publisher, self._naming, self._prefix = publisher, naming, prefix
         self._on_state_lost = on_state_lost
-        self.local = local if local is not None else LocalCopy(0)
-        self.instance = instance
-        """This sidecar's name in ``Partition.journaler``: whose local copy counts."""
         self._idle_s = idle_s
         self._max_message_bytes = max_message_bytes
         self._forget_after_ms = forget_after_ms
@@ -223,107 +185,6 @@ class Copier:
         self._closing = False
         self.created = 0
         """Copy producers created (reused ones are not counted again)."""
-
-    # -- what a partition's copy holds ----------------------------------------------------
-
-    def _picks(self, txn: Transaction) -> Callable[[Mapping[str, str]], bool]:
-        """Whether a journaled or copied record is the transaction's: its producer id
-        (one transactional id's alone) and ordinal."""
-        pid, ordinal = str(txn.producer_id), str(txn.ordinal)
-        return lambda p: p.get(PROP_PRODUCER_ID) == pid and p.get(PROP_TXN_ORDINAL) == ordinal
-
-    def _kept(
-        self, txn: Transaction, part: Partition, upto: EntryPosition | None = None
-    ) -> list[tuple[EntryPosition, KafkaBatch]] | None:
-        """The local copy's batches of the partition in its journal range, when this
-        sidecar journaled every batch of it and kept them all; else None."""
-        if not self.instance or part.journaler != self.instance:
-            return None
-        kept = self.local.batches(txn.transactional_id, txn.ordinal, part.key)
-        if kept is None:
-            return None
-        after = None if part.journal_start is None else decode_entry_position(part.journal_start)
-        return [
-            (p, b) for p, b in kept if (after is None or p > after) and (upto is None or p <= upto)
-        ]
-
-    async def decision_end(self, txn: Transaction, part: Partition) -> tuple[str | None, int]:
-        """What a commit decision records of ``part``: (journal end, batches). From the
-        local copy's receipts when it holds every batch; else a barrier is written into
-        the journal (its receipt is the end: every batch answered before lies before
-        it) and the range up to it is read and counted."""
-        kept = self._kept(txn, part)
-        if kept is not None:
-            end = max(p for p, _ in kept) if kept else None
-            return (None if end is None else encode_entry_position(end)), len(distinct(kept))
-        end = await self._journal.barrier(part.topic, part.partition)
-        found = await self._read_journal(txn, part, end)
-        return encode_entry_position(end), len(found)
-
-    async def batches(self, txn: Transaction, part: Partition) -> list[KafkaBatch]:
-        """The transaction's batches of ``part`` in journal order, each once: exactly the
-        number the decision counted (from the local copy when it holds that many, else
-        read from the journal to the decision's end); :class:`CopyUnresolved` when not."""
-        if part.batches is None:  # a decision of an older version: count now
-            end = await self._journal.barrier(part.topic, part.partition)
-            return await self._read_journal(txn, part, end)
-        if part.batches == 0:
-            return []
-        where = f"{part.topic}-{part.partition}"
-        if part.journal_end is None:
-            raise CopyUnresolved(
-                f"transaction {txn.ordinal} of {txn.transactional_id!r}: the decision counts "
-                f"{part.batches} batches in {where} but names no journal end"
-            )
-        upto = decode_entry_position(part.journal_end)
-        kept = self._kept(txn, part, upto)
-        if kept is not None and len(found := distinct(kept)) == part.batches:
-            self.local.hits += 1
-            return found
-        self.local.misses += 1
-        found = await self._read_journal(txn, part, upto)
-        if len(found) != part.batches:
-            raise CopyUnresolved(
-                f"transaction {txn.ordinal} of {txn.transactional_id!r}: the journal of "
-                f"{where} holds {len(found)} of its batches in ({part.journal_start}, "
-                f"{part.journal_end}], the decision counted {part.batches}; nothing is "
-                "copied (a journal trimmed by its retention cannot complete it)"
-            )
-        return found
-
-    async def journaled_now(self, txn: Transaction, part: Partition) -> list[KafkaBatch]:
-        """The transaction's batches of ``part`` journaled so far (a barrier now; each
-        batch once): what a check-back shows the application."""
-        return await self._read_journal(
-            txn, part, await self._journal.barrier(part.topic, part.partition)
-        )
-
-    async def _read_journal(
-        self, txn: Transaction, part: Partition, upto: EntryPosition
-    ) -> list[KafkaBatch]:
-        """The transaction's batches in the journal range ``(journal_start, upto]``, each
-        once, read by position to ``upto``."""
-        try:
-            stored = await read_batches(
-                self._client,
-                self._journal.partition_topic(part.topic, part.partition),
-                after=None
-                if part.journal_start is None
-                else decode_entry_position(part.journal_start),
-                upto=upto,
-                topic_name=part.topic,
-                partition=part.partition,
-                select=self._picks(txn),
-            )
-        except RangeNotReached as exc:
-            what = (
-                f"transaction {txn.ordinal} of {txn.transactional_id!r}: the journal of "
-                f"{part.topic}-{part.partition} could not be read to {upto}"
-            )
-            if now_ms() - txn.started_ms > self._journal.retention_ms:
-                raise CopyUnresolved(f"{what} (older than the journal's retention)") from exc
-            raise errors.KafkaStorageError(f"{what}; retrying") from exc
-        return distinct((s.position, s.batch) for s in stored)
 
     # -- copying ------------------------------------------------------------------------------
 

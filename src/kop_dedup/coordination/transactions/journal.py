@@ -11,8 +11,19 @@ carries the transaction's id and ordinal, which is how a copy picks a transactio
 batches out of a journal shared by every transactional producer of that partition.
 Journals written before that (one message per record) are still read.
 
+A decision that holds no local copy of a partition's batches ends their range with a
+**barrier** (:meth:`Journal.barrier`): an empty message this sidecar writes into the
+journal through a producer of its own. Its receipt is a real entry after every batch
+stored before it (the broker appends a topic's entries in the order it takes them),
+so a read by position up to it sees every batch the client was answered for; a
+broker's lookup of a topic's end can answer an entry it cannot be read to (entry -1 of
+a ledger still empty, nothing at all), and is only ever used as a lower bound (a
+range's start). Barriers carry no producer id or transaction: no read takes one for a
+batch.
+
 A journal keeps its records ``journal_retention_minutes`` (a topic-level policy), which
-must outlive the longest transaction timeout plus a recovery.
+must outlive the longest transaction timeout plus a recovery: a decision whose batches
+the journal no longer holds is reported, never completed in part (see the copier).
 """
 
 from __future__ import annotations
