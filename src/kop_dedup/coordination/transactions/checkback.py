@@ -31,7 +31,6 @@ import httpx
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.transactions.applier import TransactionApplier
 from kop_dedup.coordination.transactions.copier import Copier
-from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.coordination.transactions.state import Decide, TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
@@ -101,11 +100,10 @@ class CheckBacks:
         state: TransactionStateManager,
         applier: TransactionApplier,
         copier: Copier,
-        journal: Journal,
         stats: TxnStats,
         settings: TxnSettings,
     ) -> None:
-        self._state, self._applier, self._copier, self._journal = state, applier, copier, journal
+        self._state, self._applier, self._copier = state, applier, copier
         self._stats, self._settings = stats, settings
         self._client = CheckBack(settings.check_back_timeout_s)
         self._asking: dict[str, asyncio.Task[None]] = {}

@@ -96,9 +96,7 @@ class TransactionCoordinator:
             on_busy=self.applier.ensure,
             settings=settings,
         )
-        self.checkbacks = CheckBacks(
-            self.state, self.applier, copier, journal, self.stats, settings
-        )
+        self.checkbacks = CheckBacks(self.state, self.applier, copier, self.stats, settings)
         self._background: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
