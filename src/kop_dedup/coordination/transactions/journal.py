@@ -13,13 +13,13 @@ Journals written before that (one message per record) are still read.
 
 A decision that holds no local copy of a partition's batches ends their range with a
 **barrier** (:meth:`Journal.barrier`): an empty message this sidecar writes into the
-journal through a producer of its own. Its receipt is a real entry after every batch
-stored before it (the broker appends a topic's entries in the order it takes them),
-so a read by position up to it sees every batch the client was answered for; a
-broker's lookup of a topic's end can answer an entry it cannot be read to (entry -1 of
-a ledger still empty, nothing at all), and is only ever used as a lower bound (a
-range's start). Barriers carry no producer id or transaction: no read takes one for a
-batch.
+journal through a producer of its own (``<prefix>-barrier-<instance>``). Its receipt is
+a real entry after every batch stored before it (the broker appends a topic's entries
+in the order it takes them), so a read by position up to it sees every batch the client
+was answered for; a broker's lookup of a topic's end can answer an entry no read can
+reach (entry -1 of a ledger still empty, or nothing at all), and is only ever used as a
+lower bound (a range's start). Barriers carry no producer id or transaction: no read
+takes one for a batch.
 
 A journal keeps its records ``journal_retention_minutes`` (a topic-level policy), which
 must outlive the longest transaction timeout plus a recovery: a decision whose batches
@@ -206,7 +206,10 @@ class Journal:
         async with lock:  # one creation per journal; sends through it need no turn
             pooled = self._barriers.get(ptopic)
             if pooled is None:
-                producer = await self._publisher.create(ptopic, None, capacity=_BARRIER_QUEUE)
+                # one name per sidecar instance (the broker keeps a name's state for
+                # hours: a name per creation would pile up in each journal's dedup state)
+                name = f"{self._naming.producer_prefix}-barrier-{self._instance or 'x'}"
+                producer = await self._publisher.create(ptopic, name, capacity=_BARRIER_QUEUE)
                 pooled = self._barriers[ptopic] = _Barrier(producer)
         pooled.last_used = time.monotonic()
         try:
@@ -216,7 +219,7 @@ class Journal:
                 del self._barriers[ptopic]
             await pooled.producer.close()
             raise translate(exc, f"writing a barrier into {ptopic}") from exc
-        if receipt.duplicate:  # the client numbers a barrier producer's sends itself
+        if receipt.duplicate:  # the client numbers a barrier producer's sends on from its mark
             raise errors.KafkaStorageError(f"a barrier into {ptopic} was taken for a duplicate")
         position = (receipt.ledger_id, receipt.entry_id)
         self.note(ptopic, position)
