@@ -25,7 +25,8 @@ class TxnStats:
     )
     copy_state_lost: int = 0
     copy_unresolved: int = 0
-    """Attempts at a copy that could not be resolved (see ``CopyUnresolved``)."""
+    """Attempts at a copy that could not be resolved (``CopyUnresolved``); the gauge
+    ``txn_copy_unresolved`` counts the decisions unresolved now."""
     apply_retries: int = 0
     """Attempts to apply a decision that failed and were tried again."""
     applied_ms: list[float] = field(default_factory=list)
@@ -50,7 +51,7 @@ class TxnStats:
             "fenced": self.fenced,
             "checkBacks": dict(self.check_backs),
             "copyStateLost": self.copy_state_lost,
-            "copyUnresolved": self.copy_unresolved,
+            "copyUnresolvedAttempts": self.copy_unresolved,
             "applyRetries": self.apply_retries,
             "appliedMsP50": pct(0.5),
             "appliedMsP99": pct(0.99),
@@ -87,11 +88,6 @@ class TxnStats:
                 "txn_apply_retries_total",
                 "Attempts to apply a decision that failed and were tried again.",
                 [({}, self.apply_retries)],
-            ),
-            (
-                "txn_copy_unresolved_total",
-                "Decided copies that found other than the decision counted (retried).",
-                [({}, self.copy_unresolved)],
             ),
             (
                 "txn_copy_state_lost_total",
