@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -330,6 +331,31 @@ async def decide_without_local_copy(
     decided = await coordinator.describe(tid)
     assert decided is not None
     return decided
+
+
+def test_a_decision_written_before_the_count_is_copied_whole_to_a_barrier(
+    held_back, pulsar_reader_client
+):
+    """A PrepareCommit of an older version: no count, and a journal end its decider
+    asked the broker for (here one naming an empty ledger, which no read reaches). Its
+    copy reads the journal up to a barrier written then, picking the transaction's
+    batches by producer id and ordinal."""
+    tid, topic = uniq("tx"), uniq("a")
+
+    async def scenario(runtime: Runtime) -> tuple[int, int, int]:
+        txn, part = await decide(runtime, tid, lambda p, e: batches_of(topic, p, e, [1, 2, 2]))
+        ledger = decode_entry_position(part.journal_end or "0:0")[0]
+        old = replace(part, batches=None, journal_end=f"{ledger + 1}:-1", journaler=None)
+        other = another(runtime)
+        try:
+            copied = await other.copy(txn, old, await other.batches(txn, old))
+        finally:
+            await other.close()
+        return txn.producer_id, txn.producer_epoch, copied
+
+    pid, epoch, copied = run(held_back, scenario)
+    assert copied == 5
+    assert [v for v, _ in stored(pulsar_reader_client, topic)] == values(pid, epoch, 5)
 
 
 def test_a_copy_cut_by_a_takeover_mid_way_lands_each_batch_once_in_order(
