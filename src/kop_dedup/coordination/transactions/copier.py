@@ -30,8 +30,8 @@ the name can be missing below a stored one. That holds because:
   message is a duplicate yet" (``MessageDupUnknownException``) included, closes the
   connection, which does the same (``ClientConnection::handleSendError``; only a
   checksum error fails a single message). Pending sends fail only all at once, when
-  the producer is closed, fenced or its topic terminated (``failPendingMessages``),
-  and a copy that sees any failure closes its producer at once;
+  the producer is closed, fenced, its topic terminated or its backlog quota exceeded
+  (``failPendingMessages``), and a copy that sees any failure closes its producer;
 - the broker stores a topic's entries in the order it takes them and never stores one
   after a failed one: a failed BookKeeper write makes the managed ledger re-send the
   pending writes, in order, on a new ledger, or fail them all
