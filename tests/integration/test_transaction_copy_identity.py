@@ -414,7 +414,7 @@ def test_a_copy_whose_name_the_broker_forgot_completes_only_when_every_batch_is_
 ):
     """A recovery long after the decision (past the broker's 360 minutes) finds the
     copy's producer name unknown to the broker (here: another prefix, a name it never
-    saw). It counts the transaction's batches in the data partition after the
+    saw; a name it knows is copied as usual). It counts the transaction's batches in the data partition after the
     decision's data start instead of copying blindly: all there, the copy is complete
     and nothing is stored again; only some, the alarm is raised and nothing is copied."""
     whole, part_of = uniq("a"), uniq("a")
@@ -424,6 +424,13 @@ def test_a_copy_whose_name_the_broker_forgot_completes_only_when_every_batch_is_
         lost_whole: list[Any] = []
         txn, part = await decide(runtime, uniq("tx"), lambda p, e: batches_of(whole, p, e, [1] * 3))
         await mine.copy(txn, part, await mine.batches(txn, part))
+        # an old decision under a name the broker still knows: copied as usual (-1/-1)
+        known = another(runtime, lost=lost_whole, forget_after_ms=0)
+        try:
+            assert await known.copy(txn, part, await known.batches(txn, part)) == 3
+        finally:
+            await known.close()
+        assert lost_whole == []
         forgot = another(runtime, lost=lost_whole, prefix="forgotten", forget_after_ms=0)
         try:
             assert await forgot.copy(txn, part, await forgot.batches(txn, part)) == 3

@@ -57,9 +57,11 @@ entry. The copy is given exactly that many batches, or nothing is copied
 completed in part.
 
 **The broker forgetting the name** (360 minutes after its last disconnect,
-``brokerDeduplicationProducerInactivityTimeoutMinutes``): a copy producer created with a
-mark below the transaction's first sequence id, for a decision older than that, could
-store a batch a second time. The copier then counts what the data partition holds of the
+``brokerDeduplicationProducerInactivityTimeoutMinutes``): a copy producer whose name the
+broker has no state for (its mark is -1), for a decision older than that, could store a
+batch a second time (a name the broker knows has a mark at or above every copy stored
+under it: a mark below the transaction's first sequence id then means none of its
+copies is stored). The copier then counts what the data partition holds of the
 transaction after the decision's data start, by position to its last entry, and
 completes only when every batch is there; otherwise it raises the alarm
 (``on_state_lost``) and leaves the decision undone.
@@ -210,8 +212,9 @@ class Copier(CopySource):
             try:
                 if pooled is None:
                     pooled = await self._open(key, owner, released)
-                    mark = pooled.producer.last_sequence_id()
-                    if mark < copy_sequence_id(txn.ordinal, 0) and self._forgettable(txn):
+                    # -1: the broker has no state for the name (a name it knows has a
+                    # mark at or above every copy stored under it)
+                    if pooled.producer.last_sequence_id() < 0 and self._forgettable(txn):
                         await self._count_instead(txn, part, batches)
                         return total
                 pooled.owner = owner
