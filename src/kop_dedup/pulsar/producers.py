@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -135,10 +136,11 @@ class BatchWaiter:
     to raise, and the future is left alone.
     """
 
-    __slots__ = ("_count", "_future", "_loop", "flushed", "refused", "results")
+    __slots__ = ("_count", "_future", "_loop", "_thread", "flushed", "refused", "results")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, count: int) -> None:
         self._loop = loop
+        self._thread = threading.get_ident()
         self._future: asyncio.Future[BatchReceipt] = loop.create_future()
         self._count = count
         self.results: dict[Any, Any] = {}
@@ -161,7 +163,12 @@ class BatchWaiter:
                 outcome = BatchReceipt(
                     msg_id.ledger_id(), msg_id.entry_id(), msg_id.partition(), first
                 )
-            self._loop.call_soon_threadsafe(self._complete, outcome)
+            if threading.get_ident() == self._thread:
+                # answered inside the flush (the client refused the entry): the future
+                # is done when send_batch returns, before anything else is sent
+                self._complete(outcome)
+            else:
+                self._loop.call_soon_threadsafe(self._complete, outcome)
         except Exception:  # never let an exception reach the C++ thread
             log.exception("send callback failed")
 

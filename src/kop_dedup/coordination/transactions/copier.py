@@ -291,9 +291,8 @@ class Copier(CopySource):
             )
             future.add_done_callback(watch)
             pending.append(future)
-            # a refusal inside the client (at the flush) is answered on this loop turn:
+            # a refusal inside the client (at the flush) has failed the future already:
             # seen before the next batch is sent
-            await asyncio.sleep(0)
             if future.done() and (exc := future.exception()) is not None:
                 raise exc
             if failed:
