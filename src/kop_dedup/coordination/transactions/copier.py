@@ -76,9 +76,10 @@ this partition and its partition count (what the audit checks a transaction agai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from kop_dedup import errors
@@ -182,6 +183,8 @@ class Copier(CopySource):
         self._stall_s = stall_s
         self._pool: dict[tuple[str, str], _Pooled] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._users: dict[tuple[str, str], int] = {}
+        """Copies holding or waiting for each lock: a lock is forgotten only with none."""
         self._released: dict[int, int] = {}
         """Times each log partition was released: a copy that began before gives up."""
         self._closing = False
@@ -206,8 +209,7 @@ class Copier(CopySource):
         name = f"{self._prefix}-txn-{head.producer_id}-{head.producer_epoch}"
         key = (ptopic, name)
         released = self._released.get(owner, 0)
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
+        async with self._turn(key):
             pooled = self._pool.get(key)
             try:
                 if pooled is None:
@@ -389,6 +391,20 @@ class Copier(CopySource):
 
     # -- the pool of open copy producers ----------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def _turn(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        """The key's lock (one copy at a time per producer name), counted while held or
+        waited for, so that :meth:`reap` never forgets a lock a copy waits on."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key]
+
     def open_producers(self) -> int:
         return len(self._pool)
 
@@ -397,11 +413,10 @@ class Copier(CopySource):
         forget the locks of names no copy holds."""
         cutoff = time.monotonic() - self._idle_s
         for key in [k for k, p in self._pool.items() if p.last_used < cutoff]:
-            if not self._locks[key].locked():
+            if key not in self._users:
                 await self._discard(key)
-        for key in [k for k, lock in self._locks.items() if k not in self._pool]:
-            if not self._locks[key].locked():
-                del self._locks[key]
+        for key in [k for k in self._locks if k not in self._pool and k not in self._users]:
+            del self._locks[key]
         await self._journal.reap(self._idle_s)
 
     async def release(self, owner: int) -> None:
@@ -422,9 +437,6 @@ class Copier(CopySource):
         current = self._pool.get(key)
         if current is not None and (pooled is None or current is pooled):
             del self._pool[key]
-        lock = self._locks.get(key)
-        if lock is not None and not lock.locked():
-            del self._locks[key]
         target = pooled if pooled is not None else current
         if target is not None:
             await target.producer.close()
