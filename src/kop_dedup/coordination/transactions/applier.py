@@ -57,9 +57,9 @@ __all__ = ["Ends", "TransactionApplier"]
 log = logging.getLogger(__name__)
 
 _SETTLED_AFTER_S = 5.0
+"""How long a local copy is kept before the sweep asks the log whether it is settled."""
 _UNRESOLVED_RETRY_MAX_S = 60.0
 """The longest wait between two attempts at a copy that cannot be resolved."""
-"""How long a local copy is kept before the sweep asks the log whether it is settled."""
 
 Ends = dict[tuple[str, int], PartitionEnd]
 """(topic, partition) -> what a commit decision records of it."""
