@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import httpx
 import pulsar as pulsar_client
 
+from kop_dedup.coordination.partitions import partition_of
 from kop_dedup.protocol.records import SEQ_MODULUS
 
 T = TypeVar("T")
@@ -95,7 +96,7 @@ def new_pid(api: httpx.Client) -> int:
 
 
 RETRIABLE_INIT = frozenset({6, 7, 15, 16, 51, 56})
-"""Answers to init-producer-id a client retries (README: broker trouble 6/7/56, a
+"""Answers to init-producer-id a client retries (docs/http/produce.md: broker trouble 6/7/56, a
 coordinator moving 15/16, the last transaction still being applied 51)."""
 
 
@@ -116,6 +117,24 @@ def init_txn(api: httpx.Client, tid: str, timeout: float = 30.0, **extra: Any) -
 
 def uniq(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def same_partition_ids(count: int) -> tuple[str, str]:
+    """Two fresh transactional ids of one transaction-log partition (of ``count``)."""
+    first = uniq("tx")
+    p = partition_of(first, count)
+    while True:
+        second = uniq("tx")
+        if partition_of(second, count) == p:
+            return first, second
+
+
+def log_writers(sc: Any, p: int) -> list[str]:
+    """The producers the broker lists on partition ``p`` of the transaction log, asked
+    through sidecar ``sc`` (a :class:`tests.sidecar.ThreadSidecar`)."""
+    parts = sc.runtime.transactions.state.parts
+    found: dict[int, list[str]] = sc.call(sc.runtime.admin.partition_writers(parts.topic))
+    return found.get(p, [])
 
 
 def wait_until(what: str, check: Callable[[], T], timeout: float = 20.0) -> T:

@@ -66,3 +66,7 @@ class BoundedMap(Generic[K, V]):
 
     def __iter__(self) -> Iterator[K]:
         return iter(self._data)
+
+    def items(self) -> list[tuple[K, V]]:
+        """Every entry, least recent first, without making any of them more recent."""
+        return list(self._data.items())

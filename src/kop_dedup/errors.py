@@ -28,12 +28,15 @@ The tree::
     +-- InvalidSessionTimeout (26)
     +-- RebalanceInProgress (27)
     +-- TopicAuthorizationFailed (29)
+    +-- ClusterAuthorizationFailed (31)
     +-- UnsupportedSaslMechanism (33)
     +-- IllegalSaslState (34)
     +-- UnsupportedVersion (35)
     +-- TopicAlreadyExists (36)
     +-- InvalidPartitions (37)
     +-- InvalidReplicationFactor (38)
+    +-- InvalidReplicaAssignment (39)
+    +-- InvalidConfig (40)
     +-- InvalidRequest (42)
     +-- PolicyViolation (44)
     +-- OutOfOrderSequenceNumber (45)
@@ -51,6 +54,8 @@ The tree::
     +-- NonEmptyGroup (68)
     +-- GroupIdNotFound (69)
     +-- FetchSessionIdNotFound (70, retriable)
+    +-- FencedLeaderEpoch (74, retriable)
+    +-- UnknownLeaderEpoch (75, retriable)
     +-- UnsupportedCompressionType (76)
     +-- MemberIdRequired (79)
     +-- FencedInstanceId (82)
@@ -58,7 +63,10 @@ The tree::
     +-- InvalidRecord (87)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
+    +-- TransactionalIdNotFound (105)
+    +-- MismatchedEndpointType (114)
     +-- TransactionAbortable (120)
+    +-- InvalidRegularExpression (128)
 
 Success has no class: its code and name are :data:`NONE_ERRNO` and
 :data:`NONE_NAME` (Kafka's ``NONE``, 0).
@@ -75,22 +83,27 @@ __all__ = [
     "BY_CODE",
     "NONE_ERRNO",
     "NONE_NAME",
+    "ClusterAuthorizationFailed",
     "ConcurrentTransactions",
     "CoordinatorNotAvailable",
     "CorruptMessage",
     "DuplicateSequenceNumber",
     "FencedInstanceId",
+    "FencedLeaderEpoch",
     "FetchSessionIdNotFound",
     "GroupIdNotFound",
     "GroupSubscribedToTopic",
     "IllegalGeneration",
     "IllegalSaslState",
     "InconsistentGroupProtocol",
+    "InvalidConfig",
     "InvalidGroupId",
     "InvalidPartitions",
     "InvalidProducerEpoch",
     "InvalidProducerIdMapping",
     "InvalidRecord",
+    "InvalidRegularExpression",
+    "InvalidReplicaAssignment",
     "InvalidReplicationFactor",
     "InvalidRequest",
     "InvalidRequiredAcks",
@@ -102,6 +115,7 @@ __all__ = [
     "KafkaStorageError",
     "MemberIdRequired",
     "MessageTooLarge",
+    "MismatchedEndpointType",
     "NonEmptyGroup",
     "NotCoordinator",
     "NotEnoughReplicas",
@@ -119,6 +133,8 @@ __all__ = [
     "TopicAuthorizationFailed",
     "TransactionAbortable",
     "TransactionalIdAuthorizationFailed",
+    "TransactionalIdNotFound",
+    "UnknownLeaderEpoch",
     "UnknownMemberId",
     "UnknownProducerId",
     "UnknownTopicOrPartition",
@@ -226,6 +242,10 @@ class TopicAuthorizationFailed(KafkaError):
     errno, name = 29, "TOPIC_AUTHORIZATION_FAILED"
 
 
+class ClusterAuthorizationFailed(KafkaError):
+    errno, name = 31, "CLUSTER_AUTHORIZATION_FAILED"
+
+
 class UnsupportedSaslMechanism(KafkaError):
     errno, name = 33, "UNSUPPORTED_SASL_MECHANISM"
 
@@ -248,6 +268,14 @@ class InvalidPartitions(KafkaError):
 
 class InvalidReplicationFactor(KafkaError):
     errno, name = 38, "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidReplicaAssignment(KafkaError):
+    errno, name = 39, "INVALID_REPLICA_ASSIGNMENT"
+
+
+class InvalidConfig(KafkaError):
+    errno, name = 40, "INVALID_CONFIG"
 
 
 class InvalidRequest(KafkaError):
@@ -318,6 +346,14 @@ class FetchSessionIdNotFound(KafkaError):
     errno, name, retriable = 70, "FETCH_SESSION_ID_NOT_FOUND", True
 
 
+class FencedLeaderEpoch(KafkaError):
+    errno, name, retriable = 74, "FENCED_LEADER_EPOCH", True
+
+
+class UnknownLeaderEpoch(KafkaError):
+    errno, name, retriable = 75, "UNKNOWN_LEADER_EPOCH", True
+
+
 class UnsupportedCompressionType(KafkaError):
     errno, name = 76, "UNSUPPORTED_COMPRESSION_TYPE"
 
@@ -346,8 +382,20 @@ class ProducerFenced(KafkaError):
     errno, name = 90, "PRODUCER_FENCED"
 
 
+class TransactionalIdNotFound(KafkaError):
+    errno, name = 105, "TRANSACTIONAL_ID_NOT_FOUND"
+
+
+class MismatchedEndpointType(KafkaError):
+    errno, name = 114, "MISMATCHED_ENDPOINT_TYPE"
+
+
 class TransactionAbortable(KafkaError):
     errno, name = 120, "TRANSACTION_ABORTABLE"
+
+
+class InvalidRegularExpression(KafkaError):
+    errno, name = 128, "INVALID_REGULAR_EXPRESSION"
 
 
 def _all_subclasses(cls: type[KafkaError]) -> list[type[KafkaError]]:

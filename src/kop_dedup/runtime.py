@@ -25,6 +25,7 @@ from kop_dedup.coordination.groups.lag import GroupLag
 from kop_dedup.coordination.groups.retention import GroupRetention
 from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.registry import Registry, RegistryBounds
+from kop_dedup.coordination.topics import TopicManager
 from kop_dedup.coordination.transactions.coordinator import TransactionCoordinator
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
@@ -36,9 +37,9 @@ from kop_dedup.observability.wire import WireStats
 from kop_dedup.produce.service import ProduceService
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.protocol.transactions import Partition, Transaction
-from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import Publisher
+from kop_dedup.pulsar.topic_admin import TopicAdmin
 from kop_dedup.settings import Settings
 
 __all__ = ["DeduplicationOff", "Runtime", "registry_bounds", "txn_settings"]
@@ -83,7 +84,7 @@ def txn_settings(settings: Settings) -> TxnSettings:
         adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
         apply_delay_s=settings.txn_apply_delay_ms / 1000,
         expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
-        decisions_retention_minutes=settings.journal_retention_minutes,
+        decisions_retention_minutes=settings.journal_retention,
         max_message_bytes=settings.pulsar_max_message_bytes,
         journal_whole_batches=settings.txn_journal_whole_batches,
         max_batch_records=settings.max_batch_records,
@@ -101,7 +102,7 @@ class Runtime:
             verify = str(settings.pulsar_tls_trust_certs_file)
         if settings.pulsar_tls_allow_insecure:
             verify = False
-        self.admin = PulsarAdmin(
+        self.admin = TopicAdmin(
             settings.pulsar_admin_url,
             self.naming,
             token=token,
@@ -163,6 +164,9 @@ class Runtime:
                 kafka_min_session_timeout_ms=settings.kafka_group_min_session_timeout_ms,
             ),
         )
+        # DeleteRecords' log start offsets bound what every reader (Fetch, pulls) finds
+        self.groups.positions.log_start = self.admin.log_start
+        self.topics = TopicManager(self.admin, settings)
         self.group_lag = GroupLag(self.groups, self.admin)
         self.group_retention = GroupRetention(
             self.groups, retention_ms=settings.group_retention_ms, forgotten=self.group_lag.forget
@@ -175,7 +179,7 @@ class Runtime:
             self.naming,
             system_ns,
             publisher=self.publisher,
-            retention_minutes=settings.journal_retention_minutes,
+            retention_minutes=settings.journal_retention,
             remembered=settings.txn_remembered_partitions,
             instance=instance,
         )
@@ -281,6 +285,7 @@ class Runtime:
                 f"(pulsar-admin namespaces set-deduplication {ns} --enable) or set "
                 "KOP_DEDUP_ENSURE_DEDUPLICATION=true to let the sidecar do it"
             )
+        await self.topics.prepare_namespace(ns)
         system_ns = f"{s.tenant}/{s.system_namespace}"
         await self.admin.ensure_namespace(system_ns, deduplication=True, infinite_retention=True)
         await self.admin.set_compaction_threshold(system_ns, s.registry_compaction_threshold_bytes)

@@ -3,6 +3,11 @@
 Nothing reads the environment at import time; ``Settings()`` does when it is
 called. Every field can be set as ``KOP_DEDUP_<FIELD>`` (upper case) or in a
 ``.env`` file.
+
+This class is the one source of the configuration reference (the docs site's
+``reference/configuration.md`` is generated from it): every field carries a
+docstring, the string right below it, which pydantic keeps as the field's
+description; the ``# -- `` comments name the page's sections.
 """
 
 from __future__ import annotations
@@ -27,29 +32,46 @@ def split_address(value: str, name: str = "address") -> tuple[str, int]:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="KOP_DEDUP_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="KOP_DEDUP_", env_file=".env", extra="ignore", use_attribute_docstrings=True
+    )
 
     # -- where Pulsar is
     pulsar_service_url: str = "pulsar://127.0.0.1:6650"
+    """The broker (``pulsar+ssl://`` for TLS); ``kop-dedup serve --pulsar-service-url``
+    overrides it."""
     pulsar_admin_url: str = "http://127.0.0.1:8080"
+    """The broker's admin REST API; ``--pulsar-admin-url`` overrides it."""
     pulsar_auth_token: SecretStr | None = Field(default=None, repr=False)
+    """Token authentication to Pulsar, client and admin API alike."""
     pulsar_auth_token_file: Path | None = None
+    """A file holding the Pulsar token (read at start; the setting above wins)."""
     pulsar_tls_trust_certs_file: Path | None = None
+    """CA certificates to trust for TLS to Pulsar."""
     pulsar_tls_allow_insecure: bool = False
+    """TLS to Pulsar: accept a certificate that does not verify."""
     pulsar_tls_validate_hostname: bool = False
+    """TLS to Pulsar: check the certificate's host name."""
 
     # -- where data goes
     tenant: str = "public"
+    """The Pulsar tenant Kafka topics live in."""
     namespace: str = "kafka"
+    """The Pulsar namespace Kafka topics live in (deduplication on)."""
     system_namespace: str = "kop-dedup-system"
+    """The sidecar's own topics: registries, transaction log and journals, consumer
+    groups (deduplication on, compacted tables read compacted)."""
     producer_name_prefix: str = "kop"
+    """Pulsar producer names are ``<prefix>-<producerId>-<epoch>``."""
     ensure_deduplication: bool = True
     """Enable dedup on the namespace at start-up; when False, refuse to start if it is off."""
     auto_create_topics: bool = True
-    """Produce creates a missing topic (Kafka's auto.create.topics.enable)."""
+    """Produce creates a missing topic as a partitioned topic (Kafka's
+    ``auto.create.topics.enable``)."""
     default_partitions: int = Field(default=1, ge=1, le=10_000)
+    """Partitions of a topic produce creates."""
     group_auto_create_topics: bool = False
-    """A group join or reset naming a missing topic creates it (when auto_create_topics
+    """A group join or reset naming a missing topic creates it (when ``auto_create_topics``
     is on too); off: 3 UNKNOWN_TOPIC_OR_PARTITION (HTTP 404), so a typo is no topic."""
 
     # -- produce behaviour
@@ -59,28 +81,48 @@ class Settings(BaseSettings):
     """Catch up with epochs fenced through other sidecars before every idempotent batch
     (one coalesced broker round trip); off: only when a producer opens."""
     default_timeout_ms: int = Field(default=30_000, ge=1)
+    """A produce request's deadline when it gives no ``timeoutMs``."""
     max_timeout_ms: int = Field(default=300_000, ge=1)
+    """The largest ``timeoutMs`` a request may give (a larger one is a 422 naming the
+    field; ``/openapi.json`` shows the same maximum)."""
     send_timeout_ms: int = Field(default=30_000, ge=1_000)
+    """The Pulsar producers' send timeout."""
     max_inflight_batches: int = Field(default=5, ge=1, le=100)
     """Batches of one producer on one partition handed to Pulsar at once (Kafka clients
-    keep at most 5 in flight); more wait for an answer."""
+    keep at most 5 in flight); more wait for an answer. The Pulsar client's queue holds
+    ``max_batch_records`` x this records (at most 1,000,000)."""
     max_batch_records: int = Field(default=10_000, ge=1, le=100_000)
+    """Records in one batch; more is 10 MESSAGE_TOO_LARGE."""
     max_batch_bytes: int = Field(default=1 << 20, ge=1, le=4 << 20)
+    """Bytes in one batch (at most ``pulsar_max_message_bytes``); more is 10
+    MESSAGE_TOO_LARGE."""
     pulsar_max_message_bytes: int = Field(default=5 * 1024 * 1024, ge=64 * 1024)
     """The broker's ``maxMessageSize`` (5 MiB by default): a batch whose Pulsar entry could
     exceed it is refused with MESSAGE_TOO_LARGE before it is sent."""
     max_request_bytes: int = Field(default=16 << 20, ge=1024)
+    """The largest HTTP request body; larger is 413."""
     max_inflight_bytes: int = Field(default=32 << 20, ge=1024)
-    """Produce request bodies held at once; more wait, once read, before they are parsed."""
+    """Produce request bodies held at once; a request that does not fit waits, after its
+    body is read and before it is parsed, until earlier ones are answered (first come,
+    first served; one larger than the budget runs alone). Parsed records take many times
+    their JSON size (about 20x for 100-byte values): size the container's memory limit
+    accordingly."""
     max_batches_per_request: int = Field(default=1_000, ge=1)
+    """Batches in one produce request; more is 413 with ``errorCode`` 42 INVALID_REQUEST
+    (answered once for the request, none of its batches produced)."""
     producer_idle_seconds: float = Field(default=300.0, gt=0)
+    """An idle Pulsar producer is closed after this long; its state comes back from the
+    broker when it is opened again."""
     max_open_producers: int = Field(default=2_000, ge=1)
+    """Pulsar producers open at once; past it the least recently used idle ones close."""
     max_remembered_producers: int = Field(default=100_000, ge=1)
-    """Closed channels whose stored high-water mark the sidecar keeps (LRU), to notice a
-    broker that lost its dedup state; also bounds the epochs remembered per partition."""
+    """Closed producers whose stored sequence (and where a producer started) the sidecar
+    remembers, least recently used dropped first: how a broker that lost its dedup state
+    is noticed; also bounds the epochs remembered per partition."""
     dedup_policy_ttl_seconds: float = Field(default=10.0, ge=0)
     """How long the effective deduplication of a topic (topic policy, else namespace, else
-    broker) is reused before it is asked again."""
+    broker) is reused before it is asked again, when it is on (an "off" answer is asked
+    again every time)."""
 
     # -- stats and metrics
     stats_max_topics: int = Field(default=1_000, ge=1)
@@ -97,42 +139,47 @@ class Settings(BaseSettings):
     compacts only when a start finds the topic worth it)."""
 
     producer_epoch_expiry_seconds: float = Field(default=7 * 86_400.0, ge=60)
-    """A producer id's epoch is forgotten this long after it was last raised (Kafka's
-    ``transactional.id.expiration.ms``); a zombie of a forgotten producer id is no
-    longer fenced by the registry."""
+    """A producer id's epoch is forgotten this long after it was last raised (as Kafka
+    forgets producer state after ``producer.id.expiration.ms``); a zombie of a forgotten
+    producer id is no longer fenced by the registry (see Limits)."""
     max_producer_epochs: int = Field(default=200_000, ge=1_000)
     """Producer ids whose epoch is kept in memory; above it, those raised longest ago
     are forgotten first (about 230 bytes each)."""
     transactional_id_expiry_seconds: float = Field(default=7 * 86_400.0, ge=60)
-    """A transactional id is forgotten this long after its last init; its next init
-    gets a new producer id at epoch 0."""
+    """A transactional id (in the legacy table and the transaction log) is forgotten
+    this long after its last change; its next init gets a new producer id at epoch 0."""
     max_transactional_ids: int = Field(default=100_000, ge=1_000)
-    """Transactional ids kept in memory; above it, those initialised longest ago are
-    forgotten first."""
+    """Transactional ids kept in the legacy table's memory; above it, those initialised
+    longest ago are forgotten first."""
     registry_sweep_seconds: float = Field(default=60.0, ge=1)
-    """How often expired and over-cap registry entries are dropped and tombstoned."""
+    """How often expired and over-cap registry entries are dropped (logged at INFO) and
+    tombstoned."""
 
-    # -- transactions and consumer groups
+    # -- transactions
     txn_log_partitions: int = Field(default=8, ge=1, le=256)
     """Partitions of the transaction log (fixed once the log exists: ids hash onto them)."""
-    offsets_partitions: int = Field(default=8, ge=1, le=256)
-    """Partitions of the consumer-offsets log (fixed once it exists)."""
     default_transaction_timeout_ms: int = Field(default=60_000, ge=1)
+    """A transaction's timeout when init-producer-id names none."""
     max_transaction_timeout_ms: int = Field(default=900_000, ge=1)
-    """Kafka's transaction.max.timeout.ms: longer timeouts answer 50."""
+    """Kafka's ``transaction.max.timeout.ms``: longer timeouts answer 50
+    INVALID_TRANSACTION_TIMEOUT."""
     check_back_max: int = Field(default=15, ge=1, le=1000)
+    """Check-backs asked before a transaction in doubt is aborted."""
     check_back_interval_ms: int = Field(default=1_000, ge=10)
     """The first wait between check-backs; it doubles each time, up to a minute."""
     check_back_timeout_ms: int = Field(default=5_000, ge=10)
+    """How long one check-back waits for the application's answer."""
     txn_sweep_interval_ms: int = Field(default=1_000, ge=10)
     """How often the owner of a log partition looks for timed-out transactions."""
     coordinator_adopt_interval_ms: int = Field(default=5_000, ge=10)
     """How often a sidecar looks for coordinator partitions whose owner went away."""
     journal_retention_minutes: int = Field(default=1440, ge=1)
-    """How long journals (and the decisions log) keep records: longer than the longest
-    transaction timeout plus a recovery."""
+    """How long journals (and the decisions log) keep records: at least twice
+    ``max_transaction_timeout_ms`` (the longest transaction plus its recovery), which it
+    follows when that is longer (:attr:`journal_retention`)."""
     txn_apply_delay_ms: int = Field(default=0, ge=0)
-    """Fault injection: wait this long between a decision and applying it."""
+    """Fault injection: wait this long between a decision and applying it (the fault
+    tests crash a coordinator there)."""
     txn_journal_whole_batches: bool = True
     """Journal a transactional batch as one message holding the whole batch (one send
     instead of one per record). Sidecars older than this setting read only the
@@ -143,16 +190,22 @@ class Settings(BaseSettings):
     from; past it the oldest transactions are evicted and their commits read the journal
     back (slower, same result). 0: always read the journal."""
     txn_local_copy_max_transactions: int = Field(default=10_000, ge=1)
-    """Transactions the local copy keeps at most (the least recently used evicted)."""
+    """Transactions the local copy keeps at most (the least recently used evicted; their
+    commits read the journal)."""
     broker_dedup_producer_inactivity_minutes: int = Field(default=360, ge=1)
     """The broker's ``brokerDeduplicationProducerInactivityTimeoutMinutes``: how long it
     remembers a producer name after its last disconnect. A commit decided longer ago
     whose copy producer the broker no longer knows is not copied again blindly: what
     the data partition holds is counted first (see docs/concepts/exactly-once.md)."""
     txn_remembered_partitions: int = Field(default=10_000, ge=1)
-    """Data partitions whose journal and latest positions a sidecar remembers (the least
-    recently used forgotten: asked of the broker again when needed)."""
+    """Data partitions whose journal (created, with its retention) and latest positions
+    a sidecar remembers (the least recently used forgotten: asked of the broker again
+    when needed)."""
 
+    # -- consumer groups
+    offsets_partitions: int = Field(default=8, ge=1, le=256)
+    """Partitions of the consumer-groups log: offsets, members, deliveries, resets (fixed once
+    it exists: group ids hash onto them)."""
     group_session_timeout_ms: int = Field(default=30_000, ge=100)
     """A group's default sessionTimeoutMs (PUT /v1/groups/{id} sets its own)."""
     group_broadcast_expire_ms: int = Field(default=120_000, ge=100)
@@ -161,7 +214,8 @@ class Settings(BaseSettings):
     group_sweep_interval_ms: int = Field(default=1_000, ge=10)
     """How often the owner of a groups partition looks for members past their session."""
     group_cursor_interval_ms: int = Field(default=5_000, ge=100)
-    """How often each group's durable Pulsar subscription is moved to its commits."""
+    """How often each group's durable Pulsar subscription is moved to its commits (so
+    retention keeps what the group has not consumed)."""
     group_lag_interval_ms: int = Field(default=10_000, ge=100)
     """How often the owner of a groups partition recomputes its groups' lag for
     /metrics (a scrape reads the last result; GET /v1/groups/{id}/lag computes now)."""
@@ -179,27 +233,43 @@ class Settings(BaseSettings):
     transaction ended without removing them."""
     kafka_group_min_session_timeout_ms: int = Field(default=6_000, ge=1)
     """The shortest session timeout a Kafka consumer may ask in JoinGroup (Kafka's
-    group.min.session.timeout.ms)."""
+    ``group.min.session.timeout.ms``; shorter: 26 INVALID_SESSION_TIMEOUT)."""
     group_reader_idle_ms: int = Field(default=60_000, ge=100)
     """A member's partition reader kept between pulls closes after this long unused."""
     group_pull_answer_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between recording a pull and answering it."""
     max_pull_records: int = Field(default=10_000, ge=1, le=100_000)
+    """The cap on a pull's ``maxRecords`` (more is served as this many)."""
     max_pull_wait_ms: int = Field(default=60_000, ge=0)
+    """The cap on a pull's ``waitMs`` (more is a 422 naming the field, the maximum
+    ``/openapi.json`` shows; a wait is also at most half the group's session) and on a
+    Kafka Fetch's ``max_wait_ms``."""
 
+    # -- stopping
     shutdown_timeout_ms: int = Field(default=20_000, ge=100)
     """A stop (SIGTERM) ends within this long whatever the broker does (under
-    Kubernetes' 30 s grace): requests in flight get this long to finish, then every
-    part closes within what is left. Nothing acknowledged is lost; what could not be
-    handed over cleanly is recovered by the next owner."""
+    Kubernetes' 30 s grace): requests in flight get half of it (at most
+    ``--graceful-seconds``), then every part closes within what is left. Nothing
+    acknowledged is lost; what could not be handed over cleanly is recovered by the
+    next owner."""
 
     # -- HTTP
     host: str = "127.0.0.1"
+    """Where the HTTP API listens; ``kop-dedup serve --host`` overrides it."""
     port: int = Field(default=8090, ge=0, le=65535)
+    """The HTTP API's port; ``--port`` overrides it."""
     auth_tokens: list[SecretStr] = Field(default_factory=list, repr=False)
+    """Bearer tokens for ``/v1/*`` and ``/metrics`` (a JSON list); ``/healthz``,
+    ``/readyz`` and ``/docs`` stay open. With tokens, the Kafka listener requires
+    SASL/PLAIN with a token as the password."""
     auth_tokens_file: Path | None = None
+    """A file of bearer tokens, one per line (``#`` comments), added to ``auth_tokens``."""
     log_format: Literal["auto", "json", "console"] = "auto"
+    """``auto``: JSON when stdout is not a terminal; one line per batch not stored (46,
+    45, 47, ...)."""
     log_level: str = "INFO"
+    """The root log level; at ``DEBUG`` one line per stored batch too, and per Kafka
+    request."""
 
     # -- the Kafka wire listener (kop_dedup.transports.kafka)
     kafka_listener: str = "127.0.0.1:9092"
@@ -207,7 +277,8 @@ class Settings(BaseSettings):
     port 0 takes a free port. Empty (``KOP_DEDUP_KAFKA_LISTENER=``) turns the listener off."""
     kafka_advertised: str | None = None
     """``host:port`` the listener tells clients to connect back to (Metadata,
-    FindCoordinator); default: the listener's bound address."""
+    FindCoordinator); default: the listener's bound address. Set it when listening on
+    ``0.0.0.0`` or behind NAT."""
     kafka_auto_create_topics: bool = True
     """Create a topic a Metadata request names when the client allows it (Kafka's
     ``auto.create.topics.enable``); Produce never creates one."""
@@ -220,9 +291,23 @@ class Settings(BaseSettings):
     """The base offset a Produce answer carries: ``derive`` it from the offset of the
     entry before when this sidecar knows it (entries are dense within a ledger), else
     ask the broker (one admin call); ``lookup``: always ask; ``none``: answer -1."""
+    kafka_log_retention_ms: int = Field(default=7 * 24 * 3_600_000, ge=-1)
+    """Kafka's ``log.retention.ms`` for topics without their own ``retention.ms``: set as
+    the data namespace's retention (rounded up to minutes; -1 keeps forever) when it has
+    none. Pulsar deletes a ledger that no subscription holds once it is this old, and
+    Kafka consumers read through readers, which hold nothing (see the retention docs)."""
+    kafka_log_retention_bytes: int = Field(default=-1, ge=-1)
+    """Kafka's ``log.retention.bytes`` (per partition) for topics without their own
+    ``retention.bytes`` (rounded up to MB; -1 unbounded), set with the time."""
+    kafka_retention_check: Literal["warn", "refuse"] = "warn"
+    """A data namespace whose retention policy keeps less than the two above (set by an
+    operator: the sidecar never shortens or overrides one) is logged at start with the
+    command that fixes it (``warn``), or the sidecar refuses to start (``refuse``)."""
     kafka_tls_cert: Path | None = None
+    """PEM certificate chain: the listener speaks TLS (``security.protocol=SSL``, or
+    ``SASL_SSL`` with tokens) when it and ``kafka_tls_key`` are set."""
     kafka_tls_key: Path | None = None
-    """PEM certificate chain and key: the listener speaks TLS when both are set."""
+    """PEM private key of ``kafka_tls_cert``."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -237,11 +322,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 "default_transaction_timeout_ms must not exceed max_transaction_timeout_ms"
             )
-        if self.journal_retention_minutes * 60_000 < 2 * self.max_transaction_timeout_ms:
-            raise ValueError(
-                "journal_retention_minutes must cover twice max_transaction_timeout_ms: a "
-                "journal must outlive the longest transaction plus its recovery"
-            )
         if self.max_batch_bytes > self.pulsar_max_message_bytes:
             raise ValueError("max_batch_bytes must not exceed pulsar_max_message_bytes")
         if (self.kafka_tls_cert is None) != (self.kafka_tls_key is None):
@@ -251,6 +331,16 @@ class Settings(BaseSettings):
             if value:
                 split_address(value, name)
         return self
+
+    @property
+    def journal_retention(self) -> int:
+        """The journals' retention in minutes: ``journal_retention_minutes``, raised to
+        twice ``max_transaction_timeout_ms`` when that is longer (a journal must outlive
+        the longest transaction plus its recovery: Flink's one-hour
+        ``transaction.timeout.ms`` needs ``MAX_TRANSACTION_TIMEOUT_MS=3600000``, and its
+        journals then keep at least two hours)."""
+        needed = -(-2 * self.max_transaction_timeout_ms // 60_000)
+        return max(self.journal_retention_minutes, needed)
 
     @property
     def producer_queue_records(self) -> int:

@@ -90,5 +90,5 @@ def unpack_once(tarball: Path, home: Path, *, lock: Path, fetch: Callable[[], No
         with tarfile.open(tarball) as tar:
             tar.extractall(home.parent, filter="tar")
         marker.write_text(str(tarball))
-        log.info("unpacked %s in %.1fs", tarball.name, time.monotonic() - started)
+        log.debug("unpacked %s in %.1fs", tarball.name, time.monotonic() - started)
     return home

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kop_dedup import resources
 from kop_dedup.resources import cache_dir
 from kop_dedup_tools import kafka_jars
 from kop_dedup_tools.processes import BrokerError, ProcessGroup, free_port
@@ -324,8 +325,8 @@ def _handler(args: argparse.Namespace) -> int:
     logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python: the probe's chatter
     if args.action == "fetch":
         jars = kafka_jars.kafka_jars(quiet=False)
-        where = kafka_jars.libs_dir()
-        print(f"Apache Kafka {kafka_jars.KAFKA_VERSION}: {len(jars)} jars in {where}")
+        what = f"Apache Kafka {kafka_jars.KAFKA_VERSION} (broker and tools)"
+        print(resources.fetched(what, jars, kafka_jars.libs_dir()))
         return 0
     broker = LocalKafka(
         port=args.port,

@@ -12,8 +12,17 @@ Where the classes are (4.1.2, listed from the jars):
 * ``kafka_2.13``: the broker ``kafka.Kafka`` and ``kafka.tools.StorageTool`` (what
   ``kafka-storage.sh format`` runs);
 * ``kafka-tools``: ``org.apache.kafka.tools.VerifiableProducer``, ``.VerifiableConsumer``,
-  ``.ProducerPerformance``, ``.TransactionalMessageCopier`` and
-  ``org.apache.kafka.tools.consumer.ConsoleConsumer``.
+  ``.ProducerPerformance``, ``.TransactionalMessageCopier``,
+  ``org.apache.kafka.tools.consumer.ConsoleConsumer``, the operator tools (``TopicCommand``,
+  ``TransactionsCommand``, ``DeleteRecordsCommand``, ``GetOffsetShell``,
+  ``consumer.group.ConsumerGroupCommand``; ``kafka.admin.ConfigCommand`` is in
+  ``kafka_2.13``) and, through its dependencies, Kafka Connect's runtime
+  (``org.apache.kafka.connect.cli.ConnectDistributed``);
+* ``connect-file``: Connect's file connectors (``FileStreamSourceConnector``,
+  ``FileStreamSinkConnector``), which the Connect test runs.
+
+The stamp file names the pom's digest: a pom that names other jars (a new artifact, a
+new version) is resolved again.
 
 ``java_command(VERIFIABLE_PRODUCER, "--topic", "t", ...)`` is a command line for
 ``subprocess``: the JVM, the classpath (fetched first if needed) and the tools' logging
@@ -23,10 +32,10 @@ Where the classes are (4.1.2, listed from the jars):
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
-import sys
 import time
 from importlib import resources as importlib_resources
 from pathlib import Path
@@ -38,6 +47,7 @@ from kop_dedup_tools.processes import BrokerError
 
 __all__ = [
     "BROKER_MAIN",
+    "CONNECT_DISTRIBUTED",
     "CONSOLE_CONSUMER",
     "KAFKA_VERSION",
     "PRODUCER_PERFORMANCE",
@@ -50,9 +60,11 @@ __all__ = [
     "kafka_jars",
     "libs_dir",
     "pom",
+    "stamp_line",
 ]
 
 BROKER_MAIN = "kafka.Kafka"
+CONNECT_DISTRIBUTED = "org.apache.kafka.connect.cli.ConnectDistributed"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
 VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
@@ -93,23 +105,37 @@ def libs_dir(version: str = KAFKA_VERSION) -> Path:
     return cache_dir() / "kafka" / version / "libs"
 
 
+def _pom_digest() -> str:
+    return hashlib.sha256(pom().read_bytes()).hexdigest()[:16]
+
+
+def stamp_line(seconds: float, size: int) -> str:
+    """What the stamp file says after a resolution of the current pom."""
+    return f"{seconds:.1f}s {size} bytes pom={_pom_digest()}\n"
+
+
+def _resolved(stamp: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return f"pom={_pom_digest()}" in stamp.read_text()
+    return False
+
+
 def kafka_jars(*, quiet: bool = False) -> list[Path]:
     """The broker, the tools and their runtime dependencies, resolved from Maven Central
-    once (about 55 MB); safe to call from several processes at once."""
+    once per pom (about 55 MB); safe to call from several processes at once."""
     target = libs_dir()
     stamp = target / ".resolved"
-    if not stamp.exists():
+    if not _resolved(stamp):
         with file_lock(target.parent / ".lock"):
-            if not stamp.exists():
+            if not _resolved(stamp):
                 _resolve(target, quiet=quiet)
     return sorted(target.glob("*.jar"))
 
 
 def _resolve(target: Path, *, quiet: bool) -> None:
     if not quiet:
-        print(
-            f"resolving Apache Kafka {KAFKA_VERSION} (broker and tools) with Maven...",
-            file=sys.stderr,
+        resources.progress(
+            f"resolving Apache Kafka {KAFKA_VERSION} (broker and tools) with Maven..."
         )
     started = time.monotonic()
     tmp = target.with_name(target.name + ".tmp")
@@ -131,12 +157,7 @@ def _resolve(target: Path, *, quiet: bool) -> None:
     tmp.rename(target)
     size = sum(p.stat().st_size for p in target.glob("*.jar"))
     seconds = time.monotonic() - started
-    (target / ".resolved").write_text(f"{seconds:.1f}s {size} bytes\n")
-    if not quiet:
-        print(
-            f"Apache Kafka {KAFKA_VERSION}: {size / 1e6:.0f} MB of jars in {seconds:.0f}s",
-            file=sys.stderr,
-        )
+    (target / ".resolved").write_text(stamp_line(seconds, size))
 
 
 def classpath() -> str:

@@ -33,7 +33,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -42,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kop_dedup import resources
 from kop_dedup.resources import cache_dir
 from kop_dedup_tools.distribution import fetch_artifact, maven_file, unpack_once
 from kop_dedup_tools.processes import BrokerError, ProcessGroup, free_port
@@ -210,7 +210,7 @@ class LocalPulsar(ProcessGroup):
 
     def _download(self) -> None:
         artifact = f"org.apache.pulsar:pulsar-server-distribution:{self.version}:tar.gz:bin"
-        print(f"fetching {artifact} from Maven Central (about 245 MB)...", file=sys.stderr)
+        resources.progress(f"fetching {artifact} from Maven Central (about 245 MB)...")
         fetch_artifact(artifact, self.tarball())
 
     # -- configure ---------------------------------------------------------------

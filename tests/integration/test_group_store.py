@@ -217,6 +217,109 @@ def test_ending_a_transaction_removes_only_its_own_markers(pulsar, namespace):
     asyncio.run(scenario())
 
 
+def test_the_abort_of_one_transaction_keeps_the_offsets_another_staged(pulsar, namespace):
+    """Two transactional ids stage the same partition: each keeps its own marker, so
+    the second one's abort leaves the first one pending (88) and its commit applies
+    (one marker per partition named only the last: the abort removed it and the first
+    one's commit found nothing of its own, keeping the old offset)."""
+    topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        stores = await _stores(pulsar, topic, 2)
+        (_, _, a), (_, _, b) = stores
+        try:
+            await a.commit("g", [StagedOffset("in", 0, 10)])
+            await a.mark_pending("g", [("in", 0)], "t1", 1)
+            await b.mark_pending("g", [("in", 0)], "t2", 7)  # through another sidecar
+            await b.abort_transaction("g", [("in", 0)], "t2", 7)
+            assert await _committed(a, "g") == {("in", 0): (-1, 88)}
+            assert await a.commit_transaction("g", "t1", 1, [StagedOffset("in", 0, 100)])
+            for store in (a, b):
+                assert await _committed(store, "g") == {("in", 0): (100, 0)}
+        finally:
+            await _close(stores)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("ends", "kept"),
+    [
+        (["t1", "t2"], 2),
+        (["t2", "t1"], 2),
+        (["t1", "plain", "t2"], 99),
+        (["plain", "t1", "t2"], 99),
+    ],
+    ids=["in-staging-order", "in-reverse-order", "plain-commit-between", "plain-commit-first"],
+)
+def test_of_transactions_staging_one_partition_the_last_written_commit_stays(
+    pulsar, namespace, ends, kept
+):
+    """t1 stages offset 1, then t2 stages offset 2, both commit in either order: t2's
+    stays (Kafka: the commit written last to the offsets log wins, a transaction's
+    counting from its TxnOffsetCommit). A plain commit (99) made after both staged
+    stays, whichever commits after it."""
+    topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
+    staged = {"t1": StagedOffset("in", 0, 1), "t2": StagedOffset("in", 0, 2)}
+
+    async def scenario() -> None:
+        stores = await _stores(pulsar, topic, 1)
+        ((_, _, a),) = stores
+        try:
+            await a.mark_pending("g", [("in", 0)], "t1", 1)
+            await a.mark_pending("g", [("in", 0)], "t2", 1)
+            for end in ends:
+                if end == "plain":
+                    await a.commit("g", [StagedOffset("in", 0, 99)])
+                else:
+                    await a.commit_transaction("g", end, 1, [staged[end]])
+            assert await _committed(a, "g") == {("in", 0): (kept, 0)}
+        finally:
+            await _close(stores)
+
+    asyncio.run(scenario())
+
+
+def test_markers_an_earlier_version_wrote_are_read_applied_and_swept(pulsar, namespace):
+    """Markers in the layout of earlier versions (one per partition, naming the last
+    transaction that staged it): the partition is unstable while one is there, its
+    transaction commits (or aborts) it as its own, a transaction marking the partition
+    since does not take its place, and the sweep removes one whose transaction ended."""
+    topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
+
+    def old_marker(tid: str, ordinal: int, after: int) -> dict[str, Any]:
+        return {"transactionalId": tid, "ordinal": ordinal, "markedMs": 1, "after": after}
+
+    async def is_live(tid: str, ordinal: int, marked_ms: int) -> bool:
+        return tid != "ended"
+
+    async def write_old(store: GroupStore, partition: int, doc: dict[str, Any]) -> None:
+        await store.owned("g", lambda p: store.write(p, key("p", "g", "in", partition), doc))
+
+    async def scenario() -> None:
+        stores = await _stores(pulsar, topic, 2)
+        (_, _, a), (_, _, b) = stores
+        a.pending.pending_is_live = is_live
+        try:
+            await write_old(a, 0, old_marker("old", 3, 0))
+            await write_old(a, 1, old_marker("aborted", 2, 0))
+            await write_old(a, 2, old_marker("ended", 5, 0))
+            assert await _committed(b, "g") == {("in", i): (-1, 88) for i in range(3)}
+            await b.mark_pending("g", [("in", 0)], "new", 1)  # staged after "old"
+            assert await b.commit_transaction("g", "old", 3, [StagedOffset("in", 0, 30)])
+            assert (await _committed(a, "g"))[("in", 0)] == (-1, 88)  # "new" is pending
+            assert await a.commit_transaction("g", "new", 1, [StagedOffset("in", 0, 40)])
+            await a.abort_transaction("g", [("in", 1)], "aborted", 2)
+            assert await a.sweep() is None
+            for store in (a, b):
+                assert await _committed(store, "g") == {("in", 0): (40, 0)}
+                assert [k for k, _ in store.docs("g") if k[0] == "p"] == []
+        finally:
+            await _close(stores)
+
+    asyncio.run(scenario())
+
+
 def test_markers_whose_transaction_ended_are_swept_and_live_ones_stay(pulsar, namespace):
     """The owner's sweep asks the transaction coordinator about each marker (with when
     it was marked) and removes those of transactions no longer live."""

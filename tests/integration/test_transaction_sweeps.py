@@ -14,26 +14,10 @@ import pytest
 
 from kop_dedup.coordination.partitions import partition_of
 from kop_dedup.settings import Settings
-from tests.helpers import batch, init_txn, uniq
+from tests.helpers import batch, init_txn, log_writers, same_partition_ids, uniq
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
-
-
-def same_partition_ids(count: int) -> tuple[str, str]:
-    """Two fresh transactional ids of one transaction-log partition."""
-    first = uniq("tx")
-    p = partition_of(first, count)
-    while True:
-        second = uniq("tx")
-        if partition_of(second, count) == p:
-            return first, second
-
-
-def writers(sc: ThreadSidecar, p: int) -> list[str]:
-    parts = sc.runtime.transactions.state.parts
-    found: dict[int, list[str]] = sc.call(sc.runtime.admin.partition_writers(parts.topic))
-    return found.get(p, [])
 
 
 def test_a_sweep_never_takes_back_a_partition_another_sidecar_took(pulsar: Any) -> None:
@@ -53,12 +37,12 @@ def test_a_sweep_never_takes_back_a_partition_another_sidecar_took(pulsar: Any) 
         # a client of another id of the same partition goes to B: B takes it over
         init_txn(api_b, other)
         b_writer = b.runtime.transactions.state.parts._parts[p].writer.name
-        assert b_writer in writers(b, p)
+        assert b_writer in log_writers(b, p)
         # A's sweep sees the timeout in what it last read; B (sweeping rarely) owns it
         time.sleep(3.5)
-        assert writers(b, p) == [b_writer], "a sweep of A took the partition back from B"
+        assert log_writers(b, p) == [b_writer], "a sweep of A took the partition back from B"
         assert api_b.get(f"/v1/transactions/{timed_out}").json()["state"] == "Ongoing"
         # B, the owner, times it out at its own sweep
         b.call(b.runtime.transactions.sweep())
         assert api_b.get(f"/v1/transactions/{timed_out}").json()["state"] != "Ongoing"
-        assert writers(b, p) == [b_writer]
+        assert log_writers(b, p) == [b_writer]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +9,7 @@ import httpx
 import pytest
 
 from kop_dedup.coordination.transactions.journal import PROP_TXN_ID, PROP_TXN_ORDINAL
+from tests.check_back import CheckBackApp, serve_check_back
 from tests.helpers import batch, init_txn, read_all, uniq, wait_until
 from tests.sidecar import ThreadSidecar
 
@@ -318,51 +316,16 @@ def test_open_transactions_are_listed(tapi):
     assert tapi.get(f"/v1/transactions/{uniq('nobody')}").status_code == 404
 
 
-class CheckBackApp:
-    """The application's check-back endpoint: answers per transactional id from a script
-    (the last answer repeats), records every question."""
-
-    def __init__(self) -> None:
-        self.script: dict[str, list[str]] = {}
-        self.asked: list[dict[str, Any]] = []
-
-    def handler(self) -> type:
-        app = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                app.asked.append(body)
-                answers = app.script.get(body["transactionalId"], ["UNKNOWN"])
-                answer = answers.pop(0) if len(answers) > 1 else answers[0]
-                raw = json.dumps({"decision": answer}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, *args: Any) -> None:
-                return
-
-        return Handler
-
-
 @pytest.fixture(scope="module")
 def check_back(pulsar: Any) -> Iterator[tuple[CheckBackApp, str, ThreadSidecar]]:
     app = CheckBackApp()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), app.handler())
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/check"
-    try:
-        with ThreadSidecar(
+    with (
+        serve_check_back(app) as url,
+        ThreadSidecar(
             pulsar, txn_sweep_interval_ms=100, check_back_interval_ms=50, check_back_max=3
-        ) as sc:
-            yield app, url, sc
-    finally:
-        server.shutdown()
-        server.server_close()
+        ) as sc,
+    ):
+        yield app, url, sc
 
 
 @pytest.mark.parametrize(

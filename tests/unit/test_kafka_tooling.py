@@ -180,7 +180,7 @@ def test_the_jar_pom_names_the_version_the_tools_use():
     assert re.fullmatch(r"4\.1\.\d+", kafka_jars.KAFKA_VERSION)
     pom = kafka_jars.pom().read_text()
     assert f"<kafka.version>{kafka_jars.KAFKA_VERSION}</kafka.version>" in pom
-    for artifact in ("kafka_2.13", "kafka-tools", "log4j-slf4j-impl"):
+    for artifact in ("kafka_2.13", "kafka-tools", "connect-file", "log4j-slf4j-impl"):
         assert f"<artifactId>{artifact}</artifactId>" in pom
 
 
@@ -188,7 +188,7 @@ def test_java_commands_use_the_cached_jars_and_keep_tool_logs_off_stdout(tmp_pat
     monkeypatch.setenv("KOP_DEDUP_CACHE", str(tmp_path))
     libs = kafka_jars.libs_dir()
     libs.mkdir(parents=True)
-    (libs / ".resolved").write_text("0.0s 0 bytes\n")  # cached: nothing is fetched
+    (libs / ".resolved").write_text(kafka_jars.stamp_line(0, 0))  # cached: nothing is fetched
     cmd = kafka_jars.java_command(kafka_jars.VERIFIABLE_PRODUCER, "--topic", "t", heap="64m")
     assert cmd[-3:] == [kafka_jars.VERIFIABLE_PRODUCER, "--topic", "t"]
     assert cmd[cmd.index("-cp") + 1] == f"{libs}/*"
@@ -197,6 +197,20 @@ def test_java_commands_use_the_cached_jars_and_keep_tool_logs_off_stdout(tmp_pat
     text = Path(config).read_text()
     assert "SYSTEM_ERR" in text
     assert "SYSTEM_OUT" not in text
+
+
+def test_a_stamp_of_another_pom_resolves_the_jars_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("KOP_DEDUP_CACHE", str(tmp_path))
+    libs = kafka_jars.libs_dir()
+    libs.mkdir(parents=True)
+    (libs / ".resolved").write_text("0.0s 0 bytes\n")  # a stamp from before connect-file
+    resolved: list[Path] = []
+    monkeypatch.setattr(kafka_jars, "_resolve", lambda target, quiet: resolved.append(target))
+    kafka_jars.kafka_jars(quiet=True)
+    assert resolved == [libs]
+    (libs / ".resolved").write_text(kafka_jars.stamp_line(1, 2))
+    kafka_jars.kafka_jars(quiet=True)
+    assert resolved == [libs]  # the current pom's stamp: nothing resolved
 
 
 def test_nothing_listening_means_not_ready():

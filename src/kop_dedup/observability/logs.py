@@ -1,6 +1,8 @@
 """Logging: to stdout, JSON when not on a terminal, one line per batch.
 
-``extra={...}`` fields on a record become JSON keys. Secrets never reach the
+``extra={...}`` fields on a record become JSON keys (``key=value`` on a terminal),
+except uvicorn's ``color_message`` (its message again with terminal escape codes,
+passed as an extra on every record it logs). Secrets never reach the
 log: settings hold them as SecretStr, and nothing logs request headers.
 """
 
@@ -14,6 +16,12 @@ import time
 __all__ = ["configure"]
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+_NOT_EXTRA = _STANDARD | {"color_message"}
+
+
+def _extra(record: logging.LogRecord) -> dict[str, object]:
+    """The fields a caller added to the record, in the order it added them."""
+    return {k: v for k, v in vars(record).items() if k not in _NOT_EXTRA}
 
 
 class JsonFormatter(logging.Formatter):
@@ -25,7 +33,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "event": record.getMessage(),
         }
-        doc.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        doc.update(_extra(record))
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return json.dumps(doc, default=str)
@@ -34,7 +42,7 @@ class JsonFormatter(logging.Formatter):
 class ConsoleFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
-        extra = {k: v for k, v in vars(record).items() if k not in _STANDARD}
+        extra = _extra(record)
         if extra:
             base += " " + " ".join(f"{k}={v}" for k, v in extra.items())
         return base

@@ -234,6 +234,19 @@ class ChannelManager:
         for channel in self._channels.values():
             channel.notify()
 
+    def producers_on(self, topic: str) -> dict[tuple[int, int], int | None]:
+        """(producer id, epoch) -> the highest extended sequence known stored (None:
+        none yet) of every producer this sidecar has or had a channel for on a
+        partition topic (the plain channel, producer id -1, left out)."""
+        out: dict[tuple[int, int], int | None] = {}
+        for (ptopic, pid, epoch), remembered in self._remembered.items():
+            if ptopic == topic and pid >= 0:
+                out[pid, epoch] = remembered.persisted
+        for (ptopic, pid, epoch), channel in self._channels.items():
+            if ptopic == topic and pid >= 0:
+                out[pid, epoch] = channel.state.persisted
+        return out
+
     # -- epochs with state on a partition -------------------------------------------
 
     def epoch_with_state(self, topic: str, producer_id: int) -> int | None:

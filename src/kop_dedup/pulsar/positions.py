@@ -22,6 +22,7 @@ entries (about log2(entries) lookups) for the position of an offset.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
 from kop_dedup import errors
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
@@ -45,6 +46,10 @@ class Positions:
 
     def __init__(self, admin: PulsarAdmin) -> None:
         self._admin = admin
+        self.log_start: Callable[[str], Awaitable[int]] | None = None
+        """A partition's log start offset (Kafka's DeleteRecords; the runtime sets it):
+        the earliest offset is never below it, though the broker may keep the records
+        until retention deletes them."""
         self._indexes: OrderedDict[tuple[str, int, int], tuple[int, int]] = OrderedDict()
         """Entry indexes asked for lately: an entry's index never changes (ledger ids are
         never reused), so the lag of an idle partition costs one admin call, not two."""
@@ -95,8 +100,24 @@ class Positions:
         index, count = await self._index(topic, last[0], last[1])
         return index + 1, (last[0], last[1], count)
 
+    async def floor(self, topic: str) -> int:
+        """The log start offset set on a partition topic (0: none)."""
+        return 0 if self.log_start is None else await self.log_start(topic)
+
     async def earliest(self, topic: str) -> tuple[int, MessagePosition | None]:
-        """(the first offset still stored, its position); the end when nothing is stored."""
+        """(the first offset still stored at or after the log start offset, its
+        position); the end when there is none."""
+        first, at = await self._first(topic)
+        floor = await self.floor(topic)
+        if floor <= first:
+            return first, at
+        end, end_at = await self.end(topic)
+        if floor >= end or end_at is None:
+            return end, end_at
+        return floor, await self._search(topic, floor) or end_at
+
+    async def _first(self, topic: str) -> tuple[int, MessagePosition | None]:
+        """(the first offset still stored, its position); the end when nothing is."""
         first = await self._admin.first_entry(topic)
         if first is None:
             end = await self.end(topic)
@@ -132,6 +153,9 @@ class Positions:
                 return end, at, "end"
             raise
         offset = index - count + 1
+        if offset < await self.floor(topic):  # before the log start: the earliest
+            first_offset, first_at = await self.earliest(topic)
+            return first_offset, first_at, "earliest"
         clamped = None
         first = await self._admin.first_entry(topic)
         if first is not None and (first[0], first[1]) == (ledger, entry):

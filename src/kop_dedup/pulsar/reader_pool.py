@@ -110,6 +110,11 @@ class ReaderPool:
         OFFSET_OUT_OF_RANGE when the offset is before the earliest still stored or after
         the end."""
         self._sweep()
+        floor = await self.positions.floor(topic)
+        if offset < floor:  # DeleteRecords moved the log start past it
+            raise errors.OffsetOutOfRange(
+                f"{topic}: offset {offset} is below the log start offset {floor}"
+            )
         reader = self._kept.pop((topic, offset), None)
         if reader is not None and not reader.closed:
             self.reused += 1

@@ -1,17 +1,20 @@
 """Files shipped with the package (read through :func:`path`, never through the checkout):
 the Maven settings that mirror every repository to Central, and the pom that names the
-Spark connector's jars; :func:`run_maven`, which runs Maven with those settings; and
-:func:`cache_dir`, where what they fetch is kept."""
+Spark connector's jars; :func:`run_maven`, which runs Maven with those settings;
+:func:`cache_dir`, where what they fetch is kept; and the lines the fetch commands print
+(:func:`fetched`: one per artifact, never one per jar; :func:`progress`)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["MavenError", "cache_dir", "path", "run_maven"]
+__all__ = ["MavenError", "cache_dir", "fetched", "path", "progress", "run_maven"]
 
 
 class MavenError(RuntimeError):
@@ -29,6 +32,21 @@ def path(name: str) -> Path:
 def cache_dir() -> Path:
     """Where fetched files live: ``$KOP_DEDUP_CACHE``, else ``~/.cache/kop-dedup``."""
     return Path(os.environ.get("KOP_DEDUP_CACHE") or Path.home() / ".cache" / "kop-dedup")
+
+
+def fetched(what: str, jars: Sequence[Path], where: Path) -> str:
+    """The one line a fetch command prints for an artifact it has (fetched now or
+    before): ``<what>: <n> jars, <MB> MB in <where>``; the jars themselves are not
+    listed (``ls`` the directory for them)."""
+    size = sum(j.stat().st_size for j in jars)
+    return f"{what}: {len(jars)} jars, {size / 1e6:.0f} MB in {where}"
+
+
+def progress(message: str) -> None:
+    """Say what a slow step is waiting for (a Maven resolution, a download), to a person
+    at a terminal only: logs and CI get the one result line per artifact."""
+    if sys.stderr.isatty():
+        print(message, file=sys.stderr)
 
 
 def run_maven(*args: str, what: str) -> None:

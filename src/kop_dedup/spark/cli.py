@@ -67,10 +67,10 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _jars(_args: argparse.Namespace) -> int:
-    from kop_dedup.spark.jars import connector_jars  # noqa: PLC0415
+    from kop_dedup.resources import fetched  # noqa: PLC0415
+    from kop_dedup.spark.jars import ARTIFACTS, connector_jars, jars_dir  # noqa: PLC0415
 
-    for jar in connector_jars():
-        print(jar)
+    print(fetched(ARTIFACTS, connector_jars(), jars_dir()))
     return 0
 
 

@@ -15,7 +15,6 @@ import hashlib
 import os
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,14 @@ from typing import Any
 from kop_dedup import resources
 from kop_dedup.resources import cache_dir
 
-__all__ = ["CONNECTOR_VERSION", "SPARK_KAFKA_VERSION", "connector_jars", "spark_session"]
+__all__ = [
+    "ARTIFACTS",
+    "CONNECTOR_VERSION",
+    "SPARK_KAFKA_VERSION",
+    "connector_jars",
+    "jars_dir",
+    "spark_session",
+]
 
 _POM = resources.path("spark-jars-pom.xml")
 
@@ -39,19 +45,26 @@ CONNECTOR_VERSION = _pom_property("connector.version")
 SPARK_KAFKA_VERSION = _pom_property("spark-kafka.version")
 
 
+ARTIFACTS = (
+    f"pulsar-spark-connector {CONNECTOR_VERSION} and spark-sql-kafka-0-10 {SPARK_KAFKA_VERSION}"
+)
+"""What the pom names, as the fetch line says it."""
+
+
+def jars_dir() -> Path:
+    """Where this pom's jars are kept: a changed pom resolves into a new directory."""
+    digest = hashlib.sha256(_POM.read_bytes()).hexdigest()[:8]
+    return cache_dir() / "spark-jars" / f"{CONNECTOR_VERSION}-{digest}"
+
+
 def connector_jars(*, quiet: bool = False) -> list[Path]:
     """The connector, Spark's Kafka source and their runtime dependencies, resolved from
     Maven Central once per pom."""
-    digest = hashlib.sha256(_POM.read_bytes()).hexdigest()[:8]
-    target = cache_dir() / "spark-jars" / f"{CONNECTOR_VERSION}-{digest}"
+    target = jars_dir()
     stamp = target / ".resolved"
     if not stamp.exists():
         if not quiet:
-            print(
-                f"resolving pulsar-spark-connector {CONNECTOR_VERSION} and "
-                f"spark-sql-kafka-0-10 {SPARK_KAFKA_VERSION} with Maven...",
-                file=sys.stderr,
-            )
+            resources.progress(f"resolving {ARTIFACTS} with Maven...")
         started = time.monotonic()
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)

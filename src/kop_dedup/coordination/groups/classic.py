@@ -91,6 +91,12 @@ class ClassicGroups:
     def is_kafka(self, group_id: str) -> bool:
         return self.store.doc(group_id, "k") is not None
 
+    def plain_commits(self, group_id: str) -> bool:
+        """A group of committed offsets only (no Kafka membership ever, not an HTTP group):
+        Kafka lists and describes such a "simple" group as Empty (no I/O)."""
+        kinds = {k[0] for k, _ in self.store.docs(group_id)}
+        return "o" in kinds and not kinds & {"k", "g"}
+
     async def read(self, group_id: str) -> ClassicGroup | None:
         await self.store.read(group_id)
         return self.group(group_id)

@@ -86,7 +86,7 @@ class GroupDeletion:
                     if (topic, i) in state.offsets:
                         removed.append((topic, i))
                     await store.remove(p, key("o", group_id, topic, i))
-                    await store.remove(p, key("p", group_id, topic, i))
+                    await store.pending.remove_all(p, group_id, topic, i)
                 out.append((topic, [(i, None) for i in partitions]))
             return out, removed
 

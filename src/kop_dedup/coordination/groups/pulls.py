@@ -297,6 +297,10 @@ class Pulls:
             else:
                 assert planned.offset is not None  # a position is always kept with its offset
                 offset = planned.offset
+                topic = groups.partition_topic(tp)
+                if offset < await groups.positions.floor(topic):  # DeleteRecords passed it
+                    offset, position, _ = await self._resolve(tp, planned.start, offset)
+                    clamped = Clamped(tp[0], tp[1], planned.offset, offset)
             plans.append(
                 _Plan(
                     tp,

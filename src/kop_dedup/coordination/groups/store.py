@@ -5,22 +5,24 @@ Everything of one group lives in one partition (by the group id), so one owner
 serializes every change to a group, and any sidecar reads it (a read catches up with
 the log first). Keys are JSON lists, the first element the kind:
 
-=====================================  =============================================
-``["o", group, topic, partition]``     the group's committed offset (Kafka: the next
-                                       record to read), with its position when known
-                                       (:mod:`.offsets`)
-``["p", group, topic, partition]``     offsets staged in a transaction not complete
-                                       yet: a stable fetch answers 88 meanwhile
-                                       (:mod:`.pending`)
-``["g", group]``                       configuration, generation, members, assignment
-``["d", group, member, topic, part]``  where deliveries stand (member "" in
-                                       clustering mode: a partition has one reader)
-``["b", group, member, topic, part]``  a broadcast member's own committed offset
-``["r", group, topic, partition]``     the last server-side reset (its epoch, target)
-``["c", ""]``                          the partition's own: whether its last owner
-                                       closed cleanly (:mod:`.closing`), the floor of
-                                       versions (:mod:`.view`); group "" is no group
-=====================================  =============================================
+=======================================  =============================================
+``["o", group, topic, partition]``       the group's committed offset (Kafka: the next
+                                         record to read), with its position when known
+                                         (:mod:`.offsets`)
+``["p", group, topic, partition, ...]``  offsets staged in a transaction not complete
+                                         yet, a marker per transaction (``..., tid,
+                                         ordinal``) and the one earlier versions kept
+                                         (nothing more): a stable fetch answers 88
+                                         meanwhile (:mod:`.pending`)
+``["g", group]``                         configuration, generation, members, assignment
+``["d", group, member, topic, part]``    where deliveries stand (member "" in
+                                         clustering mode: a partition has one reader)
+``["b", group, member, topic, part]``    a broadcast member's own committed offset
+``["r", group, topic, partition]``       the last server-side reset (its epoch, target)
+``["c", ""]``                            the partition's own: whether its last owner
+                                         closed cleanly (:mod:`.closing`), the floor of
+                                         versions (:mod:`.view`); group "" is no group
+=======================================  =============================================
 
 Every record carries ``v``, a version bumped by the owner that never restarts
 (:mod:`.view`): a reader keeps the newest record of a key whatever order it reads the

@@ -12,6 +12,15 @@ partitions, records, recordCount}`` to the URL the producer registered with
 JSON object's ``decision`` (or ``status``/``result``), a JSON string, or plain text.
 A failure to answer (an error status, a timeout, anything else) counts as UNKNOWN.
 
+Asking is background work of the log partition's owner, and it never takes the
+partition: an answer can take the whole check-back timeout, and another sidecar may
+have taken the partition meanwhile (a client of another id of that partition went to
+it). What the answer changes (the count of check-backs, the decision) is written only
+if this sidecar still owns the partition; otherwise the answer is dropped and the new
+owner, which recovers the partition's transactions in doubt, asks again. (Taking the
+partition back would fence the sidecar the clients use, as a sweep that did so once
+did.)
+
 >>> parse_answer(b'{"decision": "commit"}', "application/json")
 <Answer.COMMIT: 'COMMIT'>
 """
@@ -28,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.transactions.applier import TransactionApplier
 from kop_dedup.coordination.transactions.copier import Copier
@@ -149,7 +159,8 @@ class CheckBacks:
                     transactional_id,
                     txn.check_backs,
                 )
-                await self._decide(transactional_id, commit=False)
+                with contextlib.suppress(errors.NotCoordinator):  # the new owner decides
+                    await self._decide(transactional_id, commit=False)
                 return
             answer, what = await self._client.ask(txn.check_back_url or "", await self._body(txn))
             self._stats.check_backs[answer.value] += 1
@@ -162,21 +173,36 @@ class CheckBacks:
                 what,
                 extra={"transactional_id": transactional_id, "check_back": answer.value},
             )
-            if answer is Answer.COMMIT or answer is Answer.ROLLBACK:
-                await self._decide(transactional_id, commit=answer is Answer.COMMIT)
+            try:
+                if answer is Answer.COMMIT or answer is Answer.ROLLBACK:
+                    await self._decide(transactional_id, commit=answer is Answer.COMMIT)
+                    return
+                await self._state.change(
+                    transactional_id, _count_check_back(txn.ordinal), take=False
+                )
+            except errors.NotCoordinator:
+                log.info(
+                    "check-back of transaction %d of %r: log partition %d moved to another "
+                    "sidecar while the application answered; its new owner asks again",
+                    txn.ordinal,
+                    transactional_id,
+                    p,
+                )
                 return
-            await self._state.change(transactional_id, _count_check_back(txn.ordinal))
             wait_ms = min(self._settings.check_back_interval_ms * 2**txn.check_backs, 60_000)
             await asyncio.sleep(wait_ms / 1000)
 
     async def _decide(self, transactional_id: str, *, commit: bool) -> None:
+        """Write the decision, as the partition's owner still (NOT_COORDINATOR when it is
+        not: the new owner asks again)."""
+
         async def decide(current: Transaction | None) -> Transaction | None:
             if current is None or not current.in_doubt or current.state is not TxnState.ONGOING:
                 return current
             ends = await self._applier.ends(current, commit)
             return tx.prepare(current, commit, ends, now_ms=now_ms())
 
-        txn = await self._state.change(transactional_id, decide)
+        txn = await self._state.change(transactional_id, decide, take=False)
         if txn is not None and txn.state.preparing:
             self._applier.ensure(transactional_id)
 

@@ -10,17 +10,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
+    cluster,
+    configs,
     fetch,
     group_deletion,
     groups,
     list_offsets,
     metadata,
     offsets,
+    partitions,
     produce,
     producer_ids,
     sasl,
     topics,
     transactions,
+    txn_admin,
     versions,
 )
 from kop_dedup.transports.kafka.registry import Api
@@ -52,4 +56,8 @@ API_TABLE = build_table(
     groups.APIS,
     group_deletion.APIS,
     transactions.APIS,
+    configs.APIS,
+    partitions.APIS,
+    cluster.APIS,
+    txn_admin.APIS,
 )

@@ -1,7 +1,9 @@
 """The classic group protocol over the wire: JoinGroup (v0-9), SyncGroup (v0-5),
 Heartbeat (v0-4), LeaveGroup (v0-5), DescribeGroups (v0-5), ListGroups (v0-5).
 
-Decode, call :class:`~kop_dedup.coordination.groups.classic.ClassicGroups`, encode. A
+Decode, call :class:`~kop_dedup.coordination.groups.classic.ClassicGroups`, encode.
+ListGroups compares its state and type filters case-insensitively, as Kafka does, and
+lists (and DescribeGroups describes) a group of plain commits only as Empty. A
 JoinGroup v4+ without a member id is answered MEMBER_ID_REQUIRED (79) with a new id
 (KIP-394); a JoinGroup or SyncGroup waits for its round (the connection's later
 requests wait behind it, as Kafka mutes the channel). Failures of the group store
@@ -219,14 +221,15 @@ def _leave_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
 # -- DescribeGroups, ListGroups -----------------------------------------------------------
 
 
-def _described(group_id: str, group: ClassicGroup | None) -> Any:
+def _described(group_id: str, group: ClassicGroup | None, plain: bool = False) -> Any:
+    """A group as DescribeGroups answers it; ``plain``: a group of commits only (Empty)."""
     described = DescribeGroupsResponse.DescribedGroup
     member = described.DescribedGroupMember
     if group is None:
         return described(
             error_code=errors.NONE_ERRNO,
             group_id=group_id,
-            group_state="Dead",
+            group_state=EMPTY if plain else "Dead",
             protocol_type="",
             protocol_data="",
             members=[],
@@ -258,7 +261,8 @@ async def describe_groups(session: Session, request: Any, version: int) -> Any:
     out = []
     for group_id in request.groups:
         try:
-            out.append(_described(group_id, await classic.read(group_id)))
+            group = await classic.read(group_id)
+            out.append(_described(group_id, group, classic.plain_commits(group_id)))
         except Exception as exc:
             error = _failed(exc, f"describing group {group_id!r}")
             out.append(_described_error(group_id, error))
@@ -289,23 +293,29 @@ async def list_groups(session: Session, request: Any, version: int) -> Any:
     classic = _classic(session)
     store = classic.store
     listed = ListGroupsResponse.ListedGroup
-    states = set(getattr(request, "states_filter", None) or [])
-    types = set(getattr(request, "types_filter", None) or [])
+    # Kafka compares both filters case-insensitively: kafka-consumer-groups --list (4.x)
+    # asks for the types "Classic" and "Consumer"
+    states = {s.lower() for s in getattr(request, "states_filter", None) or []}
+    types = {t.lower() for t in getattr(request, "types_filter", None) or []}
     out = []
     try:
         for p in range(store.parts.count):
             await store.read_partition(p)
             for group_id in store.groups_in(p):
                 group = classic.group(group_id)
-                if group is None:
+                if group is not None:
+                    state = group.state if group.members or group.state != EMPTY else EMPTY
+                    protocol_type = group.protocol_type or ""
+                elif classic.plain_commits(group_id):
+                    state, protocol_type = EMPTY, ""
+                else:
                     continue
-                state = group.state if group.members or group.state != EMPTY else EMPTY
-                if (states and state not in states) or (types and "classic" not in types):
+                if (states and state.lower() not in states) or (types and "classic" not in types):
                     continue
                 out.append(
                     listed(
                         group_id=group_id,
-                        protocol_type=group.protocol_type or "",
+                        protocol_type=protocol_type,
                         group_state=state,
                         group_type="classic",
                     )

@@ -27,9 +27,9 @@ from kafka.protocol.metadata import (
 from kop_dedup import errors
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
-from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.registry import Api, Node, Session
 
-__all__ = ["APIS", "find_coordinator", "metadata"]
+__all__ = ["APIS", "brokers", "controller_id", "find_coordinator", "metadata"]
 
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
@@ -77,23 +77,35 @@ async def _describe(session: Session, name: str | None, create: bool) -> Any:
     return _topic(name, None, count)
 
 
+def brokers(session: Session) -> list[Node]:
+    """The brokers of the cluster, as Metadata lists them (DescribeCluster answers the
+    same list): this node."""
+    return [session.shared.node]
+
+
+def controller_id(session: Session) -> int:
+    """The controller Metadata and DescribeCluster name: this node."""
+    return session.shared.node.node_id
+
+
 def _answer(session: Session | None, version: int, topics: list[Any]) -> Any:
     node = None if session is None else session.shared.node
-    brokers = (
+    listed = (
         []
-        if node is None
+        if session is None
         else [
             MetadataResponse.MetadataResponseBroker(
-                node_id=node.node_id, host=node.host, port=node.port, rack=None
+                node_id=b.node_id, host=b.host, port=b.port, rack=None
             )
+            for b in brokers(session)
         ]
     )
     return MetadataResponse(
         version=version,
         throttle_time_ms=0,
-        brokers=brokers,
+        brokers=listed,
         cluster_id=None if node is None else node.cluster_id,
-        controller_id=0 if node is None else node.node_id,
+        controller_id=0 if session is None else controller_id(session),
         topics=topics,
         authorized_operations=None,
         error_code=errors.NONE_ERRNO,

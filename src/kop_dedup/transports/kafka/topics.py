@@ -3,10 +3,14 @@
 As Kafka answers, per topic: INVALID_TOPIC_EXCEPTION for a name Kafka (or the mapping
 to Pulsar) refuses, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS for a count below 1
 (-1 takes ``KAFKA_DEFAULT_PARTITIONS``), INVALID_REQUEST for a name asked twice,
-UNKNOWN_TOPIC_OR_PARTITION for deleting what is not there. The replication factor
-and topic configs are the namespace's business in Pulsar: accepted and not applied
-(answered as replication factor 1, no configs). ``validate_only`` checks without
-creating. Deleting a topic disconnects the producers on it.
+UNKNOWN_TOPIC_OR_PARTITION for deleting what is not there. Topic configs are stored
+with the topic and applied to its Pulsar topic by the topic manager
+(:class:`~kop_dedup.coordination.topics.TopicManager`: ``retention.ms``,
+``retention.bytes``, ``cleanup.policy``; a config it cannot serve is INVALID_CONFIG),
+and answered as Kafka does from v5 (every config, its value and source). The
+replication factor is the namespace's business in Pulsar: accepted, answered as 1.
+``validate_only`` checks without creating. Deleting a topic disconnects the producers
+on it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from kafka.protocol.admin import (
 )
 
 from kop_dedup import errors
+from kop_dedup.protocol import topic_configs as tc
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.transports.kafka.registry import Api, Session
@@ -29,10 +34,16 @@ from kop_dedup.transports.kafka.registry import Api, Session
 __all__ = ["APIS", "create_topics", "delete_topics"]
 
 _Created = CreateTopicsResponse.CreatableTopicResult
-_CONFLICT = 409  # the admin API's answer when the topic was created meanwhile
+_CONFIGS_FROM = 5  # CreateTopics answers the topic's configs from v5
+_CreatedConfig = _Created.CreatableTopicConfigs
 
 
-def _created(name: str, error: errors.KafkaError | None, partitions: int = -1) -> Any:
+def _created(
+    name: str,
+    error: errors.KafkaError | None,
+    partitions: int = -1,
+    configs: list[tc.Entry] | None = None,
+) -> Any:
     return _Created(
         name=name,
         topic_id=None,
@@ -41,7 +52,16 @@ def _created(name: str, error: errors.KafkaError | None, partitions: int = -1) -
         topic_config_error_code=errors.NONE_ERRNO,
         num_partitions=partitions if error is None else -1,
         replication_factor=1 if error is None else -1,
-        configs=[],
+        configs=[
+            _CreatedConfig(
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                config_source=int(e.source),
+                is_sensitive=False,
+            )
+            for e in configs or []
+        ],
     )
 
 
@@ -60,26 +80,18 @@ def _count(session: Session, topic: Any) -> int:
     return count
 
 
-async def _create(session: Session, topic: Any, validate_only: bool) -> Any:
+async def _create(session: Session, topic: Any, validate_only: bool, version: int) -> Any:
     name = topic.name
-    admin = session.runtime.admin
-    exists = errors.TopicAlreadyExists(f"Topic '{name}' already exists.")
+    manager = session.runtime.topics
     try:
         count = _count(session, topic)
-        try:
-            if await admin.partitions(name, create_with=None):
-                return _created(name, exists)
-        except errors.UnknownTopicOrPartition:
-            pass
-        if not validate_only:
-            await admin.create_topic(name, count)
+        configs = [(c.name, c.value) for c in topic.configs or []]
+        entries = await manager.create(name, count, configs, validate_only=validate_only)
     except errors.KafkaError as exc:
         return _created(name, exc)
     except Exception as exc:
-        if getattr(exc, "status", None) == _CONFLICT:
-            return _created(name, exists)
         return _created(name, translate(exc, f"creating topic {name}"))
-    return _created(name, None, count)
+    return _created(name, None, count, entries if version >= _CONFIGS_FROM else [])
 
 
 async def create_topics(session: Session, request: Any, version: int) -> Any:
@@ -89,7 +101,8 @@ async def create_topics(session: Session, request: Any, version: int) -> Any:
         if seen[topic.name] > 1:
             results.append(_created(topic.name, errors.InvalidRequest("topic named twice")))
         else:
-            results.append(await _create(session, topic, version >= 1 and request.validate_only))
+            validate = version >= 1 and bool(request.validate_only)
+            results.append(await _create(session, topic, validate, version))
     return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results)
 
 

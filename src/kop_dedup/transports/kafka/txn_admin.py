@@ -1,0 +1,261 @@
+"""ListTransactions (v0-2), DescribeTransactions (v0) and DescribeProducers (v0): what
+``kafka-transactions list / describe / describe-producers``, franz-go's kadm and
+Flink's transactional id pooling ask.
+
+ListTransactions and DescribeTransactions read the transaction log (every partition,
+any sidecar's: every change made before the call) through the transaction coordinator
+(:mod:`kop_dedup.protocol.transaction_listing` has the filters); an unknown
+transactional id is TRANSACTIONAL_ID_NOT_FOUND. The state names are Kafka's.
+
+DescribeProducers lists, per partition, the producers with state on it: those the
+broker's deduplication keeps (its last snapshot, every
+``brokerDeduplicationSnapshotIntervalSeconds``), those connected now (every sidecar's),
+and those this sidecar produced through, merged by producer id (the newest epoch, the
+highest sequence known). A transactional producer shows under the name its commits
+are copied with. The last timestamp and the coordinator epoch are not kept (-1), nor a
+transaction's start offset: a transaction's records reach the partition only when it
+commits, so no open transaction holds a partition's readers back (-1: none).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+
+from kop_dedup import errors
+from kop_dedup.clock import now_ms
+from kop_dedup.protocol import transaction_listing as listing
+from kop_dedup.protocol.records import SEQ_MODULUS, from_pulsar
+from kop_dedup.pulsar.failures import translate
+from kop_dedup.transports.kafka.fetch import partition_topic
+from kop_dedup.transports.kafka.registry import Api, Session
+
+__all__ = ["APIS", "describe_producers", "describe_transactions", "list_transactions"]
+
+_Listed = ListTransactionsResponse.TransactionState
+_Described = DescribeTransactionsResponse.TransactionState
+_TopicData = _Described.TopicData
+_ProducerTopic = DescribeProducersResponse.TopicResponse
+_ProducerPartition = _ProducerTopic.PartitionResponse
+_ProducerState = _ProducerPartition.ProducerState
+_TXN_NAME = "-txn-"
+
+
+# -- ListTransactions ---------------------------------------------------------------------
+
+
+async def list_transactions(session: Session, request: Any, version: int) -> Any:
+    states = list(request.state_filters or [])
+    filters = listing.Filters(
+        states=frozenset(states),
+        producer_ids=frozenset(request.producer_id_filters or []),
+        duration_ms=request.duration_filter if version >= 1 else -1,
+        pattern=request.transactional_id_pattern if version >= 2 else None,
+    )
+    unknown = listing.unknown_states(states)
+    state = session.runtime.transactions.state
+    try:
+        await state.read_all()
+        chosen = listing.select(state, filters, now_ms())
+    except Exception as exc:
+        return _list_answer(version, translate(exc, "listing transactions"), unknown, [])
+    return _list_answer(version, None, unknown, chosen)
+
+
+def _list_answer(
+    version: int, error: errors.KafkaError | None, unknown: list[str], txns: list[Any]
+) -> Any:
+    return ListTransactionsResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=errors.NONE_ERRNO if error is None else error.errno,
+        unknown_state_filters=unknown,
+        transaction_states=[
+            _Listed(
+                transactional_id=t.transactional_id,
+                producer_id=t.producer_id,
+                transaction_state=t.state.value,
+            )
+            for t in txns
+        ],
+    )
+
+
+def _list_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
+    return _list_answer(version, error, [], [])
+
+
+# -- DescribeTransactions -----------------------------------------------------------------
+
+
+def _described(transactional_id: str, txn: Any, error: errors.KafkaError | None) -> Any:
+    if txn is None or error is not None:
+        return _Described(
+            error_code=(error or errors.TransactionalIdNotFound()).errno,
+            transactional_id=transactional_id,
+            transaction_state="",
+            transaction_timeout_ms=0,
+            transaction_start_time_ms=0,
+            producer_id=0,
+            producer_epoch=0,
+            topics=[],
+        )
+    return _Described(
+        error_code=errors.NONE_ERRNO,
+        transactional_id=transactional_id,
+        transaction_state=txn.state.value,
+        transaction_timeout_ms=txn.timeout_ms,
+        transaction_start_time_ms=listing.start_time(txn),
+        producer_id=txn.producer_id,
+        producer_epoch=txn.producer_epoch,
+        topics=[_TopicData(topic=t, partitions=p) for t, p in listing.topics_of(txn).items()],
+    )
+
+
+async def describe_transactions(session: Session, request: Any, version: int) -> Any:
+    out = []
+    for transactional_id in request.transactional_ids:
+        try:
+            txn = await session.runtime.transactions.describe(transactional_id)
+            out.append(_described(transactional_id, txn, None))
+        except Exception as exc:
+            error = translate(exc, f"describing transaction {transactional_id!r}")
+            out.append(_described(transactional_id, None, error))
+    return DescribeTransactionsResponse(version=version, throttle_time_ms=0, transaction_states=out)
+
+
+def _describe_error(request: Any, version: int, error: errors.KafkaError) -> Any:
+    return DescribeTransactionsResponse(
+        version=version,
+        throttle_time_ms=0,
+        transaction_states=[_described(t, None, error) for t in request.transactional_ids],
+    )
+
+
+# -- DescribeProducers --------------------------------------------------------------------
+
+
+def _parse(session: Session, name: str) -> tuple[int, int] | None:
+    """(producer id, epoch) of a Pulsar producer name the sidecar made: an idempotent
+    producer's, or the copy producer of a transactional one's commits."""
+    prefix = session.settings.producer_name_prefix
+    if name.startswith(f"{prefix}{_TXN_NAME}"):
+        name = prefix + "-" + name.removeprefix(f"{prefix}{_TXN_NAME}")
+    return session.runtime.naming.parse_producer_name(name)
+
+
+async def _producers(session: Session, topic: str, index: int) -> list[Any]:
+    ptopic = await partition_topic(session, topic, index)
+    admin = session.runtime.admin
+    known: dict[tuple[int, int], int | None] = {}
+    for name, mark in (await admin.dedup_marks(ptopic)).items():
+        ids = _parse(session, name)
+        if ids is not None:
+            known[ids] = from_pulsar(mark)
+    for name in await admin.publishers(ptopic):
+        ids = _parse(session, name)
+        if ids is not None:
+            known.setdefault(ids, None)
+    for ids, seq in session.runtime.service.channels.producers_on(ptopic).items():
+        have = known.get(ids)
+        known[ids] = seq if have is None else max(have, seq or -1)
+    newest: dict[int, tuple[int, int | None]] = {}
+    for (pid, epoch), seq in known.items():
+        if pid not in newest or epoch > newest[pid][0]:
+            newest[pid] = (epoch, seq)
+    return [
+        _ProducerState(
+            producer_id=pid,
+            producer_epoch=epoch,
+            last_sequence=-1 if seq is None else seq % SEQ_MODULUS,
+            last_timestamp=-1,
+            coordinator_epoch=-1,
+            current_txn_start_offset=-1,
+        )
+        for pid, (epoch, seq) in sorted(newest.items())
+    ]
+
+
+async def _partition(session: Session, topic: str, index: int) -> Any:
+    try:
+        active = await _producers(session, topic, index)
+    except Exception as exc:
+        error = translate(exc, f"describing the producers of {topic}-{index}")
+        return _ProducerPartition(
+            partition_index=index,
+            error_code=error.errno,
+            error_message=error.message,
+            active_producers=[],
+        )
+    return _ProducerPartition(
+        partition_index=index,
+        error_code=errors.NONE_ERRNO,
+        error_message=None,
+        active_producers=active,
+    )
+
+
+async def describe_producers(session: Session, request: Any, version: int) -> Any:
+    topics = []
+    for t in request.topics:
+        parts = [await _partition(session, t.name, i) for i in t.partition_indexes]
+        topics.append(_ProducerTopic(name=t.name, partitions=parts))
+    return DescribeProducersResponse(version=version, throttle_time_ms=0, topics=topics)
+
+
+def _producers_error(request: Any, version: int, error: errors.KafkaError) -> Any:
+    return DescribeProducersResponse(
+        version=version,
+        throttle_time_ms=0,
+        topics=[
+            _ProducerTopic(
+                name=t.name,
+                partitions=[
+                    _ProducerPartition(
+                        partition_index=i,
+                        error_code=error.errno,
+                        error_message=error.message,
+                        active_producers=[],
+                    )
+                    for i in t.partition_indexes
+                ],
+            )
+            for t in request.topics
+        ],
+    )
+
+
+APIS = (
+    Api(
+        key=66,
+        name="ListTransactions",
+        request=ListTransactionsRequest,
+        versions=(0, 2),
+        handle=list_transactions,
+        error_answer=_list_error,
+    ),
+    Api(
+        key=65,
+        name="DescribeTransactions",
+        request=DescribeTransactionsRequest,
+        versions=(0, 0),
+        handle=describe_transactions,
+        error_answer=_describe_error,
+    ),
+    Api(
+        key=61,
+        name="DescribeProducers",
+        request=DescribeProducersRequest,
+        versions=(0, 0),
+        handle=describe_producers,
+        error_answer=_producers_error,
+    ),
+)

@@ -1,0 +1,130 @@
+"""Offsets of two transactions pending on one group partition, against the real broker
+through two sidecars: each transaction keeps its own marker, so the abort of one never
+drops the offsets another committed, and a stable fetch answers 88 while either is
+pending."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from kop_dedup.coordination.partitions import partition_of
+from kop_dedup.settings import Settings
+from tests.helpers import init_txn, uniq, wait_until
+from tests.sidecar import ThreadSidecar
+
+pytestmark = pytest.mark.integration
+
+Pair = tuple[httpx.Client, httpx.Client, ThreadSidecar]
+
+
+@pytest.fixture(scope="module")
+def pair(pulsar: Any) -> Iterator[Pair]:
+    """Clients of sidecar A, which applies decisions 3 s late, and sidecar B (at once)."""
+    with (
+        ThreadSidecar(pulsar, txn_apply_delay_ms=3000) as a,
+        ThreadSidecar(pulsar) as b,
+        httpx.Client(base_url=a.url, timeout=60) as api_a,
+        httpx.Client(base_url=b.url, timeout=60) as api_b,
+    ):
+        yield api_a, api_b, b
+
+
+def other_partition_ids(count: int) -> tuple[str, str]:
+    """Two fresh transactional ids of different transaction-log partitions (a change
+    through one sidecar never moves the other id's partition)."""
+    first = uniq("tx")
+    while True:
+        second = uniq("tx")
+        if partition_of(second, count) != partition_of(first, count):
+            return first, second
+
+
+def stage(api: httpx.Client, tid: str, pid: int, epoch: int, group: str, tp: Any, at: int) -> None:
+    body = {
+        "transactionalId": tid,
+        "producerId": pid,
+        "producerEpoch": epoch,
+        "groupId": group,
+        "offsets": [{"topic": tp[0], "partition": tp[1], "offset": at}],
+    }
+    r = api.post("/v1/txn-offset-commit", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["errorCode"] == 0, r.text
+
+
+def end(api: httpx.Client, tid: str, pid: int, epoch: int, *, commit: bool) -> None:
+    body = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch, "commit": commit}
+    r = api.post("/v1/end-txn", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["errorCode"] == 0, r.text
+
+
+def state(api: httpx.Client, tid: str) -> str:
+    r = api.get(f"/v1/transactions/{tid}")
+    assert r.status_code == 200, r.text
+    return str(r.json()["state"])
+
+
+def fetched(api: httpx.Client, group: str, tp: Any) -> tuple[int, int]:
+    """(offset, error code) of a stable fetch of one partition."""
+    r = api.get(f"/v1/groups/{group}/offsets", params={"requireStable": "true"})
+    assert r.status_code == 200, r.text
+    found = {(o["topic"], o["partition"]): o for o in r.json()["offsets"]}
+    return int(found[tp]["offset"]), int(found[tp]["errorCode"])
+
+
+@pytest.mark.parametrize(("first_commits", "kept"), [(True, 100), (False, 50)])
+def test_the_end_of_one_transaction_never_undoes_another_s_offsets(pair, first_commits, kept):
+    """T1 stages (G, p) = 100 and ends (its application delayed on sidecar A); T2 stages
+    (G, p) = 50 through sidecar B and ends the other way, applied at once. The partition
+    stays unstable (88) until T1's decision is applied too, then holds what the
+    committed one staged: T1's 100 (T2 aborted), or T2's 50 (T1 aborted)."""
+    tid1, tid2 = other_partition_ids(Settings().txn_log_partitions)
+    group, tp = uniq("g"), (uniq("src"), 0)
+    api_a, api_b, _ = pair
+    r = api_a.post(
+        f"/v1/groups/{group}/offsets",
+        json={"offsets": [{"topic": tp[0], "partition": tp[1], "offset": 10}]},
+    )
+    assert r.json()["errorCode"] == 0, r.text
+    pid1, epoch1 = init_txn(api_a, tid1)
+    pid2, epoch2 = init_txn(api_b, tid2)
+    stage(api_a, tid1, pid1, epoch1, group, tp, 100)
+    end(api_a, tid1, pid1, epoch1, commit=first_commits)
+    stage(api_b, tid2, pid2, epoch2, group, tp, 50)
+    assert fetched(api_b, group, tp) == (-1, 88)
+    end(api_b, tid2, pid2, epoch2, commit=not first_commits)
+    expected = "CompleteAbort" if first_commits else "CompleteCommit"
+    wait_until("T2 applied", lambda: state(api_b, tid2) == expected)
+    assert state(api_a, tid1) in {"PrepareCommit", "PrepareAbort"}, "T1 applied too early"
+    for api in (api_a, api_b):
+        assert fetched(api, group, tp) == (-1, 88), "T1's offsets are pending"
+    wait_until("T1 applied", lambda: state(api_a, tid1).startswith("Complete"))
+    for api in (api_a, api_b):
+        assert fetched(api, group, tp) == (kept, 0)
+
+
+def test_offset_delete_drops_the_pending_offsets_of_every_transaction(pair):
+    """OffsetDelete of a partition two transactions staged removes both markers (the
+    partition is stable and listed no more), and the commit of either one afterwards
+    leaves the partition alone (Kafka's tombstone drops pending offsets too)."""
+    tid1, tid2 = other_partition_ids(Settings().txn_log_partitions)
+    group, tp = uniq("g"), (uniq("src"), 0)
+    _, api, sc = pair
+    pid1, epoch1 = init_txn(api, tid1)
+    pid2, epoch2 = init_txn(api, tid2)
+    stage(api, tid1, pid1, epoch1, group, tp, 100)
+    stage(api, tid2, pid2, epoch2, group, tp, 50)
+    assert fetched(api, group, tp) == (-1, 88)
+    deleted = sc.call(sc.runtime.group_deletion.delete_offsets(group, [(tp[0], [tp[1]])]))
+    assert deleted == [(tp[0], [(tp[1], None)])]
+    r = api.get(f"/v1/groups/{group}/offsets", params={"requireStable": "true"})
+    assert r.json()["offsets"] == [], r.text
+    end(api, tid1, pid1, epoch1, commit=True)
+    wait_until("T1 applied", lambda: state(api, tid1) == "CompleteCommit")
+    r = api.get(f"/v1/groups/{group}/offsets", params={"requireStable": "true"})
+    assert r.json()["offsets"] == [], r.text
