@@ -223,6 +223,7 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
         "requests_waiting_for_memory": float(admission.waiting),
     }
     gauges["open_transactions_owned"] = float(runtime.transactions.owned_open())
+    gauges["txn_copy_unresolved"] = float(runtime.transactions.applier.unresolved())
     gauges["group_pulls_in_flight"] = float(runtime.groups.pulls_in_flight)
     gauges["kafka_connections"] = float(runtime.kafka_stats.open_connections)
     lag = group_gauges(runtime.group_lag.rows, runtime.settings.group_metrics_max_series)
