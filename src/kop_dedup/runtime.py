@@ -206,12 +206,15 @@ class Runtime:
         self.group_deletion = GroupDeletion(self.groups, self.group_retention)
         self._stopping_at: float | None = None
         self._leaving: asyncio.Task[None] | None = None
+        instance = uuid.uuid4().hex[:16]
         journal = Journal(
             self.admin,
             self.naming,
             system_ns,
+            publisher=self.publisher,
             retention_minutes=settings.journal_retention,
             remembered=settings.txn_remembered_partitions,
+            instance=instance,
         )
         self.transactions = TransactionCoordinator(
             self.publisher.client,
@@ -229,7 +232,9 @@ class Runtime:
                 local=LocalCopy(
                     settings.txn_local_copy_max_bytes, settings.txn_local_copy_max_transactions
                 ),
-                instance=uuid.uuid4().hex[:16],
+                instance=instance,
+                max_message_bytes=settings.pulsar_max_message_bytes,
+                forget_after_ms=settings.broker_dedup_producer_inactivity_minutes * 60_000,
             ),
             offsets=RoutedOffsets(self.offsets, self.cluster, self.peers),
             allocator=self.registry.allocator,
@@ -295,17 +300,26 @@ class Runtime:
                 "to it first, or set KOP_DEDUP_GROUP_AUTO_CREATE_TOPICS=true)"
             ) from exc
 
-    def _copy_state_lost(self, txn: Transaction, part: Partition, present: int) -> None:
+    def _copy_state_lost(self, txn: Transaction, part: Partition, present: int, want: int) -> None:
+        """A recovery found the copy's producer name unknown to the broker, for a decision
+        older than the broker keeps names: it counted what the data partition holds."""
         self.transactions.stats.copy_state_lost += 1
-        log.error(
-            "the broker forgot the copy producer of transaction %d of %r on %s-%d: %d of its "
-            "batches were already in the data partition and are not copied again; check "
-            "brokerDeduplicationProducerInactivityTimeoutMinutes",
+        complete = present == want
+        log.log(
+            logging.WARNING if complete else logging.ERROR,
+            "the broker no longer knows the copy producer of transaction %d of %r on %s-%d "
+            "(decided %d minutes ago): the partition holds %d of its %d batches; %s (check "
+            "brokerDeduplicationProducerInactivityTimeoutMinutes)",
             txn.ordinal,
             txn.transactional_id,
             part.topic,
             part.partition,
+            (now_ms() - txn.updated_ms) // 60_000,
             present,
+            want,
+            "complete, nothing copied again"
+            if complete
+            else "nothing is copied again (some could be stored twice): left undone",
         )
 
     async def start(self) -> None:

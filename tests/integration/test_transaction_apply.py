@@ -182,7 +182,7 @@ def test_replaying_an_applied_commit_never_writes_its_older_offsets_over_newer_o
             )
             # the consumer moved on meanwhile
             await runtime.offsets.commit(group, [StagedOffset(source, 0, 20)])
-            await coordinator.applier.apply_once(prepared, recovering=True)
+            await coordinator.applier.apply_once(prepared)
             done = await coordinator.describe(tid)
             assert done is not None
             assert done.state is TxnState.COMPLETE_COMMIT

@@ -224,6 +224,7 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
         "requests_waiting_for_memory": float(admission.waiting),
     }
     gauges["open_transactions_owned"] = float(runtime.transactions.owned_open())
+    gauges["txn_copy_unresolved"] = float(runtime.transactions.applier.unresolved())
     gauges["group_pulls_in_flight"] = float(runtime.groups.pulls_in_flight)
     gauges["kafka_connections"] = float(runtime.kafka_stats.open_connections)
     gauges["cluster_nodes"] = float(len(runtime.cluster.members))
