@@ -87,6 +87,12 @@ class Broker:
             pytest.skip("this broker is not controllable (external or container)")
         return self._local
 
+    @property
+    def local(self) -> Any:
+        """The launcher's broker itself (a ``LocalPulsar``), for a tool that kills, pauses
+        and restarts it on its own (``kop-dedup soak``); skips when not controllable."""
+        return self._need_local()
+
     def kill(self) -> None:
         self._need_local().kill()
 

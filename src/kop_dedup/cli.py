@@ -1,4 +1,4 @@
-"""The ``kop-dedup`` command: serve, pulsar, kafka, audit, load, bench, registry-startup.
+"""The ``kop-dedup`` command: serve, pulsar, kafka, audit, load, bench, soak, registry-startup.
 
 Each subcommand lives with the module that does the work and registers
 itself through an ``add_cli(subparsers)`` function; this file only wires
@@ -37,6 +37,7 @@ _COMMANDS = (
     "kop_dedup.spark.cli",
     "kop_dedup_tools.load",
     "kop_dedup_tools.bench",
+    "kop_dedup_tools.soak",
     "kop_dedup_tools.registry_startup",
 )
 
