@@ -151,6 +151,9 @@ class Runtime:
             self.admin,
             f"{base}/cluster-members",
             refresh_s=settings.cluster_refresh_ms / 1000,
+            absent_s=max(
+                settings.cluster_handoff_ms / 1000, 5 * settings.cluster_refresh_ms / 1000
+            ),
         )
         self.cluster = Cluster(
             self.membership, mode=settings.cluster_mode, partitions_of=self._partitions_of
