@@ -362,6 +362,7 @@ def test_a_stopped_node_leaves_at_once_and_hands_over_within_its_budget(
     _figures("sigterm", figures)
     assert status == 0
     assert exited_s <= SHUTDOWN_S + 2, figures  # the budget, and the interpreter's exit
+    assert settled_s <= SHUTDOWN_S + 2, figures  # handed over within it
     assert left_s is not None
     assert left_s <= (REFRESH_S + 1.0) * LOADED_MACHINE, figures
     assert kafka.failed == [], figures
