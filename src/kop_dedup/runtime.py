@@ -156,7 +156,7 @@ class Runtime:
             ),
         )
         self.cluster = Cluster(
-            self.membership, mode=settings.cluster_mode, partitions_of=self._partitions_of
+            self.membership, mode=settings.cluster_mode, partitions_of=self._partition_count
         )
         self._handover = Handover(
             self.cluster, self.service.channels, self.naming, journals=f"{base}/txn-journal."
@@ -262,6 +262,11 @@ class Runtime:
             await self.groups.check_member(group, member, generation)
         except StaleMember as exc:
             raise exc.error from exc
+
+    async def _partition_count(self, topic: str) -> int:
+        """A topic's partition count, never creating it (leadership is asked of topics a
+        request names: the request answers a missing one itself)."""
+        return await self.admin.partitions(topic, create_with=None)
 
     async def _partitions_of(self, topic: str) -> int:
         s = self.settings

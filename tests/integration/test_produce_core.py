@@ -48,9 +48,9 @@ def in_background(call: Callable[[], Any]) -> Callable[[], Any]:
 
 
 @pytest.fixture(scope="module")
-def other(pulsar: Any) -> Iterator[ThreadSidecar]:
-    """A second sidecar on the same broker (clients behind a load balancer)."""
-    with ThreadSidecar(pulsar, reorder_window_ms=1500) as sc:
+def other(pulsar: Any, sidecar: ThreadSidecar) -> Iterator[ThreadSidecar]:
+    """A second node of the session sidecar's cluster (clients behind a load balancer)."""
+    with ThreadSidecar(pulsar, reorder_window_ms=1500, cluster_of=sidecar) as sc:
         yield sc
 
 

@@ -128,10 +128,6 @@ class _Partition:
         self.lock = asyncio.Lock()
 
 
-async def _nothing(_: int) -> None:
-    return None
-
-
 class StatePartitions:
     """The partitions of one coordinator log (``<topic>-partition-<n>``)."""
 
@@ -147,7 +143,8 @@ class StatePartitions:
         writers: Writers,
         name: str,
         reset: Callable[[int], None] | None = None,
-        on_release: Released = _nothing,
+        on_release: Released | None = None,
+        on_taken: Callable[[int, bool], None] | None = None,
         owner_of: OwnerOf | None = None,
         handoff_wait_s: float = 5.0,
     ) -> None:
@@ -156,6 +153,7 @@ class StatePartitions:
         self._doubt: dict[int, BaseException] = {}  # a failed write of ours may be stored
         self._identity = uuid.uuid4().hex[:12]
         self._on_acquired, self._on_lost, self._on_release = on_acquired, on_lost, on_release
+        self._on_taken = on_taken  # (partition, orphan), before any change can run on it
         self._owner_of = owner_of or (lambda _p: "another node")
         self._handoff_wait_s = handoff_wait_s
         self._parts = [
@@ -325,7 +323,7 @@ class StatePartitions:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acquiring
         async with part.lock:
-            if was_loaded and part.writer.owned:
+            if was_loaded and part.writer.owned and self._on_release is not None:
                 try:
                     await self._on_release(partition)
                 except Exception as exc:  # the next owner recovers what was not handed over
@@ -448,6 +446,8 @@ class StatePartitions:
             await part.table.catch_up()
             if not part.marker_seen.is_set():
                 await asyncio.sleep(0.005)
+        if self._on_taken is not None:
+            self._on_taken(part.index, orphan)
         part.loaded.set()
         self.moves += 1
         log.info(
