@@ -16,7 +16,7 @@ Placement questions (who owns what with which members) are asked of the pure rul
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self
@@ -28,11 +28,29 @@ from kop_dedup.coordination.partitions import partition_of
 from tests.helpers import uniq
 from tests.sidecar import ProcessSidecar
 
-__all__ = ["LOGS", "STATE_PARTITIONS", "Nodes", "key_owned_by", "leader_of"]
+__all__ = ["LOGS", "RETRIABLE", "STATE_PARTITIONS", "Nodes", "key_owned_by", "leader_of", "settled"]
 
 STATE_PARTITIONS = 8
 """Partitions of each coordinator log (the default of both settings)."""
 LOGS = (TRANSACTION_LOG, GROUP_LOG)
+
+
+RETRIABLE = frozenset({6, 7, 14, 15, 16, 51, 56})
+"""Codes a client retries (a partition or coordinator moving, loading, a transaction
+being applied): the nodes of a cluster that starts side by side answer some of them
+for a moment while each sees the others join."""
+
+
+def settled(call: Callable[[], httpx.Response], timeout: float = 30.0) -> dict[str, Any]:
+    """``call``'s answer once it is not a retriable code (retried as a client would)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body: dict[str, Any] = call().json()
+        code = body["results"][0]["errorCode"] if "results" in body else body.get("errorCode")
+        if code not in RETRIABLE or time.monotonic() > deadline:
+            assert code == 0, body
+            return body
+        time.sleep(0.1)
 
 
 def key_owned_by(
@@ -103,6 +121,26 @@ class Nodes:
                 future.result()
         self.wait_listed(self.running(), timeout=60)
         return self
+
+    def write_every_state_partition(self) -> None:
+        """Write every state partition through its owner (a transactional id's init, a
+        group's commit) through the first running node, retrying what a client retries.
+
+        Nodes started side by side can leave a partition whose owner was fenced for a
+        moment by a node that held it in its own first view and let it go: the owner
+        still counts it as loaded and learns otherwise at its next write (answered
+        NOT_COORDINATOR, then it loads the partition again: one more ownership move).
+        Written once by its owner, every partition is held by it."""
+        members = list(self.running())
+        offsets = {"offsets": [{"topic": "t", "partition": 0, "offset": 1}]}
+        with httpx.Client(base_url=self.by_id[members[0]].url, timeout=30) as api:
+            for p in range(STATE_PARTITIONS):
+                owner = place(TRANSACTION_LOG, STATE_PARTITIONS, members)[p]
+                tid = key_owned_by(TRANSACTION_LOG, owner, members, "tid", partition=p)
+                settled(lambda t=tid: api.post("/v1/init-producer-id", json={"transactionalId": t}))
+                owner = place(GROUP_LOG, STATE_PARTITIONS, members)[p]
+                group = key_owned_by(GROUP_LOG, owner, members, "g", partition=p)
+                settled(lambda g=group: api.post(f"/v1/groups/{g}/offsets", json=offsets))
 
     def stop(self) -> None:
         with ThreadPoolExecutor(max(1, len(self.by_id))) as pool:

@@ -47,6 +47,7 @@ PARTITIONS = 6
 def trio(pulsar: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     """Three sidecar processes (nodes 1, 2, 3) of one cluster of their own."""
     nodes = Nodes(pulsar, tmp_path_factory.mktemp("trio")).start()
+    nodes.write_every_state_partition()  # see there: what a side-by-side start leaves
     try:
         yield nodes
     finally:

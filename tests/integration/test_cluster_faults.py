@@ -27,7 +27,7 @@ import pytest
 
 from kop_dedup.cluster.placement import GROUP_LOG, TRANSACTION_LOG, place
 from kop_dedup_tools.topics import create_topic
-from tests.cluster_nodes import STATE_PARTITIONS, Nodes, key_owned_by
+from tests.cluster_nodes import STATE_PARTITIONS, Nodes, key_owned_by, settled
 from tests.helpers import batch, read_all, uniq
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -76,24 +76,6 @@ class Probe:
                 else:
                     self.refusals.setdefault(name, []).append(why)
             time.sleep(0.02)
-
-
-RETRIABLE = frozenset({6, 7, 14, 15, 16, 51, 56})
-"""Codes a client retries (a partition or coordinator moving, loading, a transaction
-being applied): the nodes of a cluster that starts side by side answer some of them
-for a moment while each sees the others join."""
-
-
-def settled(call: Callable[[], httpx.Response], timeout: float = 30.0) -> dict[str, Any]:
-    """``call``'s answer once it is not a retriable code (retried as a client would)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = call().json()
-        code = body["results"][0]["errorCode"] if "results" in body else body.get("errorCode")
-        if code not in RETRIABLE or time.monotonic() > deadline:
-            assert code == 0, body
-            return body
-        time.sleep(0.1)
 
 
 def _code(r: httpx.Response) -> tuple[bool, str]:
@@ -386,6 +368,7 @@ def test_a_node_that_joins_takes_its_share_and_nothing_else_moves(pulsar, tmp_pa
     nothing moves after that (no flapping)."""
     nodes = Nodes(pulsar, tmp_path, ids=(1, 2)).start()
     try:
+        nodes.write_every_state_partition()
         before = {i: nodes.moves(i) for i in (1, 2)}
         expected = dict.fromkeys((1, 2, 3), 0)
         moved = 0
