@@ -139,6 +139,17 @@ def newcomer_owning(present: int, log: str, count: int, partition: int) -> int:
     return candidate
 
 
+def topic_led_by(sc: Any, partitions: int = 1) -> str:
+    """A fresh topic name whose partitions ``sc`` (a :class:`tests.sidecar.ThreadSidecar`)
+    leads in its cluster as it stands (so that what the test counts there is counted
+    there, whichever node the client reached)."""
+    cluster = sc.runtime.cluster
+    while True:
+        name = uniq()
+        if all(cluster.is_me(cluster.leader(name, p, partitions)) for p in range(partitions)):
+            return name
+
+
 def log_writers(sc: Any, p: int) -> list[str]:
     """The producers the broker lists on partition ``p`` of the transaction log, asked
     through sidecar ``sc`` (a :class:`tests.sidecar.ThreadSidecar`)."""

@@ -268,6 +268,12 @@ class Runtime:
         request names: the request answers a missing one itself)."""
         return await self.admin.partitions(topic, create_with=None)
 
+    async def topic_partitions(self, topic: str) -> int:
+        """A topic's partition count, creating it as produce does (``AUTO_CREATE_TOPICS``):
+        what the HTTP produce path asks before it routes a batch to its leader (a topic's
+        partitions have leaders only once it exists)."""
+        return await self._partitions_of(topic)
+
     async def _partitions_of(self, topic: str) -> int:
         s = self.settings
         return await self.admin.partitions(

@@ -124,6 +124,7 @@ def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands
     async def scenario() -> tuple[int, int, int]:
         runtime = Runtime(settings)
         await runtime.start()
+        await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         try:
             coordinator = runtime.transactions
             copier = coordinator._copier

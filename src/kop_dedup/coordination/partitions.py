@@ -56,76 +56,30 @@ import json
 import logging
 import time
 import uuid
-import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from kop_dedup import errors
-from kop_dedup.pulsar.exclusive import FencedWriter, OwnershipLost
-from kop_dedup.pulsar.tables import KeyedTable, PulsarClient, TableRecord
+from kop_dedup.coordination.partition_slot import (
+    OWNER_KEY,
+    Acquired,
+    Apply,
+    Lost,
+    OwnerOf,
+    Released,
+    Slot,
+    Writers,
+    partition_of,
+)
+from kop_dedup.pulsar.exclusive import OwnershipLost
+from kop_dedup.pulsar.tables import PulsarClient
 
 __all__ = ["OWNER_KEY", "StatePartitions", "partition_of"]
 
 log = logging.getLogger(__name__)
 
-OWNER_KEY = "__owner__"
-"""The key of ownership markers; never a coordinator key."""
-
 _HANDOFF_POLL_S = 0.05
 _LOAD_RETRY_S = 1.0
-
-
-def partition_of(key: str, partitions: int) -> int:
-    """The partition of a key: stable across sidecars, processes and versions (CRC-32)."""
-    return zlib.crc32(key.encode("utf-8")) % partitions
-
-
-Apply = Callable[[int, TableRecord], None]
-Acquired = Callable[[int, bool], Coroutine[Any, Any, None]]
-"""``(partition, orphan)``: this node just loaded the partition; ``orphan``: the broker
-listed no writer on it (its previous owner went away, cleanly or not)."""
-Released = Callable[[int], Awaitable[None]]
-Lost = Callable[[int], None]
-Writers = Callable[[], Awaitable[dict[int, list[str]]]]
-"""Names of the producers the broker has on each partition (the admin API's stats)."""
-OwnerOf = Callable[[int], str]
-"""Who owns a partition, for messages (``"node 3 (10.0.0.7:9092)"``)."""
-
-
-class _Partition:
-    __slots__ = (
-        "acquiring",
-        "index",
-        "last_marker",
-        "loaded",
-        "lock",
-        "marker",
-        "marker_seen",
-        "table",
-        "topic",
-        "writer",
-    )
-
-    def __init__(self, client: PulsarClient, topic: str, index: int, apply: Apply) -> None:
-        self.index, self.topic = index, topic
-        self.marker: str | None = None
-        self.last_marker: str | None = None  # the latest ownership marker read (anyone's)
-        self.marker_seen = asyncio.Event()
-        self.loaded = asyncio.Event()  # set while this node holds the partition, loaded
-        self.acquiring: asyncio.Task[None] | None = None
-
-        def apply_record(record: TableRecord) -> None:
-            if record.key == OWNER_KEY:
-                if record.value is not None:
-                    self.last_marker = record.value.decode()
-                    if self.last_marker == self.marker:
-                        self.marker_seen.set()
-                return
-            apply(index, record)
-
-        self.table = KeyedTable(client, topic, apply_record)
-        self.writer = FencedWriter(client, topic)
-        self.lock = asyncio.Lock()
 
 
 class StatePartitions:
@@ -156,9 +110,7 @@ class StatePartitions:
         self._on_taken = on_taken  # (partition, orphan), before any change can run on it
         self._owner_of = owner_of or (lambda _p: "another node")
         self._handoff_wait_s = handoff_wait_s
-        self._parts = [
-            _Partition(client, f"{topic}-partition-{i}", i, apply) for i in range(partitions)
-        ]
+        self._parts = [Slot(client, f"{topic}-partition-{i}", i, apply) for i in range(partitions)]
         self._writers = writers
         self._assigned: frozenset[int] = frozenset()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -203,17 +155,42 @@ class StatePartitions:
         wanted = frozenset(partitions)
         dropped = self._assigned - wanted
         self._assigned = wanted
+        released: dict[int, asyncio.Task[None]] = {}
         for p in sorted(dropped):
             part = self._parts[p]
             was_loaded = part.loaded.is_set()
             part.loaded.clear()  # at once: nothing new starts on it, a new assign loads it
-            self._spawn(self._release(p, was_loaded), f"release {self.name} {p}")
+            task = self._spawn(self._release(p, was_loaded), f"release {self.name} {p}")
+            if was_loaded:
+                released[p] = task
+        loading: dict[int, asyncio.Task[None]] = {}
         for p in sorted(wanted):
             part = self._parts[p]
             if part.loaded.is_set() and part.writer.owned:
                 continue
             if part.acquiring is None or part.acquiring.done():
                 part.acquiring = self._spawn(self._acquire(p), f"load {self.name} {p}")
+                loading[p] = part.acquiring
+        if released or loading:
+            self._spawn(self._summarize(loading, released), f"moves of {self.name}")
+
+    async def _summarize(
+        self, loading: dict[int, asyncio.Task[None]], released: dict[int, asyncio.Task[None]]
+    ) -> None:
+        """One INFO line per round of moves (the partitions' own lines are DEBUG)."""
+        await asyncio.gather(*loading.values(), *released.values(), return_exceptions=True)
+        took = [p for p in loading if self._parts[p].loaded.is_set()]
+        for what, parts in (("took", took), ("released", sorted(released))):
+            if parts:
+                log.info(
+                    "%s: %s %d of %d partitions of %s: %s",
+                    self.name,
+                    what,
+                    len(parts),
+                    self.count,
+                    self.topic,
+                    ",".join(map(str, parts)),
+                )
 
     async def loaded(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) until every partition assigned *now* is loaded (one
@@ -334,7 +311,7 @@ class StatePartitions:
         if was_loaded:
             self.moves += 1
             owner = self._owner_of(partition)
-            log.info("%s: released partition %d to %s", self.name, partition, owner)
+            log.debug("%s: released partition %d to %s", self.name, partition, owner)
             self._on_lost(partition)
 
     # -- owning ------------------------------------------------------------------------
@@ -421,7 +398,7 @@ class StatePartitions:
         await self._fenced(part)
         return False
 
-    async def _fenced(self, part: _Partition) -> None:
+    async def _fenced(self, part: Slot) -> None:
         """Another node took the partition (its view of the members differed from ours
         for a moment): give it up; the next assignment takes it again if it is ours."""
         part.loaded.clear()
@@ -437,7 +414,7 @@ class StatePartitions:
         await part.table.restart(reset)
         part.last_marker = None
 
-    async def _settle(self, part: _Partition, *, orphan: bool, how: str = "") -> None:
+    async def _settle(self, part: Slot, *, orphan: bool, how: str = "") -> None:
         """Write a marker and read until it comes back: the table is then complete."""
         part.marker = json.dumps({"owner": self._identity, "at": time.time_ns()})
         part.marker_seen.clear()
@@ -450,7 +427,8 @@ class StatePartitions:
             self._on_taken(part.index, orphan)
         part.loaded.set()
         self.moves += 1
-        log.info(
+        log.log(
+            logging.INFO if how else logging.DEBUG,  # a round of loads is summed up
             "%s: owns partition %d of %s (%s)",
             self.name,
             part.index,

@@ -212,9 +212,10 @@ async def _by_leader(
         leader = None
         if isinstance(b, KafkaBatch):
             try:
-                leader = await cluster.leader_of(b.topic, b.partition)
-            except errors.KafkaError:
-                leader = None  # the local path answers the topic's problem
+                count = await runtime.topic_partitions(b.topic)  # created, as produce does
+                leader = cluster.leader(b.topic, b.partition, count)
+            except (errors.KafkaError, ValueError):
+                leader = None  # the local path answers the topic's (or partition's) problem
         if leader is None or cluster.is_me(leader):
             mine.append(i)
         else:
