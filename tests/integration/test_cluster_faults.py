@@ -272,6 +272,18 @@ others see it at their next listing, and it closes its producers (their names ar
 for the new leaders) as soon as what it has in flight is answered."""
 
 
+def _worst_by_half_second(latencies: list[tuple[float, float]], t0: float) -> dict[str, float]:
+    """The slowest delivery of the records sent in each half second from 1 s before
+    ``t0`` to 6 s after it."""
+    worst: dict[str, float] = {}
+    for sent, latency in latencies:
+        slot = (sent - t0) // 0.5 * 0.5
+        if -1 <= slot < 6:
+            key = f"{slot:+.1f}"
+            worst[key] = round(max(worst.get(key, 0.0), latency), 3)
+    return dict(sorted(worst.items(), key=lambda kv: float(kv[0])))
+
+
 def _window(times: list[float], t0: float) -> tuple[float, float] | None:
     """(first, last) of ``times`` at or after ``t0``, in seconds after it."""
     after = [t - t0 for t in times if t >= t0]
@@ -320,6 +332,7 @@ def test_a_stopped_node_leaves_at_once_and_hands_over_within_its_budget(
             assert time.monotonic() < deadline, http.acked
             time.sleep(0.1)
         time.sleep(1.0)
+        refusals = {i: nodes.described(i)["refusedNotLeader"] for i in (1, 3)}
     finally:
         http.stop.set()
         kafka.stop.set()
@@ -339,7 +352,9 @@ def test_a_stopped_node_leaves_at_once_and_hands_over_within_its_budget(
         "http_refused": len(http.refused),
         "kafka_worst_latency_s": worst,
         "kafka_slow_deliveries": len(slow),
+        "kafka_worst_by_send_time": _worst_by_half_second(kafka.latencies, t0),
         "kafka_failed": kafka.failed[:5],
+        "refused_by_survivors": refusals,
     }
     _figures("sigterm", figures)
     assert status == 0
