@@ -367,11 +367,12 @@ class Runtime:
                 else (s.host, 0)
             )
         host, port = kafka
+        peer = s.peer(host)
         me = Member(
-            node_id=s.node_id if s.node_id is not None else default_node_id(host, port),
+            node_id=s.node_id if s.node_id is not None else default_node_id(host, port, peer),
             host=host,
             port=port,
-            peer_url=s.peer(host),
+            peer_url=peer,
             instance=uuid.uuid4().hex[:16],
             started_ms=now_ms(),
         )

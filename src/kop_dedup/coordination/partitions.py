@@ -193,14 +193,13 @@ class StatePartitions:
                 )
 
     async def loaded(self, timeout_s: float) -> bool:
-        """Wait (at most ``timeout_s``) until every assigned partition is loaded."""
-        waits = [self._parts[p].loaded.wait() for p in self._assigned]
-        if not waits:
-            return True
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
-        except TimeoutError:
-            return False
+        """Wait (at most ``timeout_s``) until every partition assigned *now* is loaded (one
+        assigned when the wait began and moved on since is not waited for)."""
+        deadline = time.monotonic() + timeout_s
+        while any(not self._parts[p].loaded.is_set() for p in self._assigned):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_HANDOFF_POLL_S)
         return True
 
     async def ready(self, partition: int, wait_s: float = 10.0) -> None:

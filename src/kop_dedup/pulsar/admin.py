@@ -38,6 +38,7 @@ request per topic per period when channels open. An "off" answer is never
 reused: it refuses produce, so turning dedup back on must count at once.
 """
 _DEDUP_CACHE_TOPICS = 10_000  # answers kept; the oldest go first
+_CREATED_WAIT_S = 10.0  # for another's creation of a partitioned topic to show its count
 _BROKER_RUNTIME_CONFIG = "/admin/v2/brokers/configuration/runtime"
 
 
@@ -358,9 +359,15 @@ class PulsarAdmin:
         try:
             await self.request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
         except AdminError as exc:
-            if exc.status != 409:  # another sidecar created it first
+            if exc.status != 409:  # another sidecar created it first, or is creating it
                 raise
-            return await self._partition_count(path)
+            # while another's creation is under way the broker answers 409 and no count yet
+            deadline = asyncio.get_running_loop().time() + _CREATED_WAIT_S
+            while not (count := await self._partition_count(path)):
+                if asyncio.get_running_loop().time() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            return count
         return partitions
 
     async def partition_writers(self, topic: str) -> dict[int, list[str]]:
