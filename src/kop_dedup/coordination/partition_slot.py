@@ -5,6 +5,8 @@ has read everything (:mod:`kop_dedup.coordination.partitions` uses them)."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -21,8 +23,11 @@ __all__ = [
     "Released",
     "Slot",
     "Writers",
+    "handed_off",
     "partition_of",
 ]
+
+log = logging.getLogger("kop_dedup.coordination.partitions")
 
 OWNER_KEY = "__owner__"
 """The key of ownership markers; never a coordinator key."""
@@ -79,3 +84,32 @@ class Slot:
         self.table = KeyedTable(client, topic, apply_record)
         self.writer = FencedWriter(client, topic)
         self.lock = asyncio.Lock()
+
+
+async def handed_off(slot: Slot, writers: Writers, wait_s: float, name: str, poll_s: float) -> bool:
+    """Wait until the broker lists no writer on the slot's partition but ours (its
+    previous owner released it, or went away), at most ``wait_s``: then it is taken
+    anyway (a node that hangs is fenced). Whether none was listed at once (the previous
+    owner was gone: an orphan)."""
+    deadline = time.monotonic() + wait_s
+    first = True
+    while True:
+        try:
+            live = (await writers()).get(slot.index, [])
+        except Exception as exc:  # cannot tell: recovering costs duplicates, not losses
+            log.info("%s: who writes partition %d? %r", name, slot.index, exc)
+            return True
+        live = [w for w in live if w != slot.writer.name]
+        if not live:
+            return first
+        if time.monotonic() > deadline:
+            log.warning(
+                "%s: partition %d is still written by %s after %.1f s: taking it",
+                name,
+                slot.index,
+                ",".join(live),
+                wait_s,
+            )
+            return False
+        first = False
+        await asyncio.sleep(poll_s)

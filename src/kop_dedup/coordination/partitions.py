@@ -69,6 +69,7 @@ from kop_dedup.coordination.partition_slot import (
     Released,
     Slot,
     Writers,
+    handed_off,
     partition_of,
 )
 from kop_dedup.pulsar.exclusive import OwnershipLost
@@ -114,6 +115,7 @@ class StatePartitions:
         self._writers = writers
         self._assigned: frozenset[int] = frozenset()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._checking: set[int] = set()  # loaded partitions whose writer is checked now
         self._closed = False
         self.moves = 0  # partitions loaded or released on this node since it started
 
@@ -167,12 +169,41 @@ class StatePartitions:
         for p in sorted(wanted):
             part = self._parts[p]
             if part.loaded.is_set() and part.writer.owned:
+                if not part.writer.connected and p not in self._checking:
+                    self._checking.add(p)
+                    self._spawn(self._check(p), f"check {self.name} {p}")
                 continue
             if part.acquiring is None or part.acquiring.done():
                 part.acquiring = self._spawn(self._acquire(p), f"load {self.name} {p}")
                 loading[p] = part.acquiring
         if released or loading:
             self._spawn(self._summarize(loading, released), f"moves of {self.name}")
+
+    async def _check(self, partition: int) -> None:
+        """A loaded partition whose writer the client does not have connected: fenced
+        while this node was away (paused, cut off: the broker dropped it and another
+        node took the partition) or only reconnecting (a broker restart). Unless the
+        broker lists our writer on it, give it up; the next listing loads it again (after
+        the other node's hand-off) if it is still ours. A silently fenced owner would
+        otherwise answer from what it last read until its next write failed."""
+        part = self._parts[partition]
+        try:
+            listed = (await self._writers()).get(partition, [])
+            async with part.lock:
+                name = part.writer.name
+                if part.loaded.is_set() and not part.writer.connected and name not in listed:
+                    log.info(
+                        "%s: partition %d: our writer %s is gone (written by %s): loading it again",
+                        self.name,
+                        partition,
+                        name,
+                        ",".join(listed) or "no one",
+                    )
+                    await self._fenced(part)
+        except Exception as exc:  # the broker away: the next listing checks again
+            log.debug("%s: checking partition %d: %r", self.name, partition, exc)
+        finally:
+            self._checking.discard(partition)
 
     async def _summarize(
         self, loading: dict[int, asyncio.Task[None]], released: dict[int, asyncio.Task[None]]
@@ -244,7 +275,9 @@ class StatePartitions:
         part = self._parts[partition]
         while partition in self._assigned and not self._closed:
             try:
-                orphan = await self._handed_off(partition)
+                orphan = await handed_off(
+                    part, self._writers, self._handoff_wait_s, self.name, _HANDOFF_POLL_S
+                )
                 async with part.lock:
                     if partition not in self._assigned or self._closed:
                         return
@@ -261,34 +294,6 @@ class StatePartitions:
                 await asyncio.sleep(_LOAD_RETRY_S)
             else:
                 return
-
-    async def _handed_off(self, partition: int) -> bool:
-        """Wait until the broker lists no writer on the partition (its previous owner
-        released it, or went away), at most ``handoff_wait_s``. Whether none was listed
-        at once (the previous owner was gone: an orphan)."""
-        deadline = time.monotonic() + self._handoff_wait_s
-        first = True
-        while True:
-            try:
-                live = (await self._writers()).get(partition, [])
-            except Exception as exc:  # cannot tell: recovering costs duplicates, not losses
-                log.info("%s: who writes partition %d? %r", self.name, partition, exc)
-                return True
-            mine = self._parts[partition].writer.name
-            live = [w for w in live if w != mine]
-            if not live:
-                return first
-            if time.monotonic() > deadline:
-                log.warning(
-                    "%s: partition %d is still written by %s after %.1f s: taking it",
-                    self.name,
-                    partition,
-                    ",".join(live),
-                    self._handoff_wait_s,
-                )
-                return False
-            first = False
-            await asyncio.sleep(_HANDOFF_POLL_S)
 
     async def _release(self, partition: int, was_loaded: bool) -> None:
         """No longer assigned: hand the partition over (``on_release``, then the writer
