@@ -139,6 +139,26 @@ def newcomer_owning(present: int, log: str, count: int, partition: int) -> int:
     return candidate
 
 
+def newcomer_owning_none(present: int, things: list[tuple[str, int, int]]) -> int:
+    """A node id that, joining a cluster of node ``present`` alone, owns none of
+    ``things`` ((log, partitions, partition) each): what it is sent is forwarded."""
+    candidate = present + 1
+    while any(place(log, n, [present, candidate])[p] == candidate for log, n, p in things):
+        candidate += 1
+    return candidate
+
+
+def topic_led_by(sc: Any, partitions: int = 1) -> str:
+    """A fresh topic name whose partitions ``sc`` (a :class:`tests.sidecar.ThreadSidecar`)
+    leads in its cluster as it stands (so that what the test counts there is counted
+    there, whichever node the client reached)."""
+    cluster = sc.runtime.cluster
+    while True:
+        name = uniq()
+        if all(cluster.is_me(cluster.leader(name, p, partitions)) for p in range(partitions)):
+            return name
+
+
 def log_writers(sc: Any, p: int) -> list[str]:
     """The producers the broker lists on partition ``p`` of the transaction log, asked
     through sidecar ``sc`` (a :class:`tests.sidecar.ThreadSidecar`)."""

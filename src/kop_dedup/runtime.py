@@ -152,9 +152,12 @@ class Runtime:
             self.admin,
             f"{base}/cluster-members",
             refresh_s=settings.cluster_refresh_ms / 1000,
+            absent_s=max(
+                settings.cluster_handoff_ms / 1000, 5 * settings.cluster_refresh_ms / 1000
+            ),
         )
         self.cluster = Cluster(
-            self.membership, mode=settings.cluster_mode, partitions_of=self._partitions_of
+            self.membership, mode=settings.cluster_mode, partitions_of=self._partition_count
         )
         self._handover = Handover(
             self.cluster, self.service.channels, self.naming, journals=f"{base}/txn-journal."
@@ -204,12 +207,15 @@ class Runtime:
         self.group_deletion = GroupDeletion(self.groups, self.group_retention)
         self._stopping_at: float | None = None
         self._leaving: asyncio.Task[None] | None = None
+        instance = uuid.uuid4().hex[:16]
         journal = Journal(
             self.admin,
             self.naming,
             system_ns,
+            publisher=self.publisher,
             retention_minutes=settings.journal_retention,
             remembered=settings.txn_remembered_partitions,
+            instance=instance,
         )
         self.transactions = TransactionCoordinator(
             self.publisher.client,
@@ -227,7 +233,9 @@ class Runtime:
                 local=LocalCopy(
                     settings.txn_local_copy_max_bytes, settings.txn_local_copy_max_transactions
                 ),
-                instance=uuid.uuid4().hex[:16],
+                instance=instance,
+                max_message_bytes=settings.pulsar_max_message_bytes,
+                forget_after_ms=settings.broker_dedup_producer_inactivity_minutes * 60_000,
             ),
             offsets=RoutedOffsets(self.offsets, self.cluster, self.peers),
             allocator=self.registry.allocator,
@@ -267,6 +275,17 @@ class Runtime:
         except StaleMember as exc:
             raise exc.error from exc
 
+    async def _partition_count(self, topic: str) -> int:
+        """A topic's partition count, never creating it (leadership is asked of topics a
+        request names: the request answers a missing one itself)."""
+        return await self.admin.partitions(topic, create_with=None)
+
+    async def topic_partitions(self, topic: str) -> int:
+        """A topic's partition count, creating it as produce does (``AUTO_CREATE_TOPICS``):
+        what the HTTP produce path asks before it routes a batch to its leader (a topic's
+        partitions have leaders only once it exists)."""
+        return await self._partitions_of(topic)
+
     async def _partitions_of(self, topic: str) -> int:
         s = self.settings
         return await self.admin.partitions(
@@ -288,17 +307,26 @@ class Runtime:
                 "to it first, or set KOP_DEDUP_GROUP_AUTO_CREATE_TOPICS=true)"
             ) from exc
 
-    def _copy_state_lost(self, txn: Transaction, part: Partition, present: int) -> None:
+    def _copy_state_lost(self, txn: Transaction, part: Partition, present: int, want: int) -> None:
+        """A recovery found the copy's producer name unknown to the broker, for a decision
+        older than the broker keeps names: it counted what the data partition holds."""
         self.transactions.stats.copy_state_lost += 1
-        log.error(
-            "the broker forgot the copy producer of transaction %d of %r on %s-%d: %d of its "
-            "batches were already in the data partition and are not copied again; check "
-            "brokerDeduplicationProducerInactivityTimeoutMinutes",
+        complete = present == want
+        log.log(
+            logging.WARNING if complete else logging.ERROR,
+            "the broker no longer knows the copy producer of transaction %d of %r on %s-%d "
+            "(decided %d minutes ago): the partition holds %d of its %d batches; %s (check "
+            "brokerDeduplicationProducerInactivityTimeoutMinutes)",
             txn.ordinal,
             txn.transactional_id,
             part.topic,
             part.partition,
+            (now_ms() - txn.updated_ms) // 60_000,
             present,
+            want,
+            "complete, nothing copied again"
+            if complete
+            else "nothing is copied again (some could be stored twice): left undone",
         )
 
     async def start(self) -> None:
@@ -346,11 +374,12 @@ class Runtime:
                 else (s.host, 0)
             )
         host, port = kafka
+        peer = s.peer(host)
         me = Member(
-            node_id=s.node_id if s.node_id is not None else default_node_id(host, port),
+            node_id=s.node_id if s.node_id is not None else default_node_id(host, port, peer),
             host=host,
             port=port,
-            peer_url=s.peer(host),
+            peer_url=peer,
             instance=uuid.uuid4().hex[:16],
             started_ms=now_ms(),
         )

@@ -190,6 +190,11 @@ class Settings(BaseSettings):
     txn_local_copy_max_transactions: int = Field(default=10_000, ge=1)
     """Transactions the local copy keeps at most (the least recently used evicted; their
     commits read the journal)."""
+    broker_dedup_producer_inactivity_minutes: int = Field(default=360, ge=1)
+    """The broker's ``brokerDeduplicationProducerInactivityTimeoutMinutes``: how long it
+    remembers a producer name after its last disconnect. A commit decided longer ago
+    whose copy producer the broker no longer knows is not copied again blindly: what
+    the data partition holds is counted first (see docs/concepts/exactly-once.md)."""
     txn_remembered_partitions: int = Field(default=10_000, ge=1)
     """Data partitions whose journal (created, with its retention) and latest positions
     a sidecar remembers (the least recently used forgotten: asked of the broker again

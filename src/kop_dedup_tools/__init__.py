@@ -12,11 +12,11 @@ in modules of one concept each, and imports flow from the command down, never ba
   ``kafka_jars`` (Kafka's broker and tools jars from Maven Central, ``java`` command
   lines), on ``processes`` and ``distribution``'s file lock;
 - ``load``: ``load_types``, ``load_driver``, ``load_background``, ``load_verify``;
-- ``bench``: one module per mode, registered as a ``bench_support.BenchMode``
-  (``bench_matrix``, ``bench_memory``, ``bench_txn``, ``bench_groups``), on the shared
-  ``bench_support`` (failures, sidecars, progress), ``bench_produce`` (timed
-  producers), ``bench_http`` (the HTTP client) and ``bench_report`` (aggregation, rows,
-  plot backend, results file); each mode's results in its ``*_results`` module;
+- ``bench`` (a package): ``bench.command`` (options, the mode chosen, the broker), a
+  module per mode (``produce``, ``memory``, ``txn``, ``groups``, ``kafka``,
+  ``kafka_groups``), and the one shape of their results every mode shares:
+  ``bench.cells`` (cells, rows, the aggregation), ``bench.results`` (the JSON file),
+  ``bench.table`` (markdown) and ``bench.plot`` (a PNG);
 - shared by all: ``sidecar`` (a ``kop-dedup serve`` subprocess), ``topics``,
   ``measure``.
 """

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from tests.helpers import uniq
 from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
 
@@ -55,7 +56,13 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def secured(pulsar, cert) -> Iterator[ThreadSidecar]:
     crt, key = cert
-    with ThreadSidecar(pulsar, auth_tokens=[TOKEN], kafka_tls_cert=crt, kafka_tls_key=key) as sc:
+    with ThreadSidecar(
+        pulsar,
+        auth_tokens=[TOKEN],
+        kafka_tls_cert=crt,
+        kafka_tls_key=key,
+        system_namespace=uniq("sys"),  # a cluster of its own: its tokens are its own
+    ) as sc:
         yield sc
 
 
@@ -130,4 +137,5 @@ def test_sasl_handshake_v0_takes_a_bare_token(secured, cert):
         token = b"\0me\0" + TOKEN.encode()
         c.send_bytes(struct.pack(">i", len(token)) + token)
         assert c.receive_frame() == b""  # the empty server token: authenticated
-        assert c.call(MetadataRequest(topics=[]), 1).brokers[0].node_id == 0
+        brokers = c.call(MetadataRequest(topics=[]), 1).brokers
+        assert [b.node_id for b in brokers] == [secured.runtime.cluster.me.node_id]

@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from kop_dedup.protocol.records import rec
-from tests.helpers import wait_until
+from tests.helpers import uniq, wait_until
 from tests.kafka_wire import WireClient, produce_request
 from tests.sidecar import ThreadSidecar
 
@@ -45,7 +45,10 @@ _SAFE_KEYS = (0, 1, 2, 3, 10, 17, 18, 22, 23, 24, 25, 26, 28, 32, 36, 60, 61, 65
 @pytest.fixture(scope="module")
 def fuzzed(pulsar) -> Iterator[ThreadSidecar]:
     with ThreadSidecar(
-        pulsar, kafka_auto_create_topics=False, kafka_max_request_bytes=1 << 20
+        pulsar,
+        system_namespace=uniq("sys"),
+        kafka_auto_create_topics=False,
+        kafka_max_request_bytes=1 << 20,
     ) as sc:
         yield sc
 

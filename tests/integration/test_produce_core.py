@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kop_dedup.pulsar.wire import PROP_SEQUENCE
-from tests.helpers import b64, batch, new_pid, read_all, uniq, wait_until
+from tests.helpers import b64, batch, new_pid, read_all, topic_led_by, uniq, wait_until
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -47,10 +47,11 @@ def in_background(call: Callable[[], Any]) -> Callable[[], Any]:
     return join
 
 
-@pytest.fixture(scope="module")
-def other(pulsar: Any) -> Iterator[ThreadSidecar]:
-    """A second sidecar on the same broker (clients behind a load balancer)."""
-    with ThreadSidecar(pulsar, reorder_window_ms=1500) as sc:
+@pytest.fixture
+def other(pulsar: Any, sidecar: ThreadSidecar) -> Iterator[ThreadSidecar]:
+    """A second node of the session sidecar's cluster (clients behind a load balancer),
+    for one test: the others count what the session sidecar does alone."""
+    with ThreadSidecar(pulsar, reorder_window_ms=1500, cluster_of=sidecar) as sc:
         yield sc
 
 
@@ -71,8 +72,10 @@ def test_a_batch_fenced_while_it_waited_behind_a_gap_is_refused_and_never_writte
 ):
     """Kafka checks the epoch under the partition lock at append. A batch of epoch e held
     behind a gap, while epoch e + 1 is recorded through another sidecar, is refused 47
-    when its turn comes (it used to be judged on arrival only, and answered 45)."""
-    topic, txn = uniq(), uniq("txn")
+    when its turn comes (it used to be judged on arrival only, and answered 45). The topic
+    is one the session sidecar leads: the batch waits there."""
+    wait_until("both nodes listed", lambda: len(sidecar.runtime.cluster.members) == 2)
+    topic, txn = topic_led_by(sidecar), uniq("txn")
     pid, epoch = init(sidecar.url, txn)
     assert codes(produce(api, batch(topic, pid, 0, 1, epoch=epoch))) == [0]
     service = sidecar.runtime.service
@@ -189,8 +192,9 @@ def test_a_retry_the_broker_stores_again_is_answered_but_loud(
 ):
     """The broker lost its dedup state for the name (here: dedup switched off and on):
     a retry of a batch older than the last five is stored again. The answer stays 0,
-    but it is logged at ERROR and counted."""
-    topic, pid = uniq(), new_pid(api)
+    but it is logged at ERROR and counted (by the partition's leader: the session
+    sidecar, which leads the topic chosen)."""
+    topic, pid = topic_led_by(sidecar), new_pid(api)
     assert codes(produce(api, *(batch(topic, pid, i, 1) for i in range(6)))) == [0] * 6
     before = metric(sidecar.url, "kop_dedup_dedup_state_lost_total")
     forget_dedup_state(pulsar, topic)

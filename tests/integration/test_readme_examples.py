@@ -191,7 +191,7 @@ curl() {  # the real curl; each answer kept as $ANSWERS/<n>.body and <n>.status
 
 @pytest.fixture(scope="module")
 def readme_sidecar(pulsar: Any) -> Any:
-    with ThreadSidecar(pulsar) as sc:
+    with ThreadSidecar(pulsar, system_namespace=uniq("sys")) as sc:
         yield sc
 
 

@@ -35,6 +35,7 @@ OUR_FAMILIES = {
     "kop_dedup_txn_fenced",
     "kop_dedup_txn_check_backs",
     "kop_dedup_txn_copy_state_lost",
+    "kop_dedup_txn_copy_unresolved",
     "kop_dedup_txn_apply_retries",
     "kop_dedup_group_pulls_in_flight",
     "kop_dedup_group_end_offset",
@@ -48,6 +49,10 @@ OUR_FAMILIES = {
     "kop_dedup_kafka_connections_closed",
     "kop_dedup_kafka_connections_opened",
     "kop_dedup_kafka_connections",
+    "kop_dedup_cluster_nodes",
+    "kop_dedup_cluster_ownership_moves",
+    "kop_dedup_cluster_forwarded",
+    "kop_dedup_cluster_refused",
 }
 
 

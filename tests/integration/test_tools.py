@@ -9,6 +9,7 @@ import sys
 import httpx
 import pytest
 
+from kop_dedup_tools.bench.table import format_ratio
 from kop_dedup_tools.topics import create_topic
 from tests.helpers import uniq
 
@@ -63,12 +64,17 @@ def test_bench_smoke_writes_results_that_agree_and_keeps_the_sidecar_log(pulsar,
     assert proc.returncode == 0, proc.stderr
     results = json.loads((tmp_path / "bench.json").read_text())
     assert results["broker"]["started"] is False  # the session's broker answered
-    [row] = results["summary"]
-    assert (row["batch_size"], row["producers"]) == (10, 1)
-    assert row["direct"]["records"] > 0
-    assert row["sidecar"]["records"] > 0
-    printed = next(line for line in proc.stdout.splitlines() if line.split()[:2] == ["10", "1"])
-    assert printed.split()[-1] == f"{row['ratio']:.2f}"
+    [row] = results["summary"]  # no half-load pair: the matrix has no 100-record cell
+    assert row["workload"] == {"kind": "produce", "clients": 1, "size": 10, "rate": None}
+    direct, sidecar = row["cells"]["direct"], row["cells"]["sidecar"]
+    assert direct["records"] > 0
+    assert sidecar["records"] > 0
+    assert sidecar["cpu_us_per_record"] > 0  # the sidecar's CPU, sampled over the cell
+    assert direct["sidecar_cpu_s"] is None
+    printed = next(
+        line for line in proc.stdout.splitlines() if line.startswith("| produce, batch 10,")
+    )
+    assert printed.endswith(f"| {format_ratio(row['ratio'])} |")
     assert (tmp_path / "bench.png").stat().st_size > 0
     [log] = tmp_path.glob("sidecar-*.log")
     assert "kop-dedup listening" in log.read_text()
@@ -85,16 +91,18 @@ def test_bench_transactions_smoke_commits_reads_back_and_compares(pulsar, tmp_pa
     assert proc.returncode == 0, proc.stderr
     results = json.loads((tmp_path / "transactions.json").read_text())
     [row] = results["summary"]
-    txn, idem = row["transactions"], row["idempotent"]
-    assert txn["rounds"] >= 1
-    assert idem["rounds"] >= 1
-    assert txn["records"] == txn["rounds"] * 10 * 100
-    assert txn["unread_rounds"] == 0  # every committed round was read from the data topic
-    assert idem["unread_rounds"] == 0
-    assert txn["end_p50_ms"] is not None
-    assert row["ratio"] == round(txn["records_per_s"] / idem["records_per_s"], 2)
-    printed = next(line for line in proc.stdout.splitlines() if line.split("|")[0].strip() == "1")
-    assert printed.split()[-1] == f"{row['ratio']:.2f}"
+    txn, idem = row["cells"]["transactions"], row["cells"]["idempotent"]
+    assert txn["extra"]["rounds"] >= 1
+    assert idem["extra"]["rounds"] >= 1
+    assert txn["records"] == txn["extra"]["rounds"] * 10 * 100
+    assert txn["extra"]["unread_rounds"] == 0  # every committed round was read back
+    assert idem["extra"]["unread_rounds"] == 0
+    assert txn["extra"]["end_p50_ms"] is not None
+    assert row["ratio"] == round(
+        txn["records"] / txn["seconds"] / (idem["records"] / idem["seconds"]), 3
+    )
+    printed = next(line for line in proc.stdout.splitlines() if line.startswith("| txn rounds"))
+    assert printed.endswith(f"| {format_ratio(row['ratio'])} |")
 
 
 def test_bench_with_two_sidecars_spreads_the_producers_and_says_so(pulsar, tmp_path):
@@ -105,8 +113,8 @@ def test_bench_with_two_sidecars_spreads_the_producers_and_says_so(pulsar, tmp_p
     )
     assert proc.returncode == 0, proc.stderr
     results = json.loads((tmp_path / "bench.json").read_text())
-    assert results["sidecars"] == 2
-    assert results["summary"][0]["sidecar"]["records"] > 0
+    assert results["setup"]["sidecars"] == 2
+    assert results["summary"][0]["cells"]["sidecar"]["records"] > 0
     assert "2 sidecar processes" in proc.stdout
     logs = list(tmp_path.glob("sidecar-*.log"))
     assert len(logs) == 2
@@ -126,17 +134,20 @@ def test_bench_kafka_groups_smoke_drains_commits_and_copies_through_the_listener
     assert proc.returncode == 0, proc.stderr
     results = json.loads((tmp_path / "kafka-groups.json").read_text())
     assert results["setup"]["records"] == 800
-    [row] = results["summary"]["consume"]
-    direct, listener = row["direct"], row["listener"]
-    assert (row["members"], row["kafka"]) == (2, None)
+    row, copied = results["summary"]
+    direct, listener = row["cells"]["direct"], row["cells"]["listener"]
+    assert row["workload"]["clients"] == 2
+    assert "kafka" not in row["cells"]
     assert direct["records"] == listener["records"] == 800
-    assert listener["drained"]
-    assert listener["gaps"] == 0
-    assert listener["committed_ok"]  # the group's offsets read back are each partition's end
-    printed = next(line for line in proc.stdout.splitlines() if line.split("|")[0].strip() == "2")
-    assert f"{row['ratio']:.2f}" in printed
-    assert printed.endswith(("met", "MISSED"))
-    [copied] = results["summary"]["ctp"]
-    assert copied["listener"]["transactions"] >= 1
-    assert copied["listener"]["committed_ok"]  # offsets committed with the transactions
+    assert listener["extra"]["drained"]
+    assert listener["extra"]["gaps"] == 0
+    assert listener["extra"]["committed_ok"]  # the offsets read back are each partition's end
+    printed = next(
+        line for line in proc.stdout.splitlines() if line.startswith("| group consume, 2 members |")
+    )
+    assert f"| {format_ratio(row['ratio'])} | >= 0.5 " in printed
+    assert printed.endswith(("met |", "MISSED |"))
+    assert copied["workload"]["kind"] == "ctp"
+    assert copied["cells"]["listener"]["extra"]["transactions"] >= 1
+    assert copied["cells"]["listener"]["extra"]["committed_ok"]  # offsets committed with them
     assert (tmp_path / "kafka-groups.png").stat().st_size > 0

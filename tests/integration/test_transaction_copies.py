@@ -18,6 +18,7 @@ from kop_dedup.coordination.transactions.local_copy import LocalCopy
 from kop_dedup.coordination.transactions.requests import EndTxn, InitProducerId
 from kop_dedup.protocol.records import KafkaBatch, rec
 from kop_dedup.protocol.transactions import TxnState
+from kop_dedup.pulsar.entries import PROP_BARRIER
 from kop_dedup.pulsar.wire import PROP_ENTRY_FORMAT, WHOLE_BATCH
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
@@ -31,7 +32,7 @@ NS = "persistent://public/kafka"
 
 @pytest.fixture(scope="module")
 def copies_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
-    with ThreadSidecar(pulsar, txn_sweep_interval_ms=100) as sc:
+    with ThreadSidecar(pulsar, txn_sweep_interval_ms=100, system_namespace=uniq("sys")) as sc:
         yield sc
 
 
@@ -101,11 +102,14 @@ def test_a_commit_whose_local_copy_was_evicted_reads_the_journal_and_lands_once(
     assert stats["localCopy"]["misses"] == 2 * len(topics)
     for t in topics:
         assert visible(pulsar_reader_client, t) == [f"{pid}:{epoch}:{i}" for i in range(8)]
-    journal = read_all(pulsar_reader_client, f"{system}/txn-journal.0.{topics[0]}-partition-0")
+    stored = read_all(pulsar_reader_client, f"{system}/txn-journal.0.{topics[0]}-partition-0")
+    journal = [m for m in stored if PROP_BARRIER not in m.properties()]
     # 2 rounds x 2 batches x 2 records: one message per batch, or one per record
     assert len(journal) == (4 if whole else 8)
     layouts = {m.properties().get(PROP_ENTRY_FORMAT) for m in journal}
     assert layouts == ({WHOLE_BATCH} if whole else {None})
+    # no local copy: each decision wrote a barrier after the batches and counted up to it
+    assert len(stored) - len(journal) == 2
 
 
 def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands_once(
@@ -124,6 +128,7 @@ def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands
     async def scenario() -> tuple[int, int, int]:
         runtime = Runtime(settings)
         await runtime.start()
+        await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         try:
             coordinator = runtime.transactions
             copier = coordinator._copier
@@ -151,9 +156,10 @@ def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands
             assert part.journaler == copier.instance
             kept = await copier.batches(txn, part)
             assert copier.local.hits == 1
+            assert part.batches == 3
             assert [b.base_sequence for b in kept] == [0, 2, 4]
             # the sidecar copies the first batch from memory, then goes away
-            await copier.copy(txn, part, recovering=False, batches=kept[:1])
+            await copier.copy(txn, part, kept[:1])
             await copier.close()
             other = Copier(
                 runtime.publisher.client,
@@ -166,7 +172,7 @@ def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands
                 instance="another-sidecar",
             )
             try:
-                copied = await other.copy(txn, part, recovering=True)
+                copied = await other.copy(txn, part, await other.batches(txn, part))
             finally:
                 await other.close()
             return pid, epoch, copied + 1000 * other.local.misses

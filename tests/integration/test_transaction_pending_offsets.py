@@ -119,7 +119,11 @@ def test_offset_delete_drops_the_pending_offsets_of_every_transaction(pair):
     leaves the partition alone (Kafka's tombstone drops pending offsets too)."""
     _, api, _, sc = pair
     tid1, tid2 = ids_coordinated_by(sc, sc)
-    group, tp = uniq("g"), (uniq("src"), 0)
+    cluster = sc.runtime.cluster  # the deletion runs on sc: the group's coordinator
+    group = next(
+        g for g in (uniq("g") for _ in range(1000)) if cluster.is_me(cluster.group_coordinator(g))
+    )
+    tp = (uniq("src"), 0)
     pid1, epoch1 = init_txn(api, tid1)
     pid2, epoch2 = init_txn(api, tid2)
     stage(api, tid1, pid1, epoch1, group, tp, 100)

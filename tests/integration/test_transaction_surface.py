@@ -39,6 +39,7 @@ def run(pulsar: Any, scenario: Callable[[Runtime], Awaitable[Any]]) -> Any:
             Settings(pulsar_service_url=pulsar.service_url, pulsar_admin_url=pulsar.admin_url)
         )
         await runtime.start()
+        await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         try:
             return await scenario(runtime)
         finally:

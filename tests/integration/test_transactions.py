@@ -21,7 +21,11 @@ NS = "persistent://public/kafka"
 @pytest.fixture(scope="module")
 def txn_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
     with ThreadSidecar(
-        pulsar, reorder_window_ms=1500, txn_sweep_interval_ms=100, coordinator_adopt_interval_ms=500
+        pulsar,
+        system_namespace=uniq("sys"),
+        reorder_window_ms=1500,
+        txn_sweep_interval_ms=100,
+        coordinator_adopt_interval_ms=500,
     ) as sc:
         yield sc
 

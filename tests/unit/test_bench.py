@@ -1,125 +1,83 @@
-"""kop-dedup bench without a broker: one aggregation behind the table, the plot and the
-JSON; failures that say what failed; a broker started or clearly asked for."""
+"""kop-dedup bench without a broker: the flags choose the modes they always chose, a
+results file renders again, failures say what failed, a broker is started or clearly
+asked for."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from kop_dedup import cli
-from kop_dedup_tools import bench
-from kop_dedup_tools.bench_results import (
-    Cell,
-    Row,
-    plot_series,
-    render_table,
-    summarize,
-    summary_json,
-)
+from kop_dedup_tools.bench import command, groups, kafka, kafka_groups, memory, produce, txn
+from kop_dedup_tools.bench.support import BenchError, Sidecars, describe_failure, step
 from kop_dedup_tools.launcher import BrokerError, free_port
 from kop_dedup_tools.sidecar import SidecarProcess
 
-
-def cell(mode, size, prods, records, p99, **extra) -> Cell:
-    return Cell(mode, size, prods, records, records // size, 2.0, p99 / 2, p99, **extra)
+DOCS_BENCH = Path(__file__).parents[2] / "docs" / "bench"
 
 
-# three repetitions per mode where the best is neither the first nor the last, a row
-# with only a direct cell, and a paced half-load cell that must not count
-CELLS = [
-    cell("direct", 100, 8, 20_000, 9.0),
-    cell("direct", 100, 8, 24_000, 8.0),
-    cell("direct", 100, 8, 22_000, 7.0),
-    cell("sidecar", 100, 8, 18_000, 11.0, cpu_pct=80, rss_mb=90),
-    cell("sidecar", 100, 8, 19_000, 12.0, cpu_pct=85, rss_mb=91),
-    cell("sidecar", 100, 8, 16_000, 10.0, cpu_pct=70, rss_mb=92),
-    cell("sidecar", 100, 8, 999_000, 1.0, rate_limited=500.0),
-    cell("direct", 1, 1, 2_000, 3.0),
-    cell("direct", 1, 1, 2_400, 4.0),
-    cell("direct", 1, 1, 2_200, 5.0),
-]
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    command.add_cli(p.add_subparsers())
+    return p
 
 
-def table_rows(table: str) -> dict[tuple[int, int], list[str]]:
-    rows = {}
-    for line in table.splitlines()[3:]:
-        cols = line.replace("|", " ").split()
-        rows[int(cols[0]), int(cols[1])] = cols[2:]
-    return rows
+@pytest.mark.parametrize(
+    ("flags", "run"),
+    [
+        ((), produce.run),
+        (("--quick",), produce.run),
+        (("--memory",), memory.run),
+        (("--transactions",), txn.run),
+        (("--groups",), groups.run),
+        (("--kafka",), kafka.run),
+        (("--against-kafka",), kafka.run),
+        (("--kafka", "--groups"), kafka_groups.run),
+        (("--against-kafka", "--groups"), kafka_groups.run),
+        (("--groups", "--memory"), groups.run),  # the order the modes were always chosen in
+    ],
+)
+def test_the_flags_choose_the_mode_they_always_chose(flags, run):
+    assert command.chosen(parser().parse_args(["bench", *flags])) is run
 
 
-def test_each_mode_shows_its_best_repetition_by_records_per_second():
-    rows = {(r.batch_size, r.producers): r for r in summarize(CELLS)}
-    assert rows[100, 8].direct.records == 24_000
-    assert rows[100, 8].sidecar.records == 19_000  # not the paced 999,000
-    assert rows[100, 8].reps == 3
-    assert rows[100, 8].ratio == pytest.approx(19_000 / 24_000)
-    assert rows[1, 1].sidecar is None
-    assert rows[1, 1].ratio is None
+def test_every_option_keeps_its_default():
+    args = parser().parse_args(["bench"])
+    assert (args.batch_sizes, args.producers, args.reps, args.seconds) == (
+        [1, 10, 100, 1000],
+        [1, 8, 64],
+        2,
+        4.0,
+    )
+    assert (args.members, args.pull_records, args.prefill) == ([1, 8], 100, 200_000)
+    assert (args.kafka_producers, args.txn_records, args.fetch_records) == (
+        [1, 8],
+        [100, 1000],
+        100_000,
+    )
+    assert (args.copiers, args.ctp_records, args.idle_states, args.sidecars) == (
+        [1],
+        100,
+        10_000,
+        1,
+    )
+    assert args.kafka_measures == ["produce", "fetch", "txn"]
 
 
-def test_table_plot_and_json_show_the_same_figures():
-    rows = summarize(CELLS)
-    table = table_rows(render_table(rows))
-    series = plot_series(rows)
-    summary = {(s["batch_size"], s["producers"]): s for s in summary_json(rows)}
-    for r in rows:
-        key = (r.batch_size, r.producers)
-        for mode in ("direct", "sidecar"):
-            best = getattr(r, mode)
-            points = {p[0]: p for p in series.get(f"{mode}, {r.producers} producers", [])}
-            if best is None:
-                assert summary[key][mode] is None
-                assert r.batch_size not in points
-                continue
-            assert summary[key][mode]["records_per_s"] == round(best.records_per_s, 1)
-            assert summary[key][mode]["p99_ms"] == best.p99_ms
-            assert points[r.batch_size] == (r.batch_size, best.records_per_s, best.p99_ms)
-            assert f"{best.records_per_s:,.0f}" in table[key]
-        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
-        assert table[key][-1] == ratio
-        assert summary[key]["ratio"] == (None if r.ratio is None else round(r.ratio, 3))
-
-
-def test_the_table_prints_the_ratio_the_json_stores_also_on_a_rounding_boundary():
-    # 3,249.6 / 10,000 = 0.32496: the JSON stores 0.325, which reads 0.33 at two decimals;
-    # the table must not round the raw ratio to 0.32 on its own
-    rows = summarize([cell("direct", 10, 1, 20_000, 1.0), cell("sidecar", 10, 1, 6_499, 2.0)])
-    [stored] = summary_json(rows)
-    assert stored["ratio"] == 0.325
-    assert table_rows(render_table(rows))[10, 1][-1] == f"{stored['ratio']:.2f}" == "0.33"
-
-
-def test_the_table_heading_says_what_it_shows_and_columns_line_up():
-    table = render_table(summarize(CELLS))
-    heading, header, rule, *lines = table.splitlines()
-    assert heading.startswith("best of 3 repetitions by records/s, each mode on its own")
-    bars = [m.start() for m in re.finditer(r"\|", header)]
-    for line in lines:  # a missing mode keeps the columns in place
-        assert [m.start() for m in re.finditer(r"\|", line)] == bars, line
-    assert len(rule) == len(header)
-
-
-def test_written_results_agree_with_the_printed_table_and_the_plot(tmp_path, monkeypatch):
-    plotted: list[list[Row]] = []
-    monkeypatch.setattr(bench, "plot", lambda rows, path: plotted.append(rows))
-    report = bench.write_results(tmp_path, CELLS, {}, {"started": False})
-    written = json.loads((tmp_path / "bench.json").read_text())
-    assert written["aggregation"] == "best repetition by records/s, chosen for each mode on its own"
-    assert len(written["cells"]) == len(CELLS)  # every repetition is kept
-    [rows] = plotted
-    assert written["summary"] == summary_json(rows)
-    assert render_table(rows) in report
-    printed = table_rows(report.split("\n\n")[0])
-    for s in written["summary"]:
-        ratio = "-" if s["ratio"] is None else f"{s['ratio']:.2f}"
-        assert printed[s["batch_size"], s["producers"]][-1] == ratio
+def test_render_prints_a_results_files_table_and_writes_its_plot_again(tmp_path, capsys):
+    results_file = tmp_path / "kafka.json"
+    shutil.copy(DOCS_BENCH / "kafka" / "kafka.json", results_file)
+    assert cli.main(["bench", "--render", str(results_file)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Kafka clients through the kop-dedup listener")
+    assert "| fetch, 1 consumer |" in printed
+    assert (tmp_path / "kafka.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_failure_without_a_message_still_says_what_failed_and_shows_the_sidecar_log(
@@ -127,7 +85,7 @@ def test_a_failure_without_a_message_still_says_what_failed_and_shows_the_sideca
 ):
     sc = SidecarProcess("pulsar://127.0.0.1:1", "http://127.0.0.1:1", log_dir=tmp_path)
     sc.log_path.write_text("line 1\nERROR producer creation timed out\n")
-    with pytest.raises(bench.BenchError) as err, bench._step("creating 10 producer states", sc):
+    with pytest.raises(BenchError) as err, step("creating 10 producer states", sc):
         raise TimeoutError
     message = str(err.value)
     assert message.startswith("creating 10 producer states failed: TimeoutError: (no message)")
@@ -140,7 +98,7 @@ def test_the_cli_names_the_type_of_an_error_without_a_message(monkeypatch, capsy
     def boom(args):
         raise TimeoutError
 
-    monkeypatch.setattr(bench, "_handler", boom)
+    monkeypatch.setattr(command, "_handler", boom)
     assert cli.main(["bench", "--no-start-broker"]) == 1
     assert "kop-dedup bench: error: TimeoutError: (no message)" in capsys.readouterr().err
 
@@ -152,9 +110,9 @@ def urls(service: str, admin: str, *, no_start: bool = False) -> argparse.Namesp
 
 
 def test_a_local_broker_is_started_only_for_loopback_urls_and_when_allowed():
-    assert bench.may_start_broker(urls("pulsar://127.0.0.1:6650", "http://localhost:8080"))
-    assert not bench.may_start_broker(urls("pulsar://pulsar.prod:6650", "http://127.0.0.1:8080"))
-    assert not bench.may_start_broker(
+    assert command.may_start_broker(urls("pulsar://127.0.0.1:6650", "http://localhost:8080"))
+    assert not command.may_start_broker(urls("pulsar://pulsar.prod:6650", "http://127.0.0.1:8080"))
+    assert not command.may_start_broker(
         urls("pulsar://127.0.0.1:6650", "http://127.0.0.1:8080", no_start=True)
     )
 
@@ -207,10 +165,10 @@ class FakeBroker:
 
 def test_a_broker_started_for_the_run_is_stopped_and_wiped_and_its_log_kept(tmp_path, monkeypatch):
     FakeBroker.made.clear()
-    monkeypatch.setattr(bench, "LocalPulsar", FakeBroker)
-    monkeypatch.setattr(bench, "broker_ready", lambda url: False)
+    monkeypatch.setattr(command, "LocalPulsar", FakeBroker)
+    monkeypatch.setattr(command, "broker_ready", lambda url: False)
     args = urls(f"pulsar://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}")
-    with pytest.raises(BrokerError, match="log tail"), bench._broker(args, tmp_path):
+    with pytest.raises(BrokerError, match="log tail"), command._broker(args, tmp_path):
         pytest.fail("the broker did not start: the run must not go on")
     [broker] = FakeBroker.made
     assert broker.wiped
@@ -228,7 +186,7 @@ def test_the_first_failed_batch_stops_the_run_and_is_raised():
             raise RuntimeError("sidecar answered 200: MESSAGE_TOO_LARGE")
 
     with pytest.raises(RuntimeError, match="MESSAGE_TOO_LARGE"):
-        asyncio.run(bench._drive(2, 10, seconds=30, rate=None, send=send))
+        asyncio.run(produce.drive(2, 10, seconds=30, rate=None, send=send))
     assert len(calls) <= 2 * (3 + 5)  # what was in flight when it failed, not 30 s of it
 
 
@@ -239,10 +197,10 @@ def test_producers_are_spread_over_the_sidecars_one_owner_each_and_failures_show
         SidecarProcess("pulsar://127.0.0.1:1", "http://127.0.0.1:1", log_dir=tmp_path, port=p)
         for p in (7001, 7002)
     ]
-    group = bench.Sidecars(procs)
+    group = Sidecars(procs)
     assert [group.url_for(i) for i in range(4)] == [procs[0].url, procs[1].url] * 2
     for sc, text in zip(procs, ("first log line", "second log line"), strict=True):
         sc.log_path.write_text(text)
-    message = bench.describe_failure("the cell", RuntimeError("boom"), group)
+    message = describe_failure("the cell", RuntimeError("boom"), group)
     assert "first log line" in message
     assert "second log line" in message

@@ -1,35 +1,46 @@
 """kop-dedup bench --kafka --groups without a broker: each side's best repetition behind
-the table, the JSON and the plot; the consume ratio against its target; the flags that
-choose the mode."""
+the table and the JSON; the consume ratio against its goal; the copy loop against the
+real Kafka only."""
 
 from __future__ import annotations
 
 import json
 
-from kop_dedup_tools import bench, bench_groups, bench_kafka, bench_kafka_groups
-from kop_dedup_tools.bench_groups_results import GroupCell
-from kop_dedup_tools.bench_kafka_groups_results import (
-    CtpCell,
-    KafkaGroupCell,
-    render_kafka_groups_table,
-    summarize_consume,
-    summarize_ctp,
-    write_kafka_group_results,
-)
+from kop_dedup_tools.bench.cells import Cell, Workload, extras, summarize
+from kop_dedup_tools.bench.groups_cells import group_cell
+from kop_dedup_tools.bench.kafka_groups import COMPARE
+from kop_dedup_tools.bench.results import Results
+from kop_dedup_tools.bench.table import render
+
+TIMINGS = ([0.001, 0.002], [0.001, 0.002], [0.001, 0.002])
 
 
-def consume(side: str, members: int, rate: float, rep: int = 1) -> GroupCell:
-    fields = (side, members, 100, rep, int(rate * 2), 10, 2.0, True, 1, 2, 1, 2, 1, 2)
+def consume(side: str, members: int, rate: float, rep: int = 1) -> Cell:
+    w = Workload("consume", members, 100)
     if side == "direct":
-        return GroupCell(*fields)
-    return KafkaGroupCell(*fields, cpu_pct=30.0, committed_ok=True, join_s=0.5)
+        return group_cell(w, side, rep, int(rate * 2), 2.0, TIMINGS, drained=True)
+    return group_cell(
+        w,
+        side,
+        rep,
+        int(rate * 2),
+        2.0,
+        TIMINGS,
+        sidecar_cpu_s=0.6,
+        drained=True,
+        committed_ok=True,
+        join_s=0.5,
+    )
 
 
-def ctp(side: str, copiers: int, rate: float, rep: int = 1) -> CtpCell:
-    return CtpCell(side, copiers, 100, rep, int(rate * 2), 5, 2.0, False, 100.0, 200.0, True)
+def ctp(side: str, copiers: int, rate: float, rep: int = 1) -> Cell:
+    own = extras(transactions=5, drained=False, committed_ok=True)
+    return Cell(
+        Workload("ctp", copiers, 100), side, rep, int(rate * 2), 2.0, 100.0, 200.0, extra=own
+    )
 
 
-CONSUME = [
+CELLS = [
     consume("direct", 1, 60_000),
     consume("direct", 1, 50_000, rep=2),
     consume("listener", 1, 20_000),
@@ -37,59 +48,39 @@ CONSUME = [
     consume("kafka", 1, 120_000),
     consume("direct", 8, 40_000),
     consume("listener", 8, 10_000),
+    ctp("listener", 1, 500),
+    ctp("listener", 1, 400, rep=2),
+    ctp("kafka", 1, 1_000),
 ]
-CTP = [ctp("listener", 1, 500), ctp("listener", 1, 400, rep=2), ctp("kafka", 1, 1_000)]
 
 
 def test_each_side_shows_its_best_repetition_and_the_ratio_is_listener_over_direct():
-    one, eight = summarize_consume(CONSUME)
-    assert (one.members, one.reps) == (1, 1)  # kafka ran once: the fewer of the sides'
+    one, eight, copy = summarize(CELLS, COMPARE)
+    assert (one.workload.clients, one.reps) == (1, 1)  # kafka ran once: the fewest
     assert one.cells["listener"].rep == 2
     assert one.ratio == 0.55  # 33,000 / 60,000
-    assert one.vs_kafka == 0.275
+    assert one.vs_reference == 0.275
     assert one.met
     assert eight.ratio == 0.25
     assert not eight.met
-    assert eight.vs_kafka is None  # no real Kafka in that row
-    [row] = summarize_ctp(CTP)
-    assert row.cells["listener"].records_per_s == 500
-    assert row.vs_kafka == 0.5
+    assert eight.vs_reference is None  # no real Kafka in that row
+    assert copy.cells["listener"].records_per_s == 500
+    assert copy.vs_reference == 0.5
+    assert (copy.ratio, copy.goal) == (None, None)  # the copy loop has no direct side
 
 
-def test_the_table_says_met_or_missed_and_the_json_holds_what_it_prints(tmp_path, monkeypatch):
-    plotted = []
-    monkeypatch.setattr(
-        "kop_dedup_tools.bench_kafka_groups_results.plot_kafka_groups",
-        lambda consume, ctp, path: plotted.append((consume, ctp)),
-    )
-    printed = write_kafka_group_results(tmp_path, CONSUME, CTP, {"started": False}, {})
-    lines = render_kafka_groups_table(summarize_consume(CONSUME), summarize_ctp(CTP)).splitlines()
-    by_members = {line.split("|")[0].strip(): line for line in lines[3:5]}
-    assert by_members["1"].endswith("met")
-    assert by_members["8"].endswith("MISSED")
-    data = json.loads((tmp_path / "kafka-groups.json").read_text())
-    assert len(data["cells"]["consume"]) == len(CONSUME)
-    assert len(data["cells"]["ctp"]) == len(CTP)
-    assert [r["ratio"] for r in data["summary"]["consume"]] == [0.55, 0.25]
-    assert [r["met"] for r in data["summary"]["consume"]] == [True, False]
-    assert data["summary"]["consume"][0]["listener"]["join_s"] == 0.5
-    assert data["summary"]["ctp"][0]["vs_kafka"] == 0.5
-    for figure in ("0.55", "0.25", "33,000", "500", "1,000"):
+def test_the_table_says_met_or_missed_and_the_json_holds_what_it_prints():
+    results = Results("kafka-groups", "t", COMPARE, CELLS)
+    printed = render("t", results.rows())
+    main = next(b for b in printed.split("\n\n") if b.startswith("| workload |"))
+    lines = {line.split("|")[1].strip(): line for line in main.splitlines()}
+    assert lines["group consume, 1 member"].endswith("| 0.55 | >= 0.5 met | 0.28 |")
+    assert lines["group consume, 8 members"].endswith("| 0.25 | >= 0.5 MISSED | - |")
+    assert lines["copy, txn of 100, 1 copier"].endswith("| - | - | 0.50 |")
+    data = json.loads(json.dumps(results.to_json()))
+    assert [r["ratio"] for r in data["summary"]] == [0.55, 0.25, None]
+    assert [r["met"] for r in data["summary"]] == [True, False, None]
+    assert data["summary"][0]["cells"]["listener"]["extra"]["join_s"] == 0.5
+    assert data["summary"][2]["vs_reference"] == 0.5
+    for figure in ("33,000", "500", "1,000", "| 5 |"):  # the copy loop's transactions too
         assert figure in printed
-    assert len(plotted) == 1
-
-
-def test_kafka_with_groups_chooses_this_mode_and_each_flag_alone_its_own():
-    parser = bench.argparse.ArgumentParser()
-    bench.add_cli(parser.add_subparsers())
-
-    def chosen(*flags: str) -> object:
-        args = parser.parse_args(["bench", *flags])
-        return next((m.run for m in bench._MODES if m.chosen(args)), None)
-
-    assert chosen("--kafka", "--groups") is bench_kafka_groups.run
-    assert chosen("--against-kafka", "--groups") is bench_kafka_groups.run
-    assert chosen("--groups") is bench_groups.run
-    assert chosen("--kafka") is bench_kafka.run
-    args = parser.parse_args(["bench", "--kafka", "--groups"])
-    assert (args.members, args.copiers, args.ctp_records) == ([1, 8], [1], 100)

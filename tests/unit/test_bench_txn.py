@@ -1,19 +1,20 @@
 """kop-dedup bench --transactions without a broker: values that name their round, the
-visibility arithmetic, one aggregation behind the table and the JSON."""
+visibility arithmetic, its cells through the one aggregation, table and plot."""
 
 from __future__ import annotations
 
 import threading
 
-from kop_dedup_tools.bench_txn import (
+from kop_dedup_tools.bench.cells import Cell, Workload, extras, summarize
+from kop_dedup_tools.bench.plot import plot
+from kop_dedup_tools.bench.table import render
+from kop_dedup_tools.bench.txn import (
     BATCHES_PER_ROUND,
+    COMPARE,
     RECORDS_PER_BATCH,
-    TxnCell,
     Visibility,
-    render_txn_table,
     round_of,
     round_values,
-    summarize_txn,
 )
 
 
@@ -61,43 +62,49 @@ def test_reads_from_several_threads_are_all_counted():
     assert seen.latencies() == [1.0]
 
 
-def cell(mode: str, producers: int, rounds: int, **extra: object) -> TxnCell:
+def cell(mode: str, producers: int, rounds: int, rep: int = 1, **own: object) -> Cell:
     records = rounds * BATCHES_PER_ROUND * RECORDS_PER_BATCH
-    return TxnCell(mode, producers, rounds, records, 2.0, 5.0, 9.0, 3.0, 7.0, **extra)
+    figures = extras(rounds=rounds, rounds_per_s=rounds / 2.0, **own)
+    return Cell(
+        Workload("rounds", producers, 1000), mode, rep, records, 2.0, 5.0, 9.0, extra=figures
+    )
 
 
 def test_each_mode_shows_its_best_repetition_and_the_ratio_of_the_two():
     cells = [
         cell("idempotent", 1, 40),
-        cell("idempotent", 1, 50),
+        cell("idempotent", 1, 50, rep=2),
         cell("transactions", 1, 20, end_p50_ms=4.0, end_p99_ms=8.0),
-        cell("transactions", 1, 30, end_p50_ms=5.0, end_p99_ms=9.0),
+        cell("transactions", 1, 30, rep=2, end_p50_ms=5.0, end_p99_ms=9.0),
         cell("idempotent", 4, 80),
     ]
-    rows = {r["producers"]: r for r in summarize_txn(cells)}
-    assert rows[1]["idempotent"]["rounds"] == 50
-    assert rows[1]["transactions"]["rounds"] == 30
-    assert rows[1]["ratio"] == 0.6
-    assert rows[4]["transactions"] is None
-    assert rows[4]["ratio"] is None
-    table = render_txn_table(list(rows.values())).splitlines()
-    assert "best repetition by records/s" in table[0]
-    one = next(line for line in table if line.split("|")[0].strip() == "1")
-    assert one.split()[-1] == "0.60"
-    assert "15.0" in one  # commits/s of the best transactions repetition: 30 over 2 s
-    four = next(line for line in table if line.split("|")[0].strip() == "4")
-    assert four.split()[-1] == "-"
+    one, four = summarize(cells, COMPARE)
+    assert one.cells["idempotent"].extra["rounds"] == 50
+    assert one.cells["transactions"].extra["rounds"] == 30
+    assert one.ratio == 0.6
+    assert "transactions" not in four.cells
+    assert four.ratio is None
+    table = render("t", [one, four])
+    assert "ratio: transactions over idempotent" in table
+    line = next(x for x in table.splitlines() if x.startswith("| txn rounds of 1000, 1 prod |"))
+    assert line.endswith("| 0.60 |")
+    details = next(
+        x
+        for x in table.splitlines()[::-1]
+        if x.startswith("| txn rounds of 1000, 1 prod | transactions |")
+    )
+    assert "| 15.00 |" in details  # commits/s of the best transactions repetition: 30 over 2 s
+    assert "| 9.00 |" in details  # its end-txn p99
 
 
-def test_the_plot_is_written_from_the_summary_rows_also_with_a_mode_missing(tmp_path):
-    from kop_dedup_tools.bench_txn import plot_txn
-
-    rows = summarize_txn(
+def test_the_plot_is_written_from_the_rows_also_with_a_mode_missing(tmp_path):
+    rows = summarize(
         [
             cell("idempotent", 1, 50),
             cell("transactions", 1, 30, end_p50_ms=4.0, end_p99_ms=8.0, applied_p50_ms=20.0),
             cell("idempotent", 8, 80),
-        ]
+        ],
+        COMPARE,
     )
-    plot_txn(rows, tmp_path / "t.png")
+    plot("t", rows, tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -2,19 +2,20 @@
 
 The scan ended at the reader's "no more messages", an answer the client computes from
 the broker's last message id (and says "no" when that id's entry is -1): a journal read
-cut short copies part of a transaction, a look for an earlier copy cut short copies it
-again. Now it reads by position to the end it was given. These tests drive the scan with
-a reader that says "no more" early (the client's side; the broker's side of the copy
-and its look are in test_transaction_limits.py and test_transaction_stream.py)."""
+cut short copied part of a transaction. Now it reads by position to the real entry it
+was given (a receipt's: a batch's, or a journal barrier's). These tests drive the scan
+with a reader that says "no more" early (the client's side; the broker's side is in
+test_transaction_copies.py and test_transaction_stream.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pulsar
 import pytest
 
-from kop_dedup.pulsar.entries import _scan
+from kop_dedup.pulsar.entries import PROP_BARRIER, _scan, read_batches
 
 
 class _Id:
@@ -29,22 +30,28 @@ class _Id:
 
 
 class _Msg:
-    def __init__(self, ledger: int, entry: int) -> None:
+    def __init__(self, ledger: int, entry: int, properties: dict[str, str] | None = None) -> None:
         self._id = _Id(ledger, entry)
+        self._properties = properties or {}
 
     def message_id(self) -> _Id:
         return self._id
 
     def properties(self) -> dict[str, str]:
-        return {}
+        return self._properties
 
 
 class _Reader:
     """Messages at the given positions; its "more?" says no after ``stop_after`` of them
     (as the client does when the broker's last message id names an empty ledger)."""
 
-    def __init__(self, positions: list[tuple[int, int]], stop_after: int | None = None) -> None:
-        self._msgs = [_Msg(*p) for p in positions]
+    def __init__(
+        self,
+        positions: list[tuple[int, int]],
+        stop_after: int | None = None,
+        barrier: tuple[int, int] | None = None,
+    ) -> None:
+        self._msgs = [_Msg(*p, {PROP_BARRIER: "x"} if p == barrier else None) for p in positions]
         self._stop = len(positions) if stop_after is None else stop_after
         self.read = 0
 
@@ -84,11 +91,32 @@ def test_the_last_entry_is_read_to_its_last_message_and_one_past_the_end_stops()
     assert past.read == 3
 
 
-def test_an_empty_range_reads_nothing_and_an_older_end_before_a_ledger_still_reads():
+def test_an_empty_range_reads_nothing():
     nothing = _Reader([(5, 0)])
     assert _run(nothing, (5, 3), (5, 3)) == []
     assert nothing.read == 0
-    # "(6, -1)": everything before ledger 6, as decisions of an older version name it
-    older = _Reader([(5, 0), (5, 1), (6, 0)])
-    assert _run(older, None, (6, -1)) == []
-    assert older.read == 3
+
+
+def test_a_barrier_at_the_end_ends_the_read_at_once():
+    # a barrier is one message: nothing more is waited for after it (a batch entry at
+    # the end is read to its last message, which costs a short wait for "nothing more")
+    reader = _Reader([(5, 0), (5, 1), (5, 2), (6, 0)], barrier=(5, 2))
+    assert _run(reader, None, (5, 2)) == []
+    assert reader.read == 3
+
+
+def test_an_end_with_entry_minus_one_is_refused():
+    # "before ledger 6": what a lookup answers for a ledger still empty; a read cannot
+    # reach it, so it is never an end
+    with pytest.raises(ValueError, match="real entry"):
+        asyncio.run(
+            read_batches(
+                None,  # type: ignore[arg-type]
+                "t",
+                after=None,
+                upto=(6, -1),
+                topic_name="t",
+                partition=0,
+                select=lambda _p: True,
+            )
+        )

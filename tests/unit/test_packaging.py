@@ -62,7 +62,8 @@ def test_the_wheel_holds_the_resources_and_the_tools_but_not_the_tests(wheel):
         "kop_dedup/py.typed",
         "kop_dedup_tools/__init__.py",
         "kop_dedup_tools/py.typed",
-        "kop_dedup_tools/bench.py",
+        "kop_dedup_tools/bench/__init__.py",
+        "kop_dedup_tools/bench/command.py",
         "kop_dedup_tools/launcher.py",
         "kop_dedup_tools/kafka_broker.py",
         "kop_dedup_tools/kafka_jars.py",
@@ -116,9 +117,10 @@ sys.modules["psutil"] = None
 sys.modules["matplotlib"] = None
 from kop_dedup.cli import build_parser
 import kop_dedup_tools.bench
-from kop_dedup_tools import bench_results, sidecar
+from kop_dedup_tools import sidecar
+from kop_dedup_tools.bench import plot
 build_parser().parse_args(["bench", "--quick"])
-for use in (bench_results._pyplot, sidecar._psutil):
+for use in (plot.pyplot, sidecar._psutil):
     try:
         use()
     except ModuleNotFoundError as exc:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from kop_dedup import errors
 from kop_dedup.protocol.records import MAX_EPOCH
-from kop_dedup.protocol.transaction_state import HISTORY
+from kop_dedup.protocol.transaction_state import HISTORY, PartitionEnd
 from kop_dedup.protocol.transactions import (
     EndCheck,
     Offset,
@@ -96,9 +96,10 @@ def test_fencing_an_ongoing_transaction_bumps_the_epoch_and_ends_in_abort():
 def test_end_txn_decides_once_and_a_retry_of_the_same_decision_answers_done():
     t = ongoing()
     assert check_end(t, 7, 0, commit=True) is EndCheck.PROCEED
-    decided = prepare(t, True, {("orders", 0): ("1:2:-1", "3:4:-1")}, now_ms=200)
+    decided = prepare(t, True, {("orders", 0): PartitionEnd("1:2", "3:4", 5)}, now_ms=200)
     assert decided.state is TxnState.PREPARE_COMMIT
-    assert decided.partitions[0].journal_end == "1:2:-1"
+    assert decided.partitions[0].journal_end == "1:2"
+    assert decided.partitions[0].batches == 5
     with pytest.raises(errors.ConcurrentTransactions):
         check_end(decided, 7, 0, commit=True)
     with pytest.raises(errors.InvalidTxnState):

@@ -14,7 +14,8 @@ the topic's stats: Pulsar decides who is alive, not a store of ours.
   keep-alive gives up on its connection (``keepAliveIntervalSeconds``, 30 s by default:
   up to about a minute).
 - A node that cannot reach the admin API keeps the last listing it read (a broker
-  restart does not scatter the cluster); one whose own consumer is not listed owns
+  restart does not scatter the cluster); one whose own consumer is not listed keeps its
+  view for ``absent_s`` (its consumer reconnecting after a broker restart), then owns
   nothing until it is listed again.
 
 Each node lists the members every ``refresh_s`` (one admin call) and hands every
@@ -66,10 +67,13 @@ class NodeIdInUse(RuntimeError):
     """Another live node already has this node id."""
 
 
-def default_node_id(host: str, port: int) -> int:
-    """A node id derived from the advertised Kafka address (stable while the address
-    is): what a node without ``KOP_DEDUP_NODE_ID`` uses."""
-    return zlib.crc32(f"{host}:{port}".encode()) % 1_000_000
+def default_node_id(host: str, port: int, peer_url: str) -> int:
+    """A node id derived from the node's addresses, its advertised Kafka address and the
+    URL its peers reach it at (stable while they are): what a node without
+    ``KOP_DEDUP_NODE_ID`` uses. The peer URL tells apart the per-pod sidecars, whose Kafka
+    listeners all advertise the same loopback address; the whole 31-bit range keeps two
+    of a few hundred pods from drawing the same id (1 in about 10,000 at 600 pods)."""
+    return zlib.crc32(f"{host}:{port} {peer_url}".encode()) % (2**31 - 1)
 
 
 def properties_of(member: Member) -> dict[str, str]:
@@ -110,8 +114,10 @@ class Membership:
         topic: str,
         *,
         refresh_s: float = 1.0,
+        absent_s: float = 5.0,
     ) -> None:
-        self.topic, self.refresh_s = topic, refresh_s
+        self.topic, self.refresh_s, self.absent_s = topic, refresh_s, absent_s
+        self._absent_since: float | None = None
         self._me: Member | None = None
         self._client, self._admin = client, admin
         self._consumer: Any = None
@@ -181,8 +187,20 @@ class Membership:
         self._task = asyncio.create_task(self._watch(), name="cluster-members")
 
     async def refresh(self) -> ClusterView:
-        """List the members now (and hand a changed view to the listeners)."""
+        """List the members now and hand the view to the listeners. A listing that leaves
+        this node out while it is a member (its consumer reconnecting: a broker restart,
+        a topic reloaded) keeps the last view for up to ``absent_s``: a node does not give
+        up its partitions for a blip, only once Pulsar has not listed it for that long."""
         listed = await self._list()
+        if self._me is not None and self.joined and self._me not in listed:
+            now = time.monotonic()
+            if self._absent_since is None:
+                self._absent_since = now
+                log.info("cluster: this node is not listed (reconnecting?); keeping its view")
+            if now - self._absent_since < self.absent_s:
+                return self.view
+        else:
+            self._absent_since = None
         await self._publish(ClusterView.of(listed))
         return self.view
 

@@ -144,7 +144,11 @@ class Cluster:
         return view.member(view.owner(_topic_group(topic), partition, count))
 
     async def leader_of(self, topic: str, partition: int) -> Member | None:
-        """:meth:`leader`, the partition count asked of Pulsar (cached)."""
+        """:meth:`leader`, the partition count asked of Pulsar (cached); a node alone in
+        its cluster leads everything without asking."""
+        view = self.view
+        if len(view.members) == 1 and self.membership.joined:
+            return view.members[0]
         return self.leader(topic, partition, await self._partitions_of(topic))
 
     def leaders(self, topic: str, count: int) -> dict[int, Member]:

@@ -56,80 +56,31 @@ import json
 import logging
 import time
 import uuid
-import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from kop_dedup import errors
-from kop_dedup.pulsar.exclusive import FencedWriter, OwnershipLost
-from kop_dedup.pulsar.tables import KeyedTable, PulsarClient, TableRecord
+from kop_dedup.coordination.partition_slot import (
+    OWNER_KEY,
+    Acquired,
+    Apply,
+    Lost,
+    OwnerOf,
+    Released,
+    Slot,
+    Writers,
+    handed_off,
+    partition_of,
+)
+from kop_dedup.pulsar.exclusive import OwnershipLost
+from kop_dedup.pulsar.tables import PulsarClient
 
 __all__ = ["OWNER_KEY", "StatePartitions", "partition_of"]
 
 log = logging.getLogger(__name__)
 
-OWNER_KEY = "__owner__"
-"""The key of ownership markers; never a coordinator key."""
-
 _HANDOFF_POLL_S = 0.05
 _LOAD_RETRY_S = 1.0
-
-
-def partition_of(key: str, partitions: int) -> int:
-    """The partition of a key: stable across sidecars, processes and versions (CRC-32)."""
-    return zlib.crc32(key.encode("utf-8")) % partitions
-
-
-Apply = Callable[[int, TableRecord], None]
-Acquired = Callable[[int, bool], Coroutine[Any, Any, None]]
-"""``(partition, orphan)``: this node just loaded the partition; ``orphan``: the broker
-listed no writer on it (its previous owner went away, cleanly or not)."""
-Released = Callable[[int], Awaitable[None]]
-Lost = Callable[[int], None]
-Writers = Callable[[], Awaitable[dict[int, list[str]]]]
-"""Names of the producers the broker has on each partition (the admin API's stats)."""
-OwnerOf = Callable[[int], str]
-"""Who owns a partition, for messages (``"node 3 (10.0.0.7:9092)"``)."""
-
-
-class _Partition:
-    __slots__ = (
-        "acquiring",
-        "index",
-        "last_marker",
-        "loaded",
-        "lock",
-        "marker",
-        "marker_seen",
-        "table",
-        "topic",
-        "writer",
-    )
-
-    def __init__(self, client: PulsarClient, topic: str, index: int, apply: Apply) -> None:
-        self.index, self.topic = index, topic
-        self.marker: str | None = None
-        self.last_marker: str | None = None  # the latest ownership marker read (anyone's)
-        self.marker_seen = asyncio.Event()
-        self.loaded = asyncio.Event()  # set while this node holds the partition, loaded
-        self.acquiring: asyncio.Task[None] | None = None
-
-        def apply_record(record: TableRecord) -> None:
-            if record.key == OWNER_KEY:
-                if record.value is not None:
-                    self.last_marker = record.value.decode()
-                    if self.last_marker == self.marker:
-                        self.marker_seen.set()
-                return
-            apply(index, record)
-
-        self.table = KeyedTable(client, topic, apply_record)
-        self.writer = FencedWriter(client, topic)
-        self.lock = asyncio.Lock()
-
-
-async def _nothing(_: int) -> None:
-    return None
 
 
 class StatePartitions:
@@ -147,7 +98,8 @@ class StatePartitions:
         writers: Writers,
         name: str,
         reset: Callable[[int], None] | None = None,
-        on_release: Released = _nothing,
+        on_release: Released | None = None,
+        on_taken: Callable[[int, bool], None] | None = None,
         owner_of: OwnerOf | None = None,
         handoff_wait_s: float = 5.0,
     ) -> None:
@@ -156,14 +108,14 @@ class StatePartitions:
         self._doubt: dict[int, BaseException] = {}  # a failed write of ours may be stored
         self._identity = uuid.uuid4().hex[:12]
         self._on_acquired, self._on_lost, self._on_release = on_acquired, on_lost, on_release
+        self._on_taken = on_taken  # (partition, orphan), before any change can run on it
         self._owner_of = owner_of or (lambda _p: "another node")
         self._handoff_wait_s = handoff_wait_s
-        self._parts = [
-            _Partition(client, f"{topic}-partition-{i}", i, apply) for i in range(partitions)
-        ]
+        self._parts = [Slot(client, f"{topic}-partition-{i}", i, apply) for i in range(partitions)]
         self._writers = writers
         self._assigned: frozenset[int] = frozenset()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._checking: set[int] = set()  # loaded partitions whose writer is checked now
         self._closed = False
         self.moves = 0  # partitions loaded or released on this node since it started
 
@@ -205,27 +157,80 @@ class StatePartitions:
         wanted = frozenset(partitions)
         dropped = self._assigned - wanted
         self._assigned = wanted
+        released: dict[int, asyncio.Task[None]] = {}
         for p in sorted(dropped):
             part = self._parts[p]
             was_loaded = part.loaded.is_set()
             part.loaded.clear()  # at once: nothing new starts on it, a new assign loads it
-            self._spawn(self._release(p, was_loaded), f"release {self.name} {p}")
+            task = self._spawn(self._release(p, was_loaded), f"release {self.name} {p}")
+            if was_loaded:
+                released[p] = task
+        loading: dict[int, asyncio.Task[None]] = {}
         for p in sorted(wanted):
             part = self._parts[p]
             if part.loaded.is_set() and part.writer.owned:
+                if not part.writer.connected and p not in self._checking:
+                    self._checking.add(p)
+                    self._spawn(self._check(p), f"check {self.name} {p}")
                 continue
             if part.acquiring is None or part.acquiring.done():
                 part.acquiring = self._spawn(self._acquire(p), f"load {self.name} {p}")
+                loading[p] = part.acquiring
+        if released or loading:
+            self._spawn(self._summarize(loading, released), f"moves of {self.name}")
+
+    async def _check(self, partition: int) -> None:
+        """A loaded partition whose writer the client does not have connected: fenced
+        while this node was away (paused, cut off: the broker dropped it and another
+        node took the partition) or only reconnecting (a broker restart). Unless the
+        broker lists our writer on it, give it up; the next listing loads it again (after
+        the other node's hand-off) if it is still ours. A silently fenced owner would
+        otherwise answer from what it last read until its next write failed."""
+        part = self._parts[partition]
+        try:
+            listed = (await self._writers()).get(partition, [])
+            async with part.lock:
+                name = part.writer.name
+                if part.loaded.is_set() and not part.writer.connected and name not in listed:
+                    log.info(
+                        "%s: partition %d: our writer %s is gone (written by %s): loading it again",
+                        self.name,
+                        partition,
+                        name,
+                        ",".join(listed) or "no one",
+                    )
+                    await self._fenced(part)
+        except Exception as exc:  # the broker away: the next listing checks again
+            log.debug("%s: checking partition %d: %r", self.name, partition, exc)
+        finally:
+            self._checking.discard(partition)
+
+    async def _summarize(
+        self, loading: dict[int, asyncio.Task[None]], released: dict[int, asyncio.Task[None]]
+    ) -> None:
+        """One INFO line per round of moves (the partitions' own lines are DEBUG)."""
+        await asyncio.gather(*loading.values(), *released.values(), return_exceptions=True)
+        took = [p for p in loading if self._parts[p].loaded.is_set()]
+        for what, parts in (("took", took), ("released", sorted(released))):
+            if parts:
+                log.info(
+                    "%s: %s %d of %d partitions of %s: %s",
+                    self.name,
+                    what,
+                    len(parts),
+                    self.count,
+                    self.topic,
+                    ",".join(map(str, parts)),
+                )
 
     async def loaded(self, timeout_s: float) -> bool:
-        """Wait (at most ``timeout_s``) until every assigned partition is loaded."""
-        waits = [self._parts[p].loaded.wait() for p in self._assigned]
-        if not waits:
-            return True
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
-        except TimeoutError:
-            return False
+        """Wait (at most ``timeout_s``) until every partition assigned *now* is loaded (one
+        assigned when the wait began and moved on since is not waited for)."""
+        deadline = time.monotonic() + timeout_s
+        while any(not self._parts[p].loaded.is_set() for p in self._assigned):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_HANDOFF_POLL_S)
         return True
 
     async def ready(self, partition: int, wait_s: float = 10.0) -> None:
@@ -270,7 +275,9 @@ class StatePartitions:
         part = self._parts[partition]
         while partition in self._assigned and not self._closed:
             try:
-                orphan = await self._handed_off(partition)
+                orphan = await handed_off(
+                    part, self._writers, self._handoff_wait_s, self.name, _HANDOFF_POLL_S
+                )
                 async with part.lock:
                     if partition not in self._assigned or self._closed:
                         return
@@ -288,34 +295,6 @@ class StatePartitions:
             else:
                 return
 
-    async def _handed_off(self, partition: int) -> bool:
-        """Wait until the broker lists no writer on the partition (its previous owner
-        released it, or went away), at most ``handoff_wait_s``. Whether none was listed
-        at once (the previous owner was gone: an orphan)."""
-        deadline = time.monotonic() + self._handoff_wait_s
-        first = True
-        while True:
-            try:
-                live = (await self._writers()).get(partition, [])
-            except Exception as exc:  # cannot tell: recovering costs duplicates, not losses
-                log.info("%s: who writes partition %d? %r", self.name, partition, exc)
-                return True
-            mine = self._parts[partition].writer.name
-            live = [w for w in live if w != mine]
-            if not live:
-                return first
-            if time.monotonic() > deadline:
-                log.warning(
-                    "%s: partition %d is still written by %s after %.1f s: taking it",
-                    self.name,
-                    partition,
-                    ",".join(live),
-                    self._handoff_wait_s,
-                )
-                return False
-            first = False
-            await asyncio.sleep(_HANDOFF_POLL_S)
-
     async def _release(self, partition: int, was_loaded: bool) -> None:
         """No longer assigned: hand the partition over (``on_release``, then the writer
         closes, so the new owner can take it at once)."""
@@ -326,7 +305,7 @@ class StatePartitions:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acquiring
         async with part.lock:
-            if was_loaded and part.writer.owned:
+            if was_loaded and part.writer.owned and self._on_release is not None:
                 try:
                     await self._on_release(partition)
                 except Exception as exc:  # the next owner recovers what was not handed over
@@ -337,7 +316,7 @@ class StatePartitions:
         if was_loaded:
             self.moves += 1
             owner = self._owner_of(partition)
-            log.info("%s: released partition %d to %s", self.name, partition, owner)
+            log.debug("%s: released partition %d to %s", self.name, partition, owner)
             self._on_lost(partition)
 
     # -- owning ------------------------------------------------------------------------
@@ -424,7 +403,7 @@ class StatePartitions:
         await self._fenced(part)
         return False
 
-    async def _fenced(self, part: _Partition) -> None:
+    async def _fenced(self, part: Slot) -> None:
         """Another node took the partition (its view of the members differed from ours
         for a moment): give it up; the next assignment takes it again if it is ours."""
         part.loaded.clear()
@@ -440,7 +419,7 @@ class StatePartitions:
         await part.table.restart(reset)
         part.last_marker = None
 
-    async def _settle(self, part: _Partition, *, orphan: bool, how: str = "") -> None:
+    async def _settle(self, part: Slot, *, orphan: bool, how: str = "") -> None:
         """Write a marker and read until it comes back: the table is then complete."""
         part.marker = json.dumps({"owner": self._identity, "at": time.time_ns()})
         part.marker_seen.clear()
@@ -449,9 +428,12 @@ class StatePartitions:
             await part.table.catch_up()
             if not part.marker_seen.is_set():
                 await asyncio.sleep(0.005)
+        if self._on_taken is not None:
+            self._on_taken(part.index, orphan)
         part.loaded.set()
         self.moves += 1
-        log.info(
+        log.log(
+            logging.INFO if how else logging.DEBUG,  # a round of loads is summed up
             "%s: owns partition %d of %s (%s)",
             self.name,
             part.index,

@@ -8,7 +8,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["HISTORY", "SHARED", "Completed", "Offset", "Partition", "Transaction", "TxnState"]
+__all__ = [
+    "HISTORY",
+    "SHARED",
+    "Completed",
+    "Offset",
+    "Partition",
+    "PartitionEnd",
+    "Transaction",
+    "TxnState",
+]
 
 
 class TxnState(enum.Enum):
@@ -47,10 +56,18 @@ _PREPARING = frozenset(
 @dataclass(frozen=True, slots=True)
 class Partition:
     """A data partition the transaction wrote to, and where its batches lie in the
-    partition's journal: after ``journal_start`` (the journal's last position when the
-    partition joined; None: the journal was empty) and, once decided, up to
-    ``journal_end``. ``data_start`` is the data partition's last position at the
-    decision: a recovery that must look for copies looks after it.
+    partition's journal: after ``journal_start`` (a position at or before the journal's
+    last entry when the partition joined; None: the journal was empty) and, once
+    decided, up to ``journal_end``. ``data_start`` is a position at or before the data
+    partition's last entry at the decision: what a recovery counts lies after it.
+
+    ``batches`` is what the decision must copy: how many of the transaction's batches
+    the journal holds in ``(journal_start, journal_end]``, each batch counted once (by
+    producer id and base sequence: a batch the broker journaled twice is one batch).
+    ``journal_end`` is then a real entry of the journal (the last batch's receipt, or a
+    barrier the decider wrote after it), never a position a broker lookup guessed.
+    None: a decision written by a version before the count (its end may be a lookup's
+    guess; see the copier).
 
     ``journaler`` says which sidecar journaled the partition's batches: the instance
     that joined it, or :data:`SHARED` once another one journaled a batch too (None:
@@ -63,10 +80,20 @@ class Partition:
     journal_end: str | None = None
     data_start: str | None = None
     journaler: str | None = None
+    batches: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
         return self.topic, self.partition
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEnd:
+    """What a commit decision records of one partition (see :class:`Partition`)."""
+
+    journal_end: str | None
+    data_start: str | None
+    batches: int | None
 
 
 SHARED = "*"
@@ -134,6 +161,11 @@ class Transaction:
     """The transaction token its first request bound (None: none was given)."""
     history: tuple[Completed, ...] = ()
     """Earlier transactions that had a token, oldest first (at most :data:`HISTORY`)."""
+    unresolved: str | None = None
+    """Why the decision's copy cannot complete (the journal no longer holds what the
+    decision counted, or the broker forgot the copy's name and the data partition
+    holds part of it): set by the sidecar applying it, which keeps retrying and never
+    completes a commit in part; None once resolved or complete."""
 
     def partition(self, topic: str, partition: int) -> Partition | None:
         return next((p for p in self.partitions if p.key == (topic, partition)), None)

@@ -37,6 +37,7 @@ from kop_dedup.protocol.transaction_state import (
     Completed,
     Offset,
     Partition,
+    PartitionEnd,
     Transaction,
     TxnState,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "EndCheck",
     "Offset",
     "Partition",
+    "PartitionEnd",
     "Transaction",
     "TxnState",
     "asked",
@@ -66,6 +68,7 @@ __all__ = [
     "share",
     "stage_offsets",
     "timed_out",
+    "unresolved",
 ]
 
 
@@ -241,6 +244,7 @@ def _begin(txn: Transaction, now_ms: int, token: str | None = None) -> Transacti
         in_doubt=False,
         token=token,
         history=history,
+        unresolved=None,
     )
 
 
@@ -376,22 +380,33 @@ def check_end(
 def prepare(
     txn: Transaction,
     commit: bool,
-    ends: dict[tuple[str, int], tuple[str | None, str | None]],
+    ends: dict[tuple[str, int], PartitionEnd],
     *,
     now_ms: int,
 ) -> Transaction:
-    """The decision: PrepareCommit or PrepareAbort, naming each partition's journal end
-    and data start (``ends``: (topic, partition) -> (journal_end, data_start))."""
+    """The decision: PrepareCommit or PrepareAbort, naming what each partition's copy
+    must be (``ends``: (topic, partition) -> its journal end, data start and batch
+    count; a partition missing from it records none: an abort copies nothing)."""
     if txn.state is not TxnState.ONGOING and txn.state is not TxnState.PREPARE_EPOCH_FENCE:
         raise errors.InvalidTxnState(f"cannot prepare from {txn.state.value}")
     partitions = []
     for p in txn.partitions:
-        journal_end, data_start = ends.get(p.key, (None, None))
-        partitions.append(replace(p, journal_end=journal_end, data_start=data_start))
+        end = ends.get(p.key, _NO_END)
+        partitions.append(
+            replace(
+                p,
+                journal_end=end.journal_end,
+                data_start=end.data_start,
+                batches=end.batches,
+            )
+        )
     state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     if txn.state is TxnState.PREPARE_EPOCH_FENCE:
         state = TxnState.PREPARE_EPOCH_FENCE
     return replace(txn, state=state, partitions=tuple(partitions), updated_ms=now_ms)
+
+
+_NO_END = PartitionEnd(None, None, None)
 
 
 def fence(txn: Transaction, *, now_ms: int) -> Transaction:
@@ -440,7 +455,16 @@ def complete(txn: Transaction, *, now_ms: int) -> Transaction:
         raise errors.InvalidTxnState(f"cannot complete a transaction that is {txn.state.value}")
     commit = txn.state is TxnState.PREPARE_COMMIT
     state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-    return replace(txn, state=state, updated_ms=now_ms)
+    return replace(txn, state=state, updated_ms=now_ms, unresolved=None)
+
+
+def unresolved(txn: Transaction, reason: str) -> Transaction:
+    """The decision's copy cannot complete for ``reason`` (kept for operators to read;
+    the decision is retried, never completed in part). ``updated_ms`` is kept: it
+    orders a recovery's decisions."""
+    if not txn.state.preparing:
+        raise errors.InvalidTxnState(f"a {txn.state.value} transaction has nothing to copy")
+    return replace(txn, unresolved=reason)
 
 
 def timed_out(txn: Transaction, now_ms: int) -> bool:

@@ -14,7 +14,6 @@ import logging
 import time
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
@@ -26,7 +25,9 @@ __all__ = ["DEDUP_POLICY_TTL_S", "AdminError", "PulsarAdmin"]
 
 log = logging.getLogger(__name__)
 
-_PARTITIONS_TTL_S = 30.0
+_PARTITIONS_TTL_S = 5.0
+"""How long a topic's partition count is reused: a topic grown elsewhere (CreatePartitions)
+is seen, and its partitions' leaders agree on every node again, within it."""
 DEDUP_POLICY_TTL_S = 10.0
 """How long an "on" deduplication answer is reused (KOP_DEDUP_DEDUP_POLICY_TTL_SECONDS).
 
@@ -37,7 +38,11 @@ request per topic per period when channels open. An "off" answer is never
 reused: it refuses produce, so turning dedup back on must count at once.
 """
 _DEDUP_CACHE_TOPICS = 10_000  # answers kept; the oldest go first
+_CREATED_WAIT_S = 10.0  # for another's creation of a partitioned topic to show its count
 _BROKER_RUNTIME_CONFIG = "/admin/v2/brokers/configuration/runtime"
+
+
+_REDIRECTS = 3
 
 
 class AdminError(Exception):
@@ -72,8 +77,15 @@ class PulsarAdmin:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One admin call (``/admin/v2/...``); AdminError for a 4xx or 5xx answer."""
+        # a broker that does not own a topic redirects to the one that does (307): follow
+        # it with the same method, body and token (httpx drops the token across hosts)
         resp = await self._http.request(method, path, **kwargs)
+        for _ in range(_REDIRECTS):
+            if resp.status_code not in (307, 308) or "location" not in resp.headers:
+                break
+            resp = await self._http.request(method, resp.headers["location"], **kwargs)
         if resp.status_code >= 400:
             reason = resp.text
             with contextlib.suppress(ValueError, AttributeError):
@@ -83,12 +95,12 @@ class PulsarAdmin:
 
     async def get_json(self, path: str, **params: str) -> Any:
         """GET an admin path (``/admin/v2/...``); AdminError for a 4xx or 5xx answer."""
-        return (await self._request("GET", path, params=params or None)).json()
+        return (await self.request("GET", path, params=params or None)).json()
 
     # -- cluster and namespaces -------------------------------------------------
 
     async def clusters(self) -> list[str]:
-        return list((await self._request("GET", "/admin/v2/clusters")).json())
+        return list((await self.request("GET", "/admin/v2/clusters")).json())
 
     async def ensure_namespace(
         self,
@@ -99,20 +111,20 @@ class PulsarAdmin:
     ) -> None:
         """Create the namespace if missing; turn dedup on when asked."""
         tenant = namespace_path.split("/", 1)[0]
-        namespaces = (await self._request("GET", f"/admin/v2/namespaces/{tenant}")).json()
+        namespaces = (await self.request("GET", f"/admin/v2/namespaces/{tenant}")).json()
         if namespace_path not in namespaces:
             try:
-                await self._request("PUT", f"/admin/v2/namespaces/{namespace_path}")
+                await self.request("PUT", f"/admin/v2/namespaces/{namespace_path}")
                 log.info("created namespace %s", namespace_path)
             except AdminError as exc:
                 if exc.status != 409:  # another sidecar created it first
                     raise
         if deduplication:
-            await self._request(
+            await self.request(
                 "POST", f"/admin/v2/namespaces/{namespace_path}/deduplication", json=True
             )
         if infinite_retention:
-            await self._request(
+            await self.request(
                 "POST",
                 f"/admin/v2/namespaces/{namespace_path}/retention",
                 json={"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
@@ -120,18 +132,18 @@ class PulsarAdmin:
 
     async def deduplication_enabled(self, namespace_path: str) -> bool:
         """Whether dedup applies on the namespace (its policy, else the broker's default)."""
-        resp = await self._request("GET", f"/admin/v2/namespaces/{namespace_path}/deduplication")
+        resp = await self.request("GET", f"/admin/v2/namespaces/{namespace_path}/deduplication")
         value = resp.json() if resp.content else None
         if isinstance(value, bool):
             return value
-        conf = (await self._request("GET", "/admin/v2/brokers/configuration/runtime")).json()
+        conf = (await self.request("GET", "/admin/v2/brokers/configuration/runtime")).json()
         return str(conf.get("brokerDeduplicationEnabled", "false")).lower() == "true"
 
     async def topic_deduplication(self, topic: str) -> bool | None:
         """The topic-level dedup override for a Kafka topic, or None when none is set."""
         path = self._naming.topic(topic).removeprefix("persistent://")
         try:
-            resp = await self._request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
+            resp = await self.request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
         except AdminError as exc:
             if exc.status in {404, 405}:
                 return None
@@ -163,7 +175,7 @@ class PulsarAdmin:
                         f"topic {topic!r} does not exist and auto-creation is off"
                     )
                 try:
-                    await self._request(
+                    await self.request(
                         "PUT", f"/admin/v2/persistent/{path}/partitions", json=create_with
                     )
                     log.info("created topic %s with %d partitions", topic, create_with)
@@ -178,7 +190,7 @@ class PulsarAdmin:
     async def _partition_count(self, path: str) -> int:
         """Partitions of a partitioned topic; 0 when it does not exist (4.x answers 404)."""
         try:
-            meta = (await self._request("GET", f"/admin/v2/persistent/{path}/partitions")).json()
+            meta = (await self.request("GET", f"/admin/v2/persistent/{path}/partitions")).json()
         except AdminError as exc:
             if exc.status == 404:
                 return 0
@@ -187,14 +199,14 @@ class PulsarAdmin:
 
     async def create_topic(self, topic: str, partitions: int) -> None:
         path = self._naming.topic(topic).removeprefix("persistent://")
-        await self._request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
+        await self.request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
         self._partitions.pop(topic, None)
 
     async def topics(self) -> list[str]:
         """The Kafka topics of the data namespace: its partitioned topics, by name."""
         path = f"/admin/v2/persistent/{self._naming.namespace_path}/partitioned"
         prefix = self._naming.topic("")
-        return [str(t).removeprefix(prefix) for t in (await self._request("GET", path)).json()]
+        return [str(t).removeprefix(prefix) for t in (await self.request("GET", path)).json()]
 
     async def delete_topic(self, topic: str) -> None:
         """Delete a Kafka topic (every partition; producers on it are disconnected).
@@ -202,7 +214,7 @@ class PulsarAdmin:
         path = self._naming.topic(topic).removeprefix("persistent://")
         self._partitions.pop(topic, None)
         try:
-            await self._request(
+            await self.request(
                 "DELETE", f"/admin/v2/persistent/{path}/partitions", params={"force": "true"}
             )
         except AdminError as exc:
@@ -216,7 +228,7 @@ class PulsarAdmin:
         """The broker's partitioned stats for a Kafka topic ({} when it does not exist)."""
         path = self._naming.topic(topic).removeprefix("persistent://")
         try:
-            resp = await self._request(
+            resp = await self.request(
                 "GET",
                 f"/admin/v2/persistent/{path}/partitioned-stats",
                 params={"perPartition": "true"},
@@ -272,7 +284,7 @@ class PulsarAdmin:
             # without ?applied=true: the topic's own policy only (null when none is set);
             # 4.0.8 answers 404 for a topic that does not exist, 405 when topic-level
             # policies are disabled on the broker
-            resp = await self._request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
+            resp = await self.request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
             value = resp.json() if resp.content else None
         except AdminError as exc:
             if exc.status not in {404, 405}:
@@ -297,7 +309,7 @@ class PulsarAdmin:
         cached = self._dedup_scopes.get(key)
         if cached is not None and time.monotonic() < cached[1]:
             return cached[0]
-        resp = await self._request("GET", path)
+        resp = await self.request("GET", path)
         body = resp.json() if resp.content else None  # an unset namespace policy: empty
         value: bool | None
         if isinstance(body, dict):  # the broker's runtime configuration: strings
@@ -313,7 +325,7 @@ class PulsarAdmin:
     async def set_compaction_threshold(self, namespace_path: str, threshold_bytes: int) -> None:
         """Let the broker compact a namespace's topics once this many bytes are uncompacted
         (0: only when asked, see :meth:`compact`)."""
-        await self._request(
+        await self.request(
             "PUT",
             f"/admin/v2/namespaces/{namespace_path}/compactionThreshold",
             json=threshold_bytes,
@@ -324,7 +336,7 @@ class PulsarAdmin:
         background; one already running is fine)."""
         path = topic.removeprefix("persistent://")
         try:
-            await self._request("PUT", f"/admin/v2/persistent/{path}/compaction")
+            await self.request("PUT", f"/admin/v2/persistent/{path}/compaction")
         except AdminError as exc:
             if exc.status != 409:  # 409: a compaction of that topic is already running
                 raise
@@ -332,7 +344,7 @@ class PulsarAdmin:
     async def compaction_status(self, topic: str) -> str:
         """NOT_RUN, RUNNING, SUCCESS or ERROR for the topic's last compaction."""
         path = topic.removeprefix("persistent://")
-        resp = await self._request("GET", f"/admin/v2/persistent/{path}/compaction")
+        resp = await self.request("GET", f"/admin/v2/persistent/{path}/compaction")
         return str(resp.json().get("status", "NOT_RUN"))
 
     # -- coordinator logs (partitioned topics in the system namespace) ----------------
@@ -345,18 +357,24 @@ class PulsarAdmin:
         if count:
             return count
         try:
-            await self._request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
+            await self.request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
         except AdminError as exc:
-            if exc.status != 409:  # another sidecar created it first
+            if exc.status != 409:  # another sidecar created it first, or is creating it
                 raise
-            return await self._partition_count(path)
+            # while another's creation is under way the broker answers 409 and no count yet
+            deadline = asyncio.get_running_loop().time() + _CREATED_WAIT_S
+            while not (count := await self._partition_count(path)):
+                if asyncio.get_running_loop().time() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            return count
         return partitions
 
     async def partition_writers(self, topic: str) -> dict[int, list[str]]:
         """Names of the producers connected to each partition of
         ``persistent://tenant/ns/topic``."""
         path = topic.removeprefix("persistent://")
-        resp = await self._request(
+        resp = await self.request(
             "GET", f"/admin/v2/persistent/{path}/partitioned-stats", params={"perPartition": "true"}
         )
         out: dict[int, list[str]] = {}
@@ -370,14 +388,14 @@ class PulsarAdmin:
         lies at or before it. Entry -1: the current ledger is still empty (the entries
         before it are in earlier ledgers). None: the topic has no ledger at all."""
         path = topic.removeprefix("persistent://")
-        body = (await self._request("GET", f"/admin/v2/persistent/{path}/lastMessageId")).json()
+        body = (await self.request("GET", f"/admin/v2/persistent/{path}/lastMessageId")).json()
         ledger, entry = int(body.get("ledgerId", -1)), int(body.get("entryId", -1))
         return None if ledger < 0 else (ledger, entry)
 
     async def set_topic_retention(self, topic: str, minutes: int) -> None:
         """A topic-level retention policy (time only) on a partitioned topic."""
         path = topic.removeprefix("persistent://")
-        await self._request(
+        await self.request(
             "POST",
             f"/admin/v2/persistent/{path}/retention",
             json={"retentionTimeInMinutes": minutes, "retentionSizeInMB": -1},
@@ -390,7 +408,7 @@ class PulsarAdmin:
         entry metadata; None when the broker does not index entries (no
         AppendIndexMetadataInterceptor). Raises AdminError 404 for an entry that is gone."""
         path = topic.removeprefix("persistent://")
-        resp = await self._request(
+        resp = await self.request(
             "GET", f"/admin/v2/persistent/{path}/ledger/{ledger}/entry/{entry}"
         )
         return _index_headers(resp.headers)
@@ -399,7 +417,7 @@ class PulsarAdmin:
         """When an entry was published (epoch ms; a batch: when it was sent), None when
         the broker does not say. Raises AdminError 404 for an entry that is gone."""
         path = topic.removeprefix("persistent://")
-        resp = await self._request(
+        resp = await self.request(
             "GET", f"/admin/v2/persistent/{path}/ledger/{ledger}/entry/{entry}"
         )
         return _publish_ms(resp.headers)
@@ -409,7 +427,7 @@ class PulsarAdmin:
         None when the topic holds none."""
         path = topic.removeprefix("persistent://")
         try:
-            resp = await self._request(
+            resp = await self.request(
                 "GET",
                 f"/admin/v2/persistent/{path}/examinemessage",
                 params={"initialPosition": "earliest", "messagePosition": "1"},
@@ -429,57 +447,20 @@ class PulsarAdmin:
         past the last entry when none is)."""
         path = topic.removeprefix("persistent://")
         body = (
-            await self._request("GET", f"/admin/v2/persistent/{path}/messageid/{timestamp_ms}")
+            await self.request("GET", f"/admin/v2/persistent/{path}/messageid/{timestamp_ms}")
         ).json()
         return int(body["ledgerId"]), int(body["entryId"])
 
     async def ledgers(self, topic: str) -> list[tuple[int, int]]:
         """(ledger id, entries) of every ledger still stored, oldest first."""
         path = topic.removeprefix("persistent://")
-        stats = (await self._request("GET", f"/admin/v2/persistent/{path}/internalStats")).json()
+        stats = (await self.request("GET", f"/admin/v2/persistent/{path}/internalStats")).json()
         out = [
             (int(lg["ledgerId"]), int(lg.get("entries") or 0)) for lg in stats.get("ledgers") or []
         ]
         if out:  # the current ledger's count is only in currentLedgerEntries
             out[-1] = (out[-1][0], max(out[-1][1], int(stats.get("currentLedgerEntries") or 0)))
         return out
-
-    async def create_subscription(self, topic: str, subscription: str) -> None:
-        """A durable subscription at the earliest position (409: it exists already)."""
-        path = topic.removeprefix("persistent://")
-        try:
-            await self._request(
-                "PUT",
-                f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}",
-                json={"ledgerId": -1, "entryId": -1},
-            )
-        except AdminError as exc:
-            if exc.status != 409:
-                raise
-
-    async def delete_subscription(self, topic: str, subscription: str) -> None:
-        """Delete a durable subscription, even with consumers on it (gone already: done)."""
-        path = topic.removeprefix("persistent://")
-        try:
-            await self._request(
-                "DELETE",
-                f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}",
-                params={"force": "true"},
-            )
-        except AdminError as exc:
-            if exc.status != 404:
-                raise
-
-    async def move_subscription(
-        self, topic: str, subscription: str, ledger: int, entry: int, batch_index: int
-    ) -> None:
-        """Move a subscription's cursor so the message at the position is the next unread."""
-        path = topic.removeprefix("persistent://")
-        await self._request(
-            "POST",
-            f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}/resetcursor",
-            json={"ledgerId": ledger, "entryId": entry, "batchIndex": batch_index},
-        )
 
 
 def _publish_ms(headers: httpx.Headers) -> int | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pulsar
 
+from kop_dedup import errors
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.pulsar.message_ids import EntryPosition
 from kop_dedup.pulsar.tables import PulsarClient, discard
@@ -29,10 +30,20 @@ from kop_dedup.pulsar.wire import (
     decode_whole,
 )
 
-__all__ = ["StoredBatch", "read_batches"]
+__all__ = ["PROP_BARRIER", "RangeNotReached", "StoredBatch", "read_batches"]
+
+PROP_BARRIER = "kafka.txn.barrier"
+"""On a journal's barrier: an empty message whose position ends a range read (its
+value: the sidecar that wrote it). No reader ever takes it for a batch: it carries no
+producer id or transaction."""
 
 _READ_WAIT_MS = 10_000
 _TAIL_WAIT_MS = 100
+
+
+class RangeNotReached(errors.RequestTimedOut):
+    """A range read found nothing more before its end (the entries may be gone, or the
+    broker slow): nothing is known of the rest of the range."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +59,6 @@ class StoredBatch:
 def _next(reader: Any, reached: EntryPosition | None, upto: EntryPosition) -> Any:
     """The next message; None once in the last entry nothing more comes at once (the
     rest of a batch entry's messages are received with its first)."""
-    if upto[1] < 0:  # "before ledger upto[0]" (an end recorded by an older version)
-        return reader.read_next(_READ_WAIT_MS) if reader.has_message_available() else None
     if reached is None or reached < upto:
         return reader.read_next(_READ_WAIT_MS)  # a Timeout raises: the caller retries
     try:
@@ -75,7 +84,8 @@ def _scan(
     a range full of entries: a journal read would copy part of a transaction, a look
     for earlier copies would copy one again. A read that cannot reach ``upto`` raises
     (a Timeout: the caller retries). The entry at ``upto`` is read to its last message
-    (a batch entry's messages arrive together)."""
+    (a batch entry's messages arrive together), unless it is one message (a whole-batch
+    journal entry, a barrier)."""
     whole: dict[EntryPosition, StoredBatch] = {}
     groups: dict[EntryPosition, list[tuple[DecodedRecord, Mapping[str, str]]]] = {}
     if after is not None and upto <= after:
@@ -89,18 +99,16 @@ def _scan(
         if after is not None and position <= after:
             continue
         properties = msg.properties()
-        if properties.get(PROP_ENTRY_FORMAT) == WHOLE_BATCH:  # one message per entry
-            if select(properties):
-                whole[position] = StoredBatch(position, decode_whole(msg.data()), properties)
-            if position == upto:
-                break
-            continue
-        if not select(properties):
-            continue
-        record = DecodedRecord.from_message(
-            msg.data(), msg.partition_key(), properties, msg.event_timestamp()
-        )
-        groups.setdefault(position, []).append((record, properties))
+        one = properties.get(PROP_ENTRY_FORMAT) == WHOLE_BATCH  # one message per entry
+        if one and select(properties):
+            whole[position] = StoredBatch(position, decode_whole(msg.data()), properties)
+        elif not one and select(properties):  # a barrier is never picked
+            record = DecodedRecord.from_message(
+                msg.data(), msg.partition_key(), properties, msg.event_timestamp()
+            )
+            groups.setdefault(position, []).append((record, properties))
+        if position == upto and (one or PROP_BARRIER in properties):
+            break
     out = list(whole.values())
     for position, items in groups.items():
         first, last = items[0], items[-1]
@@ -139,8 +147,16 @@ async def read_batches(
     topic order, as batches of the Kafka topic ``topic_name`` / ``partition``: a batch
     entry's records, or a whole batch in one message (a journal entry).
 
+    ``upto`` must be a real entry (a receipt's position): an end with entry -1 ("before
+    ledger N", what a broker lookup answers for a ledger still empty) cannot be read to,
+    and is refused (ValueError). A range the reader cannot reach the end of raises
+    :class:`RangeNotReached` (retriable): a read never ends on the client's "no more
+    messages".
+
     The range is read with the client's blocking calls on a worker thread (``select``
     runs there: it must only look at the properties)."""
+    if upto[1] < 0:
+        raise ValueError(f"a range read needs a real entry as its end, not {upto}")
     start = (
         pulsar.MessageId.earliest
         if after is None
@@ -152,5 +168,7 @@ async def read_batches(
         return await loop.run_in_executor(
             None, _scan, reader._reader, after, upto, select, topic_name, partition
         )
+    except pulsar.Timeout as exc:
+        raise RangeNotReached(f"{topic} could not be read to {upto[0]}:{upto[1]}") from exc
     finally:
         await discard(reader)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -135,10 +136,11 @@ class BatchWaiter:
     to raise, and the future is left alone.
     """
 
-    __slots__ = ("_count", "_future", "_loop", "flushed", "refused", "results")
+    __slots__ = ("_count", "_future", "_loop", "_thread", "flushed", "refused", "results")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, count: int) -> None:
         self._loop = loop
+        self._thread = threading.get_ident()
         self._future: asyncio.Future[BatchReceipt] = loop.create_future()
         self._count = count
         self.results: dict[Any, Any] = {}
@@ -161,7 +163,12 @@ class BatchWaiter:
                 outcome = BatchReceipt(
                     msg_id.ledger_id(), msg_id.entry_id(), msg_id.partition(), first
                 )
-            self._loop.call_soon_threadsafe(self._complete, outcome)
+            if threading.get_ident() == self._thread:
+                # answered inside the flush (the client refused the entry): the future
+                # is done when send_batch returns, before anything else is sent
+                self._complete(outcome)
+            else:
+                self._loop.call_soon_threadsafe(self._complete, outcome)
         except Exception:  # never let an exception reach the C++ thread
             log.exception("send callback failed")
 
@@ -306,6 +313,19 @@ class PulsarProducer:
         self._raw.send_async(builder.build(), waiter.on_last)
         return self._flush(waiter, 1)
 
+    def send_marker(self, properties: Mapping[str, str]) -> asyncio.Future[BatchReceipt]:
+        """One empty message carrying ``properties`` (a journal's barrier: found by its
+        position, never read as a batch); the client assigns its sequence id. Same
+        receipts and failures as :meth:`send_batch`."""
+        if self.room < 1:
+            raise SendFailed(_pulsar.Result.ProducerQueueIsFull)
+        waiter = BatchWaiter(asyncio.get_running_loop(), 1)
+        builder = _pulsar.MessageBuilder()
+        builder.content(b"")
+        builder.properties(dict(properties))
+        self._raw.send_async(builder.build(), waiter.on_last)
+        return self._flush(waiter, 1)
+
     def _flush(self, waiter: BatchWaiter, count: int) -> asyncio.Future[BatchReceipt]:
         """Flush the enqueued records as one entry, or raise for a last record refused."""
         if waiter.refused is not None:
@@ -366,14 +386,23 @@ class Publisher:
         self._send_timeout_ms = send_timeout_ms
 
     async def create(
-        self, topic: str, name: str | None, *, capacity: int = 50_000
+        self,
+        topic: str,
+        name: str | None,
+        *,
+        capacity: int = 50_000,
+        send_timeout_ms: int | None = None,
     ) -> PulsarProducer:
         """A producer named ``name`` (None: broker-assigned) on a partition topic whose
-        queue holds ``capacity`` records."""
+        queue holds ``capacity`` records. ``send_timeout_ms``: the client's send timeout
+        (None: the publisher's; 0: none, the client never fails a pending send on its
+        own but keeps resending it across reconnections, in order)."""
         producer = await self.client.create_producer(
             topic,
             producer_name=name,
-            send_timeout_millis=self._send_timeout_ms,
+            send_timeout_millis=(
+                self._send_timeout_ms if send_timeout_ms is None else send_timeout_ms
+            ),
             max_pending_messages=capacity,
             max_pending_messages_across_partitions=capacity,
             block_if_queue_full=False,

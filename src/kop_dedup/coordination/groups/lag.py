@@ -38,6 +38,7 @@ from kop_dedup.coordination.groups.coordinator import GroupCoordinator
 from kop_dedup.coordination.groups.state import GroupState
 from kop_dedup.protocol import groups as proto
 from kop_dedup.protocol.groups import LagRow, Mode, TopicPartition
+from kop_dedup.pulsar import subscriptions
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
 from kop_dedup.pulsar.message_ids import MessagePosition, decode_message_position
 
@@ -181,8 +182,8 @@ class GroupLag:
         """A group was forgotten: its subscriptions go (Pulsar keeps no backlog for it)."""
         for tp in tps:
             self._cursor_at.pop((group, tp), None)
-            await self._admin.delete_subscription(
-                self._groups.partition_topic(tp), subscription_name(group)
+            await subscriptions.delete_subscription(
+                self._admin, self._groups.partition_topic(tp), subscription_name(group)
             )
 
     @staticmethod
@@ -232,12 +233,16 @@ class GroupLag:
         topic, sub = self._groups.partition_topic(tp), subscription_name(group)
         ledger, entry, batch = await self._cursor_position(topic, offset, position)
         try:
-            await self._admin.move_subscription(topic, sub, ledger, entry, max(batch, 0))
+            await subscriptions.move_subscription(
+                self._admin, topic, sub, ledger, entry, max(batch, 0)
+            )
         except AdminError as exc:
             if exc.status != 404:
                 raise
-            await self._admin.create_subscription(topic, sub)
-            await self._admin.move_subscription(topic, sub, ledger, entry, max(batch, 0))
+            await subscriptions.create_subscription(self._admin, topic, sub)
+            await subscriptions.move_subscription(
+                self._admin, topic, sub, ledger, entry, max(batch, 0)
+            )
 
 
 def _rows(report: LagReport) -> list[LagRow]:

@@ -106,6 +106,7 @@ class GroupStore:
             on_acquired=self._acquired,
             on_lost=self._clean.lost,
             on_release=self._clean.mark,
+            on_taken=self._taken,
             writers=lambda: admin.partition_writers(topic),
             name="consumer groups",
             owner_of=owner_of,
@@ -139,11 +140,15 @@ class GroupStore:
 
     # -- ownership ------------------------------------------------------------------------
 
-    async def _acquired(self, partition: int, orphan: bool) -> None:
+    def _taken(self, partition: int, orphan: bool) -> None:
+        """This node just loaded the partition (before any change can run on it): what
+        its recovery must do (:mod:`.closing`)."""
+        self._clean.taken(partition, orphan=orphan)
+
+    async def _acquired(self, partition: int, orphan: bool) -> None:  # noqa: ARG002 - taken
         """After every load of a partition by this node (a task of its own): recover it
         (:mod:`.closing`), unless a change got the lock first (it recovers before
         changing anything)."""
-        self._clean.taken(partition, orphan=orphan)
         async with self.parts.lock(partition):
             if partition in self._broken and self.parts.owned(partition):
                 await self._reread(partition)  # its view may hold writes never stored

@@ -1,17 +1,26 @@
 """The applier: drives durable decisions to completion (Kafka's
 TransactionMarkerChannelManager; our markers are the copies).
 
-A decision (PrepareCommit, PrepareAbort, PrepareEpochFence) is applied in the
-background, once at a time per transactional id (:meth:`TransactionApplier.ensure`):
-a commit's partitions are copied at once (:mod:`.copier`, idempotent; from the local
-copy of what this sidecar journaled, else from the journal), each data partition's
-copies in decision order (:mod:`.ordering`), with the decision record for audits
-written meanwhile; then the staged offsets are committed and Complete* written. An
-abort copies nothing: its pending offsets are cleared and CompleteAbort written.
+A commit decision records, per partition, how many of the transaction's batches the
+journal holds up to a real end entry (:meth:`TransactionApplier.ends`: from the local
+copy's receipts, else a journal barrier and a read by position to it). It is applied in
+the background, once at a time per transactional id (:meth:`TransactionApplier.ensure`):
+every partition's batches are found first (:meth:`.copier.Copier.batches`: exactly the
+number the decision counted, else nothing is copied), then copied at once, each data
+partition's copies in decision order (:mod:`.ordering`), each batch under its one
+producer name and sequence id, complete once every batch has a receipt
+(:mod:`.copier`), with the decision record for audits written meanwhile; then the staged
+offsets are committed and CompleteCommit written. CompleteCommit is therefore written
+only when every partition holds every batch the decision counted. An abort copies
+nothing: its pending offsets are cleared and CompleteAbort written.
 
-Applying again what was partly applied is safe: a replayed copy comes back -1/-1. A
-sidecar that takes a log partition over applies every decision it finds there
-(:meth:`TransactionApplier.recover`).
+Applying again what was partly applied is safe: a replayed copy comes back -1/-1, and a
+failed attempt is tried again until this sidecar loses the log partition (whose new
+owner applies it: :meth:`TransactionApplier.recover`). A copy that cannot be resolved
+(the journal no longer holds what the decision counted; the broker forgot the copy's
+name) is never completed in part: it is reported (a WARNING, an ERROR once older than
+the journal's retention, the ``kop_dedup_txn_copy_unresolved`` gauge, ``unresolved`` in
+the transaction's record) and tried again, less often.
 """
 
 from __future__ import annotations
@@ -26,15 +35,22 @@ from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.coordination.transactions.copier import Copier
+from kop_dedup.coordination.transactions.copy_source import CopyUnresolved
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.offsets import TxnOffsets
 from kop_dedup.coordination.transactions.ordering import CopyOrder, Ticket
 from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.coordination.transactions.state import TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
+from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch
-from kop_dedup.protocol.transactions import Offset, Partition, Transaction, TxnState
-from kop_dedup.pulsar.message_ids import encode_entry_position
+from kop_dedup.protocol.transactions import (
+    Offset,
+    Partition,
+    PartitionEnd,
+    Transaction,
+    TxnState,
+)
 from kop_dedup.pulsar.tables import KeyedWriter
 
 __all__ = ["Ends", "TransactionApplier"]
@@ -43,9 +59,11 @@ log = logging.getLogger(__name__)
 
 _SETTLED_AFTER_S = 5.0
 """How long a local copy is kept before the sweep asks the log whether it is settled."""
+_UNRESOLVED_RETRY_MAX_S = 60.0
+"""The longest wait between two attempts at a copy that cannot be resolved."""
 
-Ends = dict[tuple[str, int], tuple[str | None, str | None]]
-"""(topic, partition) -> (journal end, data start): what a decision names."""
+Ends = dict[tuple[str, int], PartitionEnd]
+"""(topic, partition) -> what a commit decision records of it."""
 
 
 class TransactionApplier:
@@ -65,6 +83,8 @@ class TransactionApplier:
         self._local, self._instance = copier.local, copier.instance
         self._order = CopyOrder()
         self._applying: dict[str, asyncio.Task[None]] = {}
+        self._unresolved: dict[str, tuple[int, bool]] = {}
+        """Transactional id -> (ordinal, reported at ERROR) of copies unresolved now."""
         self._closing = False
 
     async def close(self) -> None:
@@ -83,34 +103,29 @@ class TransactionApplier:
     # -- what a decision names ------------------------------------------------------------
 
     async def ends(self, txn: Transaction, commit: bool) -> Ends:
-        """Each partition's journal end and data start for the decision: the journal end
-        is the last batch of the local copy when it holds them all (from the receipts),
-        else the journal's last position now; the data start a recent lower bound."""
+        """What a commit decision records of each partition (see :class:`Partition`): the
+        journal's end and the number of the transaction's batches up to it (from the
+        local copy's receipts when it holds them all, else a journal barrier and a read
+        to it: :meth:`Copier.decision_end`), and a recent lower bound of the data
+        partition's end. An abort copies nothing and records none."""
+        if not commit:
+            return {}
 
-        async def one(part: Partition) -> tuple[str | None, str | None]:
-            journal_end: str | None
-            kept = (
-                self._local.batches(txn.transactional_id, txn.ordinal, part.key)
-                if part.journaler == self._instance
-                else None
+        async def one(part: Partition) -> PartitionEnd:
+            (journal_end, batches), data_start = await asyncio.gather(
+                self._copier.decision_end(txn, part),
+                self._journal.recent_data_end(part.topic, part.partition),
             )
-            if kept is not None:
-                journal_end = encode_entry_position(kept[-1][0]) if kept else None
-            else:
-                journal_end = await self._journal.end(part.topic, part.partition)
-            data_start = (
-                await self._journal.recent_data_end(part.topic, part.partition) if commit else None
-            )
-            return journal_end, data_start
+            return PartitionEnd(journal_end, data_start, batches)
 
         found = await asyncio.gather(*(one(part) for part in txn.partitions))
         return {part.key: end for part, end in zip(txn.partitions, found, strict=True)}
 
     # -- driving ------------------------------------------------------------------------------
 
-    def ensure(self, transactional_id: str, *, recovering: bool = False) -> None:
-        """Apply the id's decision in the background, once at a time (``recovering``: a
-        previous owner may have applied part of it)."""
+    def ensure(self, transactional_id: str) -> None:
+        """Apply the id's decision in the background, once at a time (a previous owner
+        may have applied part of it: applying again is safe)."""
         task = self._applying.get(transactional_id)
         if (task is not None and not task.done()) or self._closing:
             return
@@ -120,7 +135,7 @@ class TransactionApplier:
         if txn is not None and txn.state is TxnState.PREPARE_COMMIT:
             ticket = self._order.ticket(part.key for part in txn.partitions)
         task = asyncio.create_task(
-            self._apply(transactional_id, recovering=recovering, ticket=ticket),
+            self._apply(transactional_id, ticket=ticket),
             name=f"apply {transactional_id}",
         )
         self._applying[transactional_id] = task
@@ -160,47 +175,91 @@ class TransactionApplier:
                     txn.transactional_id,
                     txn.state.value,
                 )
-                self.ensure(txn.transactional_id, recovering=True)
+                self.ensure(txn.transactional_id)
 
-    async def _apply(
-        self, transactional_id: str, *, recovering: bool = False, ticket: Ticket | None = None
-    ) -> None:
+    async def _apply(self, transactional_id: str, *, ticket: Ticket | None = None) -> None:
         """Apply the decision until it is complete or another sidecar took over."""
         try:
-            await self._apply_until_done(transactional_id, recovering=recovering, ticket=ticket)
+            await self._apply_until_done(transactional_id, ticket=ticket)
         finally:
             if ticket is not None:
                 ticket.release()
 
-    async def _apply_until_done(
-        self, transactional_id: str, *, recovering: bool, ticket: Ticket | None
-    ) -> None:
+    async def _apply_until_done(self, transactional_id: str, *, ticket: Ticket | None) -> None:
         """Until the decision is complete, or this sidecar no longer owns the id's log
         partition (its new owner recovers it). Any failure while it still does is
-        tried again: a NOT_COORDINATOR of the group store (its partition moved) too."""
+        tried again: a NOT_COORDINATOR of the group store (its partition moved) too; a
+        copy that cannot be resolved (:class:`CopyUnresolved`) is reported and tried
+        again less often."""
         p = self._state.partition_of(transactional_id)
         if self._settings.apply_delay_s:
             await asyncio.sleep(self._settings.apply_delay_s)
-        while not self._closing:
-            txn = self._state.get(transactional_id)
-            if txn is None or not txn.state.preparing or not self._state.owned(p):
-                return
-            try:
-                await self.apply_once(txn, recovering=recovering, ticket=ticket)
-            except Exception as exc:
-                if isinstance(exc, errors.NotCoordinator) and not self._state.owned(p):
-                    return  # the new owner of the log partition recovers it
-                self._stats.apply_retries += 1
-                log.warning(
-                    "applying transaction %d of %r failed, retrying: %s",
-                    txn.ordinal,
-                    transactional_id,
-                    exc,
-                )
-                recovering = True
-                await asyncio.sleep(self._settings.retry_interval_s)
-            else:
-                return
+        unresolved = 0
+        try:
+            while not self._closing:
+                txn = self._state.get(transactional_id)
+                if txn is None or not txn.state.preparing or not self._state.owned(p):
+                    return
+                try:
+                    await self.apply_once(txn, ticket=ticket)
+                except Exception as exc:
+                    if isinstance(exc, errors.NotCoordinator) and not self._state.owned(p):
+                        return  # the new owner of the log partition recovers it
+                    self._stats.apply_retries += 1
+                    wait = self._settings.retry_interval_s
+                    if isinstance(exc, CopyUnresolved):
+                        unresolved += 1
+                        await self._report_unresolved(txn, exc)
+                        wait = min(wait * 2**unresolved, _UNRESOLVED_RETRY_MAX_S)
+                    else:
+                        log.warning(
+                            "applying transaction %d of %r failed, retrying: %s",
+                            txn.ordinal,
+                            transactional_id,
+                            exc,
+                        )
+                    await asyncio.sleep(wait)
+                else:
+                    return
+        finally:
+            self._unresolved.pop(transactional_id, None)
+
+    async def _report_unresolved(self, txn: Transaction, exc: CopyUnresolved) -> None:
+        """A decision whose copy cannot be resolved: WARNING the first time, ERROR once the
+        transaction is older than the journal's retention (the journal may have lost
+        what it needs); the reason is written into the log for ``GET
+        /v1/transactions/{id}`` (a gauge counts them)."""
+        tid = txn.transactional_id
+        self._stats.copy_unresolved += 1
+        old = now_ms() - txn.started_ms > self._journal.retention_ms
+        seen = self._unresolved.get(tid)
+        if seen is None or seen[0] != txn.ordinal or (old and not seen[1]):
+            log.log(
+                logging.ERROR if old else logging.WARNING,
+                "transaction %d of %r is decided but its copy cannot complete%s: %s",
+                txn.ordinal,
+                tid,
+                " (older than the journal's retention: its records may be gone)" if old else "",
+                exc.message,
+            )
+            self._unresolved[tid] = (txn.ordinal, old)
+        if txn.unresolved == exc.message:
+            return
+        ordinal = txn.ordinal
+
+        async def mark(current: Transaction | None) -> Transaction | None:
+            if current is None or current.ordinal != ordinal or not current.state.preparing:
+                return current
+            return tx.unresolved(current, exc.message)
+
+        try:
+            await self._state.change(tid, mark, take=False)
+        except Exception as failure:  # reported again at the next attempt
+            log.debug("recording the unresolved copy of %r: %r", tid, failure)
+
+    def unresolved(self) -> int:
+        """Decisions this sidecar applies whose copy cannot be resolved now."""
+        return len(self._unresolved)
 
     def drive(self, partition: int) -> int:
         """Apply every decision of an owned partition that is not being applied (the
@@ -209,20 +268,18 @@ class TransactionApplier:
         started = 0
         for txn in sorted(self._state.in_partition(partition), key=lambda t: t.updated_ms):
             if txn.state.preparing and txn.transactional_id not in self._applying:
-                self.ensure(txn.transactional_id, recovering=True)
+                self.ensure(txn.transactional_id)
                 started += 1
         return started
 
-    async def apply_once(
-        self, txn: Transaction, *, recovering: bool, ticket: Ticket | None = None
-    ) -> None:
+    async def apply_once(self, txn: Transaction, *, ticket: Ticket | None = None) -> None:
         """Apply ``txn``'s decision once: copies, decision record, offsets, Complete*.
         Raises when a step fails (calling again is safe)."""
         started = time.monotonic()
         commit = txn.state is TxnState.PREPARE_COMMIT
         copied: dict[tuple[str, int], int] = {}
         if commit:
-            copied = await self._copy_all(txn, recovering=recovering, ticket=ticket)
+            copied = await self._copy_all(txn, ticket=ticket)
         else:
             await self._decision_record(txn, commit, copied)
         await self._apply_offsets(txn, commit)
@@ -266,12 +323,13 @@ class TransactionApplier:
                 )
 
     async def _copy_all(
-        self, txn: Transaction, *, recovering: bool, ticket: Ticket | None
+        self, txn: Transaction, *, ticket: Ticket | None
     ) -> dict[tuple[str, int], int]:
         """Copy every partition at once, each in its turn, and write the decision record
         meanwhile (its counts are known once the batches are); everything finishes (or
         fails) before this returns, so a retry never runs beside a copy of the same
-        batches."""
+        batches. Nothing is copied unless every partition's batches are found as the
+        decision counted them."""
         p = self._state.partition_of(txn.transactional_id)
         found = await asyncio.gather(*(self._copier.batches(txn, part) for part in txn.partitions))
         copied = {
@@ -282,7 +340,7 @@ class TransactionApplier:
         async def copy(part: Partition, batches: list[KafkaBatch]) -> int:
             if ticket is not None:
                 await ticket.wait(part.key)
-            n = await self._copier.copy(txn, part, recovering=recovering, owner=p, batches=batches)
+            n = await self._copier.copy(txn, part, batches, owner=p)
             if ticket is not None:
                 ticket.done(part.key)
             return n

@@ -33,7 +33,6 @@ import contextlib
 import enum
 import json
 import logging
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -42,7 +41,6 @@ from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.transactions.applier import TransactionApplier
 from kop_dedup.coordination.transactions.copier import Copier
-from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.coordination.transactions.state import Decide, TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
@@ -112,11 +110,10 @@ class CheckBacks:
         state: TransactionStateManager,
         applier: TransactionApplier,
         copier: Copier,
-        journal: Journal,
         stats: TxnStats,
         settings: TxnSettings,
     ) -> None:
-        self._state, self._applier, self._copier, self._journal = state, applier, copier, journal
+        self._state, self._applier, self._copier = state, applier, copier
         self._stats, self._settings = stats, settings
         self._client = CheckBack(settings.check_back_timeout_s)
         self._asking: dict[str, asyncio.Task[None]] = {}
@@ -215,15 +212,12 @@ class CheckBacks:
         records: list[dict[str, object]] = []
         total = 0
         for part in txn.partitions:
-            with_end = replace(
-                part, journal_end=await self._journal.end(part.topic, part.partition)
-            )
-            stored = await self._copier.journaled(txn, with_end)
-            count = sum(len(s.batch.records) for s in stored)
+            stored = await self._copier.journaled_now(txn, part)
+            count = sum(len(b.records) for b in stored)
             total += count
             partitions.append({"topic": part.topic, "partition": part.partition, "records": count})
-            for s in stored:
-                for r in s.batch.records:
+            for b in stored:
+                for r in b.records:
                     if len(records) < _CHECK_BACK_RECORDS:
                         records.append(
                             {

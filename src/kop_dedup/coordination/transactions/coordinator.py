@@ -78,7 +78,7 @@ class TransactionCoordinator:
         self.settings = settings
         self._members = members
         self.stats = TxnStats(local=copier.local, copier=copier)
-        self._admin, self._copier, self._offsets = admin, copier, offsets
+        self._admin, self._copier, self._offsets, self._journal = admin, copier, offsets, journal
         self._allocator, self._epochs, self._legacy = allocator, epochs, legacy
         self._decisions_topic = decisions_topic
         self._release_journals = release_journals  # the journal names of moved producers
@@ -99,9 +99,7 @@ class TransactionCoordinator:
             on_busy=self.applier.ensure,
             settings=settings,
         )
-        self.checkbacks = CheckBacks(
-            self.state, self.applier, copier, journal, self.stats, settings
-        )
+        self.checkbacks = CheckBacks(self.state, self.applier, copier, self.stats, settings)
         self._background: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
@@ -131,6 +129,7 @@ class TransactionCoordinator:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self._copier.close()
+        await self._journal.close()
         await self.state.close()
         await self._decisions.close()
 

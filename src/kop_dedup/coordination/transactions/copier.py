@@ -1,56 +1,90 @@
 """Applying a commit: copy a transaction's journaled batches into a data partition,
-idempotently under Pulsar's deduplication.
+each batch under one identity, complete when every batch has a receipt.
 
-The copy of a transaction's ``i``-th batch in a partition is published through the
-producer ``<prefix>-txn-<producerId>-<epoch>`` with the sequence id
-``ordinal * 2**32 + i + 1``: deterministic, and growing across the transactions of
-a producer id and epoch (their ordinals grow), so a copy replayed after a crash comes
-back -1/-1 and the broker's high-water mark for the name says how far a copy got. The
-name is per producer id and epoch, not per transaction, because the broker remembers at
-most ``brokerDeduplicationMaxNumberOfProducers`` names per topic.
+**One identity per batch.** The copy of the ``i``-th batch of transaction ``N`` into
+partition ``P`` is published, whoever sends it and however often (this sidecar, another
+after a takeover, a retry after a broker restart), through the producer
+``<prefix>-txn-<producerId>-<epoch>`` on ``P`` with the sequence id
+:func:`copy_sequence_id` ``(N, i)``. The broker's deduplication is per producer name, so
+a second copy of a stored batch comes back -1/-1 and nothing lands twice. The name is per
+producer id and epoch, not per transaction (the broker remembers at most
+``brokerDeduplicationMaxNumberOfProducers`` names per topic); the sequence ids grow across
+a name's transactions (their ordinals grow).
+
+**No gap below the broker's mark, so -1/-1 means stored.** The broker answers -1/-1 only
+for a sequence id at or below ``highestSequencedPersisted`` of the name (a sequence
+above it but at or below ``highestSequencedPushed`` gets an error instead:
+apache/pulsar ``MessageDeduplication.isDuplicate`` and
+``PersistentTopic.publishMessage``). So a batch answered -1/-1 was stored if no batch of
+the name can be missing below a stored one. That holds because:
+
+- every attempt sends *all* of the transaction's batches for ``P``, in index order,
+  through one producer, and sends nothing after a send it knows failed (a refusal
+  inside the client, such as a too-large entry, is seen before the next batch goes:
+  the copier also checks the size bound the produce path checked, and refuses loudly);
+- copy producers have **no send timeout**: the C++ client then never fails a pending
+  send on its own (pulsar-client-cpp ``ProducerImpl::startSendTimeoutTimer`` arms the
+  timer only for a timeout above 0). On a broken connection it reconnects and
+  re-sends every pending message, in order (``ProducerImpl::handleCreateProducer``
+  -> ``resendMessages``); a send error from the broker, "cannot determine whether the
+  message is a duplicate yet" (``MessageDupUnknownException``) included, closes the
+  connection, which does the same (``ClientConnection::handleSendError``; only a
+  checksum error fails a single message). Pending sends fail only all at once, when
+  the producer is closed, fenced, its topic terminated or its backlog quota exceeded
+  (``failPendingMessages``), and a copy that sees any failure closes its producer;
+- the broker stores a topic's entries in the order it takes them and never stores one
+  after a failed one: a failed BookKeeper write makes the managed ledger re-send the
+  pending writes, in order, on a new ledger, or fail them all
+  (``OpAddEntry.handleAddFailure``); ``PersistentTopic.addFailed`` fences the topic,
+  disconnects its producers (which re-send) and resets ``highestSequencedPushed`` to
+  what was persisted;
+- one copy at a time per producer name on this sidecar (a lock), in increasing
+  ordinals (one decision at a time per transactional id, each complete before the
+  next begins), and the broker lets one producer hold a name at a time: a copy never
+  sends an older sequence id while newer ones are in flight (the C++ client matches a
+  receipt against the head of its queue only).
+
+So the copy of ``P`` is complete when every batch has a receipt, stored or -1/-1: no
+read decides it. A failure closes the copy producer (failing what is pending) and raises;
+the next attempt creates the producer again and sends everything again. Releasing a
+log partition (:meth:`Copier.release`) or closing closes its copy producers even while
+a copy holds them: that copy fails, and its apply loop finds the log partition gone.
+
+**What to copy is counted by the decision** (:mod:`.copy_source`): per partition, how
+many batches the journal holds for the transaction, each batch once, up to a real end
+entry. The copy is given exactly that many batches, or nothing is copied
+(:class:`~.copy_source.CopyUnresolved`, retried and reported): a commit is never
+completed in part.
+
+**The broker forgetting the name** (360 minutes after its last disconnect,
+``brokerDeduplicationProducerInactivityTimeoutMinutes``): a copy producer whose name the
+broker has no state for (its mark is -1), for a decision older than that, could store a
+batch a second time (a name the broker knows has a mark at or above every copy stored
+under it: a mark below the transaction's first sequence id then means none of its
+copies is stored). The copier then counts what the data partition holds of the
+transaction after the decision's data start, by position to its last entry, and
+completes only when every batch is there; otherwise it raises the alarm
+(``on_state_lost``) and leaves the decision undone.
 
 Each copied record keeps the original's properties (producer id, epoch, sequence, key,
-headers, timestamp) and gains the transaction's ordinal, which with its producer id
-names the transaction; the first record of each batch also carries the transactional
-id, the batch's index, the transaction's record count in this partition and its
-partition count (what the audit checks a transaction against; once per batch, since a
-batch entry is stored whole or not at all). :func:`copy_overhead` is what a copy adds
-to a batch's entry: the produce path refuses a batch whose copy could not be stored.
-
-**Every batch verified.** A batch counts as copied only when this copy stored it (a
-receipt) or the data partition shows it (read after the decision's data start): the
-copy producer's high-water mark, or a -1/-1 receipt, says only that *some* later batch
-of the name was stored, and a batch that failed (the broker refused its entry) can sit
-below a later one that did not. Such a batch is copied again through a repair producer
-of its own (``<prefix>-txn-<pid>-<epoch>-r<ordinal>``, sequence id = index + 1, one
-batch at a time), so :meth:`Copier.copy` returns only once every batch of the
-partition is in it.
-
-Copy producers stay open between transactions (closed after ``idle_s`` unused, when
-this sidecar loses the log partition of the transactional id that used them, or when
-a send fails: the next copy then reconnects and takes the broker's high-water mark
-again). While open, the producer's high-water mark is kept from the receipts.
-
-The batches come from the local copy (:mod:`.local_copy`) when this sidecar was the
-partition's sole journaler and still holds all of them; otherwise from the journal,
-read over the range the decision names. Both give the same batches in the same
-(journal) order, so a copy begun from memory and finished by a recovery from the
-journal gives every batch the same sequence id.
-
-When the broker no longer remembers the name (it forgets a name 360 minutes after it
-disconnects), a recovery compares what the data partition already holds after the
-decision (the markers) before copying again, and raises the alarm.
+headers, timestamp) and gains the transaction's ordinal; the first record of each batch
+also carries the transactional id, the batch's index, the transaction's record count in
+this partition and its partition count (what the audit checks a transaction against).
+:func:`copy_overhead` is what a copy adds to a batch's entry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from kop_dedup import errors
+from kop_dedup.clock import now_ms
+from kop_dedup.coordination.transactions.copy_source import CopySource, CopyUnresolved
 from kop_dedup.coordination.transactions.journal import (
     NUMBER_BYTES,
     PROP_TXN_ID,
@@ -65,18 +99,17 @@ from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.protocol.transactions import Partition, Transaction
 from kop_dedup.pulsar.entries import StoredBatch, read_batches
 from kop_dedup.pulsar.failures import translate
-from kop_dedup.pulsar.message_ids import decode_entry_position
+from kop_dedup.pulsar.message_ids import (
+    decode_entry_position,
+)
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import BatchReceipt, Publisher, PulsarProducer
 from kop_dedup.pulsar.tables import PulsarClient
-from kop_dedup.pulsar.wire import PROP_PRODUCER_ID
+from kop_dedup.pulsar.wire import entry_size_bound
 
-__all__ = ["PROP_TXN_BATCH", "Copier", "copy_overhead"]
+__all__ = ["PROP_TXN_BATCH", "Copier", "copy_overhead", "copy_sequence_id"]
 
 log = logging.getLogger(__name__)
-
-_RECHECK_S = 1.0
-"""Before a batch found missing is copied again, the look is made once more after this."""
 
 PROP_TXN_BATCH = "kafka.txn.batch"
 """On the first record of a copied batch: the batch's index among the transaction's in
@@ -86,8 +119,9 @@ _ORDINAL_SHIFT = 1 << 32
 _MAX_QUEUE = 100_000
 _BUSY_WAIT_S = 0.2
 
-CopyStateLost = Callable[[Transaction, Partition, int], None]
-"""(transaction, partition, batches already there): the broker forgot the copy's name."""
+CopyStateLost = Callable[[Transaction, Partition, int, int], None]
+"""(transaction, partition, batches found in the data partition, batches the decision
+counted): the broker forgot the copy's name (see the module docstring)."""
 
 
 def copy_sequence_id(ordinal: int, index: int) -> int:
@@ -108,28 +142,21 @@ def copy_overhead(transactional_id: str, records: int) -> int:
     return records * per_record + head
 
 
-async def _outcome(future: asyncio.Future[BatchReceipt]) -> BatchReceipt | BaseException:
-    try:
-        return await future
-    except Exception as exc:
-        return exc
-
-
-class CopyIncomplete(errors.KafkaStorageError):
-    """A batch of the copy is not in the data partition yet (copied again next time)."""
+class _Stalled(errors.KafkaStorageError):
+    """No receipt came for a while: the copy producer is closed and the copy tried again."""
 
 
 @dataclass(slots=True)
 class _Pooled:
     producer: PulsarProducer
-    last: int
-    """The broker's high-water mark for the name: at connection, then every receipt."""
     owner: int
     """The log partition of the transactional id that used it last."""
     last_used: float = field(default_factory=time.monotonic)
 
 
-class Copier:
+class Copier(CopySource):
+    """Copies a decision's batches into the data partitions (see the module docstring)."""
+
     def __init__(
         self,
         client: PulsarClient,
@@ -142,167 +169,155 @@ class Copier:
         local: LocalCopy | None = None,
         instance: str = "",
         idle_s: float = 10.0,
+        max_message_bytes: int = 5 * 1024 * 1024,
+        forget_after_ms: int = 360 * 60_000,
+        stall_s: float = 60.0,
     ) -> None:
-        self._client, self._publisher, self._naming = client, publisher, naming
-        self._journal, self._prefix = journal, prefix
+        super().__init__(client, journal, local=local, instance=instance)
+        self._publisher, self._naming, self._prefix = publisher, naming, prefix
         self._on_state_lost = on_state_lost
-        self.local = local if local is not None else LocalCopy(0)
-        self.instance = instance
-        """This sidecar's name in ``Partition.journaler``: whose local copy counts."""
         self._idle_s = idle_s
+        self._max_message_bytes = max_message_bytes
+        self._forget_after_ms = forget_after_ms
+        """The broker's ``brokerDeduplicationProducerInactivityTimeoutMinutes``, in ms."""
+        self._stall_s = stall_s
         self._pool: dict[tuple[str, str], _Pooled] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._users: dict[tuple[str, str], int] = {}
+        """Copies holding or waiting for each lock: a lock is forgotten only with none."""
+        self._released: dict[int, int] = {}
+        """Times each log partition was released: a copy that began before gives up."""
+        self._closing = False
         self.created = 0
         """Copy producers created (reused ones are not counted again)."""
 
-    def _picks(self, txn: Transaction) -> Callable[[Mapping[str, str]], bool]:
-        """Whether a journaled or copied record is the transaction's: its producer id
-        (one transactional id's alone) and ordinal."""
-        pid, ordinal = str(txn.producer_id), str(txn.ordinal)
-        return lambda p: p.get(PROP_PRODUCER_ID) == pid and p.get(PROP_TXN_ORDINAL) == ordinal
-
-    async def journaled(self, txn: Transaction, part: Partition) -> list[StoredBatch]:
-        """The transaction's batches in the partition's journal, in order."""
-        if part.journal_end is None:
-            return []
-        return await read_batches(
-            self._client,
-            self._journal.partition_topic(part.topic, part.partition),
-            after=None if part.journal_start is None else decode_entry_position(part.journal_start),
-            upto=decode_entry_position(part.journal_end),
-            topic_name=part.topic,
-            partition=part.partition,
-            select=self._picks(txn),
-        )
-
-    async def batches(self, txn: Transaction, part: Partition) -> list[KafkaBatch]:
-        """The transaction's batches of one partition, in journal order: from the local
-        copy when it holds them all, else read from the journal."""
-        if part.journal_end is None:
-            return []
-        if self.instance and part.journaler == self.instance:
-            kept = self.local.batches(txn.transactional_id, txn.ordinal, part.key)
-            if kept is not None:
-                self.local.hits += 1
-                after = (
-                    None
-                    if part.journal_start is None
-                    else decode_entry_position(part.journal_start)
-                )
-                upto = decode_entry_position(part.journal_end)
-                return [b for p, b in kept if (after is None or p > after) and p <= upto]
-        self.local.misses += 1
-        return [s.batch for s in await self.journaled(txn, part)]
+    # -- copying ------------------------------------------------------------------------------
 
     async def copy(
-        self,
-        txn: Transaction,
-        part: Partition,
-        *,
-        recovering: bool,
-        owner: int = -1,
-        batches: list[KafkaBatch] | None = None,
+        self, txn: Transaction, part: Partition, batches: list[KafkaBatch], *, owner: int = -1
     ) -> int:
-        """Copy the transaction's batches of one partition; return its record count.
-        Raises (a Kafka error) when Pulsar fails: calling again is safe. ``owner``: the
-        log partition of the transactional id (its copy producers close when this
-        sidecar loses it); ``batches``: what :meth:`batches` answered, when known."""
-        if batches is None:
-            batches = await self.batches(txn, part)
-        total = sum(len(b.records) for b in batches)
+        """Copy ``batches`` (what :meth:`batches` answered) into the data partition; return
+        their record count once every batch has a receipt. Raises (a Kafka error) when
+        anything fails: calling again is safe. ``owner``: the log partition of the
+        transactional id (its copy producers close when this sidecar loses it)."""
         if not batches:
             return 0
+        self._check_sizes(txn, part, batches)
+        total = sum(len(b.records) for b in batches)
         ptopic = self._naming.partition_topic(part.topic, part.partition)
         head = batches[0]
         name = f"{self._prefix}-txn-{head.producer_id}-{head.producer_epoch}"
         key = (ptopic, name)
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
+        released = self._released.get(owner, 0)
+        async with self._turn(key):
+            pooled = self._pool.get(key)
             try:
-                pooled = self._pool.get(key)
                 if pooled is None:
-                    producer = await self._create(ptopic, name, _MAX_QUEUE)
-                    self.created += 1
-                    pooled = _Pooled(producer, producer.last_sequence_id(), owner)
-                    self._pool[key] = pooled
+                    pooled = await self._open(key, owner, released)
+                    # -1: the broker has no state for the name (a name it knows has a
+                    # mark at or above every copy stored under it)
+                    if pooled.producer.last_sequence_id() < 0 and self._forgettable(txn):
+                        await self._count_instead(txn, part, batches)
+                        return total
                 pooled.owner = owner
-                await self._send(txn, part, batches, total, pooled, recovering=recovering)
-            except Exception as exc:
-                # a failed send may leave a gap behind later ones: reconnect next time
-                # and take the broker's high-water mark again
-                await self._discard(key)
-                raise translate(
-                    exc, f"copying transaction {txn.ordinal} of {txn.transactional_id!r}"
-                ) from exc
+                await self._send_all(txn, batches, total, pooled.producer)
+            except BaseException as exc:
+                # whatever was pending failed with it: close, so nothing is sent after
+                # the failure (the next attempt sends every batch again)
+                await self._discard(key, pooled)
+                if isinstance(exc, Exception):
+                    raise translate(
+                        exc, f"copying transaction {txn.ordinal} of {txn.transactional_id!r}"
+                    ) from exc
+                raise
             finally:
-                if (pooled := self._pool.get(key)) is not None:
+                if pooled is not None:
                     pooled.last_used = time.monotonic()
         return total
 
-    async def _send(
-        self,
-        txn: Transaction,
-        part: Partition,
-        batches: list[KafkaBatch],
-        total: int,
-        pooled: _Pooled,
-        *,
-        recovering: bool,
-    ) -> None:
-        producer, last = pooled.producer, pooled.last
-        present: set[int] = set()
-        if recovering and last < 0:
-            present = await self._already_copied(txn, part)
-            if present:
-                self._on_state_lost(txn, part, len(present))
-        finished, unsure, highest = await self._send_all(
-            txn, batches, total, producer, last, present
-        )
-        stored = [r for _, r in finished if isinstance(r, BatchReceipt) and not r.duplicate]
-        unsure.update(i for i, r in finished if isinstance(r, BatchReceipt) and r.duplicate)
-        if stored:
-            last_receipt = max(stored, key=lambda r: (r.ledger_id, r.entry_id))
-            self._journal.note(producer.topic, (last_receipt.ledger_id, last_receipt.entry_id))
-        failure = next((r for _, r in finished if isinstance(r, BaseException)), None)
-        if failure is not None:
-            raise failure
-        pooled.last = max(pooled.last, highest)
-        if unsure:
-            await self._verify(txn, part, batches, total, unsure)
+    def _check_sizes(self, txn: Transaction, part: Partition, batches: list[KafkaBatch]) -> None:
+        """The bound the produce path checked (``admission._too_large``): a copy that
+        could be refused for its size is never begun (a refused batch must not be
+        followed by the next one)."""
+        for index, batch in enumerate(batches):
+            n = len(batch.records)
+            size = entry_size_bound(batch) + copy_overhead(txn.transactional_id, n)
+            if size > self._max_message_bytes:
+                message = (
+                    f"transaction {txn.ordinal} of {txn.transactional_id!r}: the copy of batch "
+                    f"{index} ({n} records) into {part.topic}-{part.partition} could reach "
+                    f"{size} bytes, over KOP_DEDUP_PULSAR_MAX_MESSAGE_BYTES "
+                    f"({self._max_message_bytes}); the produce path refuses such a batch, so "
+                    "the limit changed since it was journaled: raise it again to copy it"
+                )
+                log.error("%s", message)
+                raise errors.MessageTooLarge(message)
+
+    async def _open(self, key: tuple[str, str], owner: int, released: int) -> _Pooled:
+        """Create the key's copy producer (no send timeout) and pool it; refused when the
+        log partition was released (or the copier closed) since the copy began."""
+        ptopic, name = key
+
+        def given_up() -> bool:
+            return self._closing or self._released.get(owner, 0) != released
+
+        producer = await self._create(ptopic, name, given_up)
+        self.created += 1
+        if given_up():
+            await producer.close()
+            raise errors.NotCoordinator(
+                f"copy producer {name} on {ptopic}: this sidecar let its log partition go"
+            )
+        pooled = self._pool[key] = _Pooled(producer, owner)
+        return pooled
 
     async def _send_all(
-        self,
-        txn: Transaction,
-        batches: list[KafkaBatch],
-        total: int,
-        producer: PulsarProducer,
-        last: int,
-        present: set[int],
-    ) -> tuple[list[tuple[int, BatchReceipt | BaseException]], set[int], int]:
-        """Send the batches above the mark (nothing more after a failure): (each sent
-        batch's outcome, the batches at or below the mark, the highest sequence id sent)."""
-        pending: list[tuple[int, asyncio.Future[BatchReceipt]]] = []
-        finished: list[tuple[int, BatchReceipt | BaseException]] = []
-        below: set[int] = set()
-        highest = last
+        self, txn: Transaction, batches: list[KafkaBatch], total: int, producer: PulsarProducer
+    ) -> None:
+        """Send every batch in index order, then wait for every receipt. Raises the first
+        failure (nothing more is sent after one is known)."""
+        pending: list[asyncio.Future[BatchReceipt]] = []
+        failed: list[BaseException] = []
+
+        def watch(future: asyncio.Future[BatchReceipt]) -> None:
+            if not future.cancelled() and (exc := future.exception()) is not None:
+                failed.append(exc)
+
+        waited = 0
         for index, batch in enumerate(batches):
-            sequence_id = copy_sequence_id(txn.ordinal, index)
-            if index in present:
-                continue
-            if sequence_id <= last:
-                below.add(index)
-                continue
-            while pending and producer.room < len(batch.records):
-                waited, future = pending.pop(0)
-                finished.append((waited, await _outcome(future)))
-            if any(isinstance(r, BaseException) for _, r in finished):
-                break
-            future = producer.send_batch(batch, sequence_id, *self._markers(txn, index, total))
-            pending.append((index, future))
-            highest = sequence_id
-        results = await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
-        finished.extend(zip((i for i, _ in pending), results, strict=True))
-        return finished, below, highest
+            while producer.room < len(batch.records) and waited < len(pending):
+                await self._receipts(pending[waited : waited + 1])
+                waited += 1
+            future = producer.send_batch(
+                batch, copy_sequence_id(txn.ordinal, index), *self._markers(txn, index, total)
+            )
+            future.add_done_callback(watch)
+            pending.append(future)
+            # a refusal inside the client (at the flush) has failed the future already:
+            # seen before the next batch is sent
+            if future.done() and (exc := future.exception()) is not None:
+                raise exc
+            if failed:
+                raise failed[0]
+        await self._receipts(pending[waited:])
+        stored = [f.result() for f in pending if not f.result().duplicate]
+        if stored:
+            last = max(stored, key=lambda r: (r.ledger_id, r.entry_id))
+            self._journal.note(producer.topic, (last.ledger_id, last.entry_id))
+
+    async def _receipts(self, futures: list[asyncio.Future[BatchReceipt]]) -> None:
+        """Until every future is answered; raises the first failure, and
+        :class:`_Stalled` when none is answered for ``stall_s``."""
+        remaining = set(futures)
+        while remaining:
+            done, remaining = await asyncio.wait(
+                remaining, timeout=self._stall_s, return_when=asyncio.FIRST_EXCEPTION
+            )
+            if not done:
+                raise _Stalled(f"no receipt for {self._stall_s:.0f} s; the copy starts again")
+            for future in done:
+                if (exc := future.exception()) is not None:
+                    raise exc
 
     @staticmethod
     def _markers(txn: Transaction, index: int, total: int) -> tuple[dict[str, str], dict[str, str]]:
@@ -315,121 +330,113 @@ class Copier:
         }
         return {PROP_TXN_ORDINAL: str(txn.ordinal)}, head
 
-    async def _verify(
-        self,
-        txn: Transaction,
-        part: Partition,
-        batches: list[KafkaBatch],
-        total: int,
-        unsure: set[int],
-    ) -> None:
-        """Make sure the batches this send did not store are in the data partition;
-        copy the missing ones again through the repair producer (see the module
-        docstring). Raises :class:`CopyIncomplete` when one is still missing."""
-        missing = sorted(unsure - await self._already_copied(txn, part))
-        if missing:  # once more, later: a copy still being stored, a read cut short
-            await asyncio.sleep(_RECHECK_S)
-            missing = sorted(set(missing) - await self._already_copied(txn, part))
-        if not missing:
-            return
-        head = batches[0]
-        name = f"{self._prefix}-txn-{head.producer_id}-{head.producer_epoch}-r{txn.ordinal}"
-        ptopic = self._naming.partition_topic(part.topic, part.partition)
-        log.error(
-            "transaction %d of %r: batches %s of %d of its copy into %s-%d are missing after "
-            "%s (a copy failed below a later one stored; not stored: %s); copying them "
-            "again through %s",
-            txn.ordinal,
-            txn.transactional_id,
-            missing,
-            len(batches),
-            part.topic,
-            part.partition,
-            part.data_start,
-            sorted(unsure),
-            name,
-        )
-        producer = await self._create(ptopic, name, _MAX_QUEUE)
-        again = False
-        try:
-            for index in missing:  # one at a time: a failure leaves nothing stored after it
-                batch = batches[index]
-                receipt = await producer.send_batch(
-                    batch, index + 1, *self._markers(txn, index, total)
-                )
-                again = again or receipt.duplicate
-        finally:
-            await producer.close()
-        if again and set(missing) - await self._already_copied(txn, part):
-            raise CopyIncomplete(
-                f"batches of transaction {txn.ordinal} of {txn.transactional_id!r} are not "
-                f"in {part.topic}-{part.partition} yet; copying them again"
-            )
-
-    async def _create(self, ptopic: str, name: str, capacity: int) -> PulsarProducer:
+    async def _create(self, ptopic: str, name: str, given_up: Callable[[], bool]) -> PulsarProducer:
         """The copy producer; a name still held elsewhere (a copy by a previous owner
-        still running) is waited for: both copy the same, the broker keeps one."""
+        still running) is waited for: both copy the same batches under the same ids."""
         delay = _BUSY_WAIT_S
-        for _ in range(100):
+        while True:
             try:
-                return await self._publisher.create(ptopic, name, capacity=capacity)
+                return await self._publisher.create(
+                    ptopic, name, capacity=_MAX_QUEUE, send_timeout_ms=0
+                )
             except Exception as exc:
                 error = translate(exc, f"creating the copy producer {name}")
-                if not error.retriable:
+                if not error.retriable or given_up() or delay > 5.0 * 8:
                     raise error from exc
                 log.info("copy producer %s on %s: %s; retrying", name, ptopic, error.message)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        return await self._publisher.create(ptopic, name, capacity=capacity)
+                await asyncio.sleep(min(delay, 5.0))
+                delay *= 2
+
+    # -- the broker forgot the name ------------------------------------------------------
+
+    def _forgettable(self, txn: Transaction) -> bool:
+        """Whether the broker may have forgotten the copy's name since the decision (it
+        cannot sooner: every copy of the transaction connected the name after it)."""
+        return now_ms() - txn.updated_ms >= self._forget_after_ms
+
+    async def _count_instead(
+        self, txn: Transaction, part: Partition, batches: list[KafkaBatch]
+    ) -> None:
+        """The broker does not remember the name and may have forgotten it: count the
+        transaction's batches in the data partition after the decision's data start, by
+        position to its last entry. Returns when every batch is there (complete);
+        raises :class:`CopyUnresolved` (the alarm raised) otherwise."""
+        where = f"{part.topic}-{part.partition}"
+        end = await self._journal.data_last_entry(part.topic, part.partition)
+        if end is None:
+            raise errors.KafkaStorageError(
+                f"{where} names no last entry to count transaction {txn.ordinal} of "
+                f"{txn.transactional_id!r} up to; retrying"
+            )
+        stored: list[StoredBatch] = await read_batches(
+            self._client,
+            self._naming.partition_topic(part.topic, part.partition),
+            after=None if part.data_start is None else decode_entry_position(part.data_start),
+            upto=end,
+            topic_name=part.topic,
+            partition=part.partition,
+            select=self._picks(txn),
+        )
+        present = {int(s.properties.get(PROP_TXN_BATCH, -1)) for s in stored}
+        count = len(present & set(range(len(batches))))
+        self._on_state_lost(txn, part, count, len(batches))
+        if count == len(batches) and len(stored) == len(batches):
+            return
+        raise CopyUnresolved(
+            f"transaction {txn.ordinal} of {txn.transactional_id!r}: the broker forgot the copy "
+            f"producer's name on {where} and the partition holds {len(stored)} copies of "
+            f"{count} of its {len(batches)} batches; copying again could store some twice: "
+            "left undone (see brokerDeduplicationProducerInactivityTimeoutMinutes)"
+        )
 
     # -- the pool of open copy producers ----------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        """The key's lock (one copy at a time per producer name), counted while held or
+        waited for, so that :meth:`reap` never forgets a lock a copy waits on."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key]
 
     def open_producers(self) -> int:
         return len(self._pool)
 
     async def reap(self) -> None:
-        """Close copy producers unused for ``idle_s``, and forget the locks of names no
-        copy holds (one whose producer was discarded while its copy held the lock)."""
+        """Close copy producers unused for ``idle_s`` (and idle journal barriers), and
+        forget the locks of names no copy holds."""
         cutoff = time.monotonic() - self._idle_s
         for key in [k for k, p in self._pool.items() if p.last_used < cutoff]:
-            if not self._locks[key].locked():
+            if key not in self._users:
                 await self._discard(key)
-        for key in [k for k, lock in self._locks.items() if k not in self._pool]:
-            if not self._locks[key].locked():
-                del self._locks[key]
+        for key in [k for k in self._locks if k not in self._pool and k not in self._users]:
+            del self._locks[key]
+        await self._journal.reap(self._idle_s)
 
     async def release(self, owner: int) -> None:
-        """This sidecar lost log partition ``owner``: close its idle copy producers now,
-        so the new owner can create them (the broker allows one producer per name)."""
+        """This sidecar lost log partition ``owner``: close its copy producers now, those a
+        copy is using too (that copy fails; its apply loop finds the partition gone), so
+        the new owner can create them (the broker allows one producer per name)."""
+        self._released[owner] = self._released.get(owner, 0) + 1
         for key in [k for k, p in self._pool.items() if p.owner == owner]:
-            if not self._locks[key].locked():
-                await self._discard(key)
+            await self._discard(key)
 
     async def close(self) -> None:
+        self._closing = True
         for key in list(self._pool):
             await self._discard(key)
 
-    async def _discard(self, key: tuple[str, str]) -> None:
-        pooled = self._pool.pop(key, None)
-        lock = self._locks.get(key)
-        if lock is not None and not lock.locked():
-            del self._locks[key]
-        if pooled is not None:
-            await pooled.producer.close()
-
-    async def _already_copied(self, txn: Transaction, part: Partition) -> set[int]:
-        """Indexes of this transaction's batches already in the data partition (read after
-        the position it had at the decision)."""
-        end = await self._journal.data_end(part.topic, part.partition)
-        if end is None:
-            return set()
-        copies = await read_batches(
-            self._client,
-            self._naming.partition_topic(part.topic, part.partition),
-            after=None if part.data_start is None else decode_entry_position(part.data_start),
-            upto=decode_entry_position(end),
-            topic_name=part.topic,
-            partition=part.partition,
-            select=self._picks(txn),
-        )
-        return {int(c.properties.get(PROP_TXN_BATCH, -1)) for c in copies}
+    async def _discard(self, key: tuple[str, str], pooled: _Pooled | None = None) -> None:
+        """Close the key's pooled producer (``pooled``: only if it is still that one)."""
+        current = self._pool.get(key)
+        if current is not None and (pooled is None or current is pooled):
+            del self._pool[key]
+        target = pooled if pooled is not None else current
+        if target is not None:
+            await target.producer.close()

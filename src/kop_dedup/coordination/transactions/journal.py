@@ -11,23 +11,40 @@ carries the transaction's id and ordinal, which is how a copy picks a transactio
 batches out of a journal shared by every transactional producer of that partition.
 Journals written before that (one message per record) are still read.
 
+A decision that holds no local copy of a partition's batches ends their range with a
+**barrier** (:meth:`Journal.barrier`): an empty message this sidecar writes into the
+journal through a producer of its own (``<prefix>-barrier-<instance>``). Its receipt is
+a real entry after every batch stored before it (the broker appends a topic's entries
+in the order it takes them), so a read by position up to it sees every batch the client
+was answered for; a broker's lookup of a topic's end can answer an entry no read can
+reach (entry -1 of a ledger still empty, or nothing at all), and is only ever used as a
+lower bound (a range's start). Barriers carry no producer id or transaction: no read
+takes one for a batch.
+
 A journal keeps its records ``journal_retention_minutes`` (a topic-level policy), which
-must outlive the longest transaction timeout plus a recovery.
+must outlive the longest transaction timeout plus a recovery: a decision whose batches
+the journal no longer holds is reported, never completed in part (see the copier).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 
+from kop_dedup import errors
 from kop_dedup.bounded import BoundedMap
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
+from kop_dedup.pulsar.entries import PROP_BARRIER
+from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.message_ids import (
     EntryPosition,
     decode_entry_position,
     encode_entry_position,
 )
 from kop_dedup.pulsar.naming import Naming
+from kop_dedup.pulsar.producers import Publisher, PulsarProducer
 
 __all__ = [
     "NUMBER_BYTES",
@@ -57,6 +74,15 @@ PROP_TXN_RECORDS = "kafka.txn.records"
 PROP_TXN_PARTITIONS = "kafka.txn.partitions"
 """On the first record of a copied batch: how many partitions the transaction wrote to."""
 
+_BARRIER_QUEUE = 1_000
+
+
+@dataclass(slots=True)
+class _Barrier:
+    producer: PulsarProducer
+    last_used: float = field(default_factory=time.monotonic)
+
+
 PROPERTY_BYTES = 16
 """What one Pulsar message property costs besides its key and value (protobuf framing)."""
 NUMBER_BYTES = 20
@@ -84,16 +110,26 @@ class Journal:
         naming: Naming,
         system_namespace: str,
         *,
+        publisher: Publisher,
         retention_minutes: int,
         remembered: int = 10_000,
+        instance: str = "",
     ) -> None:
-        self._admin, self._naming = admin, naming
+        self._admin, self._naming, self._publisher = admin, naming, publisher
+        self._instance = instance
+        self._barriers: dict[str, _Barrier] = {}
+        self._barrier_locks: dict[str, asyncio.Lock] = {}
         self._base = f"persistent://{system_namespace}"
         self._retention = retention_minutes
         self._ready: BoundedMap[tuple[str, int], None] = BoundedMap(remembered)
         """Journals created (with their retention) by this sidecar, the latest ``remembered``."""
         self._seen: BoundedMap[str, tuple[EntryPosition, float]] = BoundedMap(remembered)
         """The last position a receipt showed per topic, and when (the latest ``remembered``)."""
+
+    @property
+    def retention_ms(self) -> int:
+        """How long a journal keeps its records: older ones may be gone."""
+        return self._retention * 60_000
 
     def topic(self, topic: str, partition: int) -> str:
         """The journal's partitioned topic for a Kafka topic and partition."""
@@ -140,13 +176,14 @@ class Journal:
             self.note(ptopic, decode_entry_position(end))
         return end
 
-    async def end(self, topic: str, partition: int) -> str | None:
-        """The journal's last position now (everything journaled lies at or before it)."""
-        return await self._last(self.partition_topic(topic, partition))
-
-    async def data_end(self, topic: str, partition: int) -> str | None:
-        """The data partition's last position now."""
-        return await self._last(self._naming.partition_topic(topic, partition))
+    async def data_last_entry(self, topic: str, partition: int) -> EntryPosition | None:
+        """The data partition's last entry now, when the broker names a real one (None:
+        it names no ledger, or a ledger with no entry yet: no end a read could reach)."""
+        end = await self._last(self._naming.partition_topic(topic, partition))
+        if end is None:
+            return None
+        position = decode_entry_position(end)
+        return position if position[1] >= 0 else None
 
     async def _last(self, ptopic: str) -> str | None:
         try:
@@ -156,3 +193,53 @@ class Journal:
                 return None
             raise
         return None if position is None else encode_entry_position(position)
+
+    # -- barriers ---------------------------------------------------------------------------
+
+    async def barrier(self, topic: str, partition: int) -> EntryPosition:
+        """Write a barrier into the partition's journal and answer its position (a real
+        entry, from its receipt): every batch stored in the journal before this call
+        lies before it (the broker appends a topic's entries in the order it takes
+        them). A failure raises (retriable: nothing depends on a barrier that failed)."""
+        ptopic = self.partition_topic(topic, partition)
+        lock = self._barrier_locks.setdefault(ptopic, asyncio.Lock())
+        async with lock:  # one creation per journal; sends through it need no turn
+            pooled = self._barriers.get(ptopic)
+            if pooled is None:
+                # one name per sidecar instance (the broker keeps a name's state for
+                # hours: a name per creation would pile up in each journal's dedup state)
+                name = f"{self._naming.producer_prefix}-barrier-{self._instance or 'x'}"
+                producer = await self._publisher.create(ptopic, name, capacity=_BARRIER_QUEUE)
+                pooled = self._barriers[ptopic] = _Barrier(producer)
+        pooled.last_used = time.monotonic()
+        try:
+            receipt = await pooled.producer.send_marker({PROP_BARRIER: self._instance})
+        except Exception as exc:
+            if self._barriers.get(ptopic) is pooled:
+                del self._barriers[ptopic]
+            await pooled.producer.close()
+            raise translate(exc, f"writing a barrier into {ptopic}") from exc
+        if receipt.duplicate:  # the client numbers a barrier producer's sends on from its mark
+            raise errors.KafkaStorageError(f"a barrier into {ptopic} was taken for a duplicate")
+        position = (receipt.ledger_id, receipt.entry_id)
+        self.note(ptopic, position)
+        return position
+
+    async def reap(self, idle_s: float) -> None:
+        """Close the barrier producers unused for ``idle_s``."""
+        cutoff = time.monotonic() - idle_s
+        for ptopic in [t for t, b in self._barriers.items() if b.last_used < cutoff]:
+            lock = self._barrier_locks.get(ptopic)
+            if lock is not None and lock.locked():
+                continue
+            pooled = self._barriers.pop(ptopic)
+            self._barrier_locks.pop(ptopic, None)
+            await pooled.producer.close()
+
+    def barrier_producers(self) -> int:
+        return len(self._barriers)
+
+    async def close(self) -> None:
+        barriers, self._barriers = self._barriers, {}
+        for pooled in barriers.values():
+            await pooled.producer.close()

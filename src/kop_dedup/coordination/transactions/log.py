@@ -35,6 +35,7 @@ def encode(txn: Transaction) -> bytes:
                 "journalEnd": p.journal_end,
                 "dataStart": p.data_start,
                 "journaler": p.journaler,
+                "batches": p.batches,
             }
             for p in txn.partitions
         ],
@@ -60,6 +61,7 @@ def encode(txn: Transaction) -> bytes:
         "history": [
             {"token": c.token, "ordinal": c.ordinal, "committed": c.committed} for c in txn.history
         ],
+        "unresolved": txn.unresolved,
     }
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -82,6 +84,7 @@ def decode(data: bytes) -> Transaction:
                 p.get("journalEnd"),
                 p.get("dataStart"),
                 p.get("journaler"),
+                None if p.get("batches") is None else int(p["batches"]),
             )
             for p in doc.get("partitions", ())
         ),
@@ -108,6 +111,7 @@ def decode(data: bytes) -> Transaction:
             Completed(str(c["token"]), int(c["ordinal"]), bool(c["committed"]))
             for c in doc.get("history", ())
         ),
+        unresolved=doc.get("unresolved"),
     )
 
 

@@ -24,6 +24,9 @@ class TxnStats:
         default_factory=lambda: dict.fromkeys(("COMMIT", "ROLLBACK", "UNKNOWN"), 0)
     )
     copy_state_lost: int = 0
+    copy_unresolved: int = 0
+    """Attempts at a copy that could not be resolved (``CopyUnresolved``); the gauge
+    ``txn_copy_unresolved`` counts the decisions unresolved now."""
     apply_retries: int = 0
     """Attempts to apply a decision that failed and were tried again."""
     applied_ms: list[float] = field(default_factory=list)
@@ -48,6 +51,7 @@ class TxnStats:
             "fenced": self.fenced,
             "checkBacks": dict(self.check_backs),
             "copyStateLost": self.copy_state_lost,
+            "copyUnresolvedAttempts": self.copy_unresolved,
             "applyRetries": self.apply_retries,
             "appliedMsP50": pct(0.5),
             "appliedMsP99": pct(0.99),

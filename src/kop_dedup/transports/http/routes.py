@@ -17,6 +17,7 @@ from kop_dedup.observability.groups import group_gauges
 from kop_dedup.observability.metrics import CONTENT_TYPE, render
 from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import (
     AUTH_RESPONSES,
@@ -223,6 +224,7 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
         "requests_waiting_for_memory": float(admission.waiting),
     }
     gauges["open_transactions_owned"] = float(runtime.transactions.owned_open())
+    gauges["txn_copy_unresolved"] = float(runtime.transactions.applier.unresolved())
     gauges["group_pulls_in_flight"] = float(runtime.groups.pulls_in_flight)
     gauges["kafka_connections"] = float(runtime.kafka_stats.open_connections)
     gauges["cluster_nodes"] = float(len(runtime.cluster.members))
@@ -242,17 +244,24 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     )
 
 
-@router.get("/v1/cluster", dependencies=[Authorized], tags=["stats"])
-async def cluster(runtime: RuntimeDep, topic: str | None = None) -> dict[str, object]:
+@router.get("/v1/cluster", dependencies=[Authorized], tags=["stats"], responses=_NOT_FOUND)
+async def cluster(runtime: RuntimeDep, topic: str | None = None) -> JSONResponse:
     """The cluster as this node sees it: the live nodes, who owns each state partition,
-    what this node owns, its counters; with ``topic``, each partition's leader."""
+    what this node owns, its counters; with ``topic``, each partition's leader (404 with
+    Kafka's code for a topic that does not exist or a name Kafka refuses)."""
     described = runtime.cluster.describe_cluster()
     if topic is not None:
-        count = await runtime.admin.partitions(topic, create_with=None)
+        try:
+            validate_topic(topic)
+            count = await runtime.admin.partitions(topic, create_with=None)
+        except errors.KafkaError as exc:
+            return JSONResponse(
+                {"errorCode": exc.errno, "error": exc.name, "errorMessage": exc.message}, 404
+            )
         described["leaders"] = {
             str(p): m.node_id for p, m in runtime.cluster.leaders(topic, count).items()
         }
-    return described
+    return JSONResponse(described)
 
 
 @router.get("/healthz", tags=["health"])

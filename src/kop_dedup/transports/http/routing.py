@@ -78,17 +78,19 @@ async def _read(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-def _replay(body: bytes) -> Receive:
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The request's body again (it was read to route the request), then the client's own
+    messages: a disconnect is its real one (a long poll watches for it)."""
     sent = False
 
-    async def receive() -> Message:
+    async def replayed() -> Message:
         nonlocal sent
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
-        return {"type": "http.disconnect"}
+        return await receive()
 
-    return receive
+    return replayed
 
 
 async def _unless_gone(forwarding: Awaitable[PeerAnswer], receive: Receive) -> PeerAnswer | None:
@@ -157,7 +159,7 @@ class Forwarding:
             body = await _read(receive)
         owner = self._owner(runtime, path, method, body)
         if owner is None or cluster.is_me(owner):
-            await self.app(scope, receive if body is None else _replay(body), send)
+            await self.app(scope, receive if body is None else _replay(body, receive), send)
             return
         if body is None:
             body = await _read(receive)
@@ -176,7 +178,7 @@ class Forwarding:
             await cluster.relist()  # it stopped or died a moment ago: who owns it now?
             again = self._owner(runtime, path, method, body)
             if again is None or cluster.is_me(again):
-                await self.app(scope, _replay(body), send)
+                await self.app(scope, _replay(body, receive), send)
                 return
             if again.node_id == owner.node_id:
                 await _unavailable(owner, exc)(scope, receive, send)
@@ -210,9 +212,10 @@ async def _by_leader(
         leader = None
         if isinstance(b, KafkaBatch):
             try:
-                leader = await cluster.leader_of(b.topic, b.partition)
-            except errors.KafkaError:
-                leader = None  # the local path answers the topic's problem
+                count = await runtime.topic_partitions(b.topic)  # created, as produce does
+                leader = cluster.leader(b.topic, b.partition, count)
+            except (errors.KafkaError, ValueError):
+                leader = None  # the local path answers the topic's (or partition's) problem
         if leader is None or cluster.is_me(leader):
             mine.append(i)
         else:

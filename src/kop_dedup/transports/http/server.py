@@ -122,7 +122,16 @@ def _handler(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
-    serve(Settings(**overrides), graceful_seconds=args.graceful_seconds)
+    settings = Settings(**overrides)
+    if args.nodes > 1:
+        from kop_dedup.nodes import run_nodes  # noqa: PLC0415
+        from kop_dedup.observability.logs import configure  # noqa: PLC0415
+
+        configure(settings.log_format, settings.log_level)
+        return run_nodes(
+            args.nodes, settings, graceful_seconds=args.graceful_seconds, environ=os.environ
+        )
+    serve(settings, graceful_seconds=args.graceful_seconds)
     return 0
 
 
@@ -137,4 +146,13 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--port", type=int)
     add_pulsar_url_options(p, env_defaults=False)  # Settings reads the env and .env
     p.add_argument("--graceful-seconds", type=float, default=25.0)
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N nodes of the cluster on this host, one process each (HTTP port p..p+N-1, "
+        "Kafka port k..k+N-1, node id +0..N-1 when KOP_DEDUP_NODE_ID is set); SIGTERM or "
+        "SIGINT stops them together (default 1: this process serves)",
+    )
     p.set_defaults(func=_handler)

@@ -143,6 +143,7 @@ def _describe(txn: Transaction, now_ms: int) -> dict[str, Any]:
         "checkBacks": txn.check_backs,
         "checkBackUrl": txn.check_back_url,
         "updatedMs": txn.updated_ms,
+        "unresolved": txn.unresolved,
     }
 
 

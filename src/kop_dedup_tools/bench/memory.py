@@ -2,39 +2,44 @@
 producer states, and its CPU cost per batch as producers grow from 1 to 64.
 
 One sidecar runs with ``producer_idle_seconds=5`` and room for the states; each producer
-id stores one batch, the sidecar closes the idle producers, and RSS is read at the
-start, with the producers open and once they are closed. Then 100-record batches
-through the sidecar (:func:`~kop_dedup_tools.bench_produce.sidecar_cell`) with 1, 8 and
-64 producers give the CPU milliseconds per batch. Results: ``<out>/memory.json``, also
-printed.
+id stores one batch (64 at a time), the sidecar closes the idle producers, and RSS is
+read at the start, with the producers open and once they are closed: the
+``idle-states`` cell. Then 100-record batches through the sidecar
+(:func:`~kop_dedup_tools.bench.produce.sidecar_cell`) with 1, 8 and 64 producers give
+the CPU per record and per batch. Results: ``<out>/memory.json`` and ``memory.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from kop_dedup import errors
-from kop_dedup_tools.bench_produce import sidecar_cell
-from kop_dedup_tools.bench_report import write_json
-from kop_dedup_tools.bench_support import BenchMode, Sidecars, new_topic, say, start_sidecar, step
+from kop_dedup_tools.bench.cells import Cell, Compare, Workload, extras
+from kop_dedup_tools.bench.produce import sidecar_cell
+from kop_dedup_tools.bench.results import Results
+from kop_dedup_tools.bench.support import Sidecars, new_topic, say, start_sidecar, step
 from kop_dedup_tools.sidecar import SidecarProcess
 
-__all__ = ["MODE", "add_options", "run", "run_memory"]
+__all__ = ["COMPARE", "run", "run_memory"]
+
+COMPARE = Compare("sidecar", None)
+TITLE = "kop-dedup sidecar: idle producer states' memory, CPU per batch by producers"
+_AT_ONCE = 64
 
 
 async def idle_states(url: str, topics: list[str], n: int) -> None:
     """``n`` producer ids each store one batch, 64 at a time."""
-    limits = httpx.Limits(max_connections=64)
+    limits = httpx.Limits(max_connections=_AT_ONCE)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as c:
-        sem = asyncio.Semaphore(64)
+        sem = asyncio.Semaphore(_AT_ONCE)
         base = int(uuid.uuid4().int % 10**12)
 
         async def one(i: int) -> None:
@@ -84,15 +89,15 @@ def wait_idle(url: str, timeout: float = 120.0) -> None:
     raise TimeoutError(f"{open_now} producers still open after {timeout:.0f}s")
 
 
-def run_memory(args: argparse.Namespace, sc: SidecarProcess) -> dict[str, Any]:
-    """RSS with 10,000 idle producer states; CPU per batch from 1 to 64 producers. ``sc``
-    runs with ``producer_idle_seconds=5`` and room for the states."""
+def run_memory(args: argparse.Namespace, sc: SidecarProcess) -> list[Cell]:
+    """The idle-states cell, then a cost-per-batch cell per producer count. ``sc`` runs
+    with ``producer_idle_seconds=5`` and room for the states."""
     rss0 = sc.rss_mb()
     with step(f"creating {args.idle_states} producer states", sc):
         topics = [new_topic(args) for _ in range(10)]
-        started = time.monotonic()
+        started, cpu0 = time.monotonic(), sc.cpu_seconds()
         asyncio.run(idle_states(sc.url, topics, args.idle_states))
-        created_s = time.monotonic() - started
+        created_s, cpu = time.monotonic() - started, sc.cpu_seconds() - cpu0
     rss_busy = sc.rss_mb()
     with step("waiting for the idle producers to close", sc):
         wait_idle(sc.url)
@@ -102,7 +107,22 @@ def run_memory(args: argparse.Namespace, sc: SidecarProcess) -> dict[str, Any]:
         f"bench: {args.idle_states} producer states: RSS {rss0:.0f} MB at start, "
         f"{rss_busy:.0f} MB with producers open, {rss_idle:.0f} MB idle"
     )
-    per_batch = []
+    cells = [
+        Cell(
+            Workload("idle-states", _AT_ONCE, 1),
+            "sidecar",
+            1,
+            args.idle_states,
+            created_s,
+            sidecar_cpu_s=cpu,
+            rss_mb=rss_idle,
+            extra=extras(
+                rss_start_mb=rss0,
+                rss_open_mb=rss_busy,
+                idle_state_bytes=(rss_idle - rss0) * 2**20 / args.idle_states,
+            ),
+        )
+    ]
     for prods in (1, 8, 64):
         with step(f"the cost-per-batch cell with {prods} producers", sc):
             cpu0 = sc.cpu_seconds()
@@ -111,25 +131,11 @@ def run_memory(args: argparse.Namespace, sc: SidecarProcess) -> dict[str, Any]:
                     Sidecars([sc]), new_topic(args), 100, prods, args.seconds, args.value_size
                 )
             )
-            cpu = sc.cpu_seconds() - cpu0
-        per_batch.append(
-            {
-                "producers": prods,
-                "batches": cell.batches,
-                "cpu_ms_per_batch": round(1000 * cpu / max(cell.batches, 1), 3),
-                "records_per_s": round(cell.records_per_s, 1),
-            }
-        )
-        say(f"bench: {prods:>2} producers: {per_batch[-1]['cpu_ms_per_batch']} ms CPU/batch")
-    return {
-        "idle_states": args.idle_states,
-        "rss_start_mb": rss0,
-        "rss_open_mb": rss_busy,
-        "rss_idle_mb": rss_idle,
-        "states_created_s": created_s,
-        "idle_state_bytes": (rss_idle - rss0) * 2**20 / args.idle_states,
-        "cost_per_batch": per_batch,
-    }
+            cpu = sc.cpu_seconds() - cpu0  # with the producers' set-up, as it always was
+        per_batch = round(1000 * cpu / max(cell.extra["batches"], 1), 3)
+        cells.append(replace(cell, extra={**cell.extra, "cpu_ms_per_batch": per_batch}))
+        say(cells[-1].progress())
+    return cells
 
 
 def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
@@ -138,16 +144,8 @@ def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
         args, producer_idle_seconds=5, max_open_producers=max(20_000, 2 * args.idle_states)
     )
     try:
-        memory = run_memory(args, sc)
+        cells = run_memory(args, sc)
     finally:
         sc.stop()
-    write_json(out / "memory.json", broker, memory=memory)
-    print(json.dumps(memory, indent=2))
-
-
-def add_options(p: argparse.ArgumentParser) -> None:
-    """``--memory`` (its ``--idle-states`` is added where the help has always shown it)."""
-    p.add_argument("--memory", action="store_true", help="idle-state memory and cost per batch")
-
-
-MODE = BenchMode(("memory",), add_options, run)
+    setup = {"idle_states": args.idle_states, "seconds": args.seconds}
+    print(Results("memory", TITLE, COMPARE, cells, setup, broker).write(out))

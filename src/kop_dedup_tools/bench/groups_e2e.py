@@ -18,16 +18,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kop_dedup.protocol.records import SEQ_MODULUS
-from kop_dedup_tools.bench_groups_cells import NAMESPACE, PARTITIONS, join, leave
-from kop_dedup_tools.bench_groups_results import GroupRow
-from kop_dedup_tools.bench_http import KeepAlive
-from kop_dedup_tools.bench_support import say
+from kop_dedup_tools.bench.cells import Cell, Row, Workload, extras
+from kop_dedup_tools.bench.groups_cells import NAMESPACE, PARTITIONS, join, leave
+from kop_dedup_tools.bench.keepalive import KeepAlive, produce_body, records_json
+from kop_dedup_tools.bench.support import say
 from kop_dedup_tools.measure import percentile_ms
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
 
-__all__ = ["E2E_BATCH", "end_to_end"]
+__all__ = ["E2E_BATCH", "WAIT_MS", "end_to_end"]
 
 E2E_BATCH = 50
 """Records per produced batch in the end-to-end run. Each partition's batches go one at
@@ -39,7 +38,7 @@ _E2E_BACKLOG_S = 1.0
 """The end-to-end run fails when the batches waiting to be produced are this many
 seconds' worth: the sidecar does not keep up (a shorter hiccup only adds latency, which
 is measured)."""
-_E2E_WAIT_MS = 1_000
+WAIT_MS = 1_000
 
 
 def _stamp(value_size: int) -> bytes:
@@ -58,7 +57,7 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
     rate: float,
     seconds: float,
     value_size: int,
-) -> dict[str, Any]:
+) -> Cell:
     """Produce through the sidecar at ``rate`` while ``members`` members long-poll and
     commit; each record's latency is its pull's answer minus its send time."""
     group = f"bench-e2e-{uuid.uuid4().hex[:8]}"
@@ -71,7 +70,7 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
     produced = 0
     received = 0
     producing = True
-    pull_body = json.dumps({"maxRecords": 100, "waitMs": _E2E_WAIT_MS}).encode()
+    pull_body = json.dumps({"maxRecords": 100, "waitMs": WAIT_MS}).encode()
     _, data = await producer.post("/v1/init-producer-id", b"{}")
     pid = json.loads(data)["producerId"]
     seqs = [0] * PARTITIONS
@@ -84,15 +83,8 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
 
     async def _send(p: int, count: int) -> None:
         nonlocal produced
-        values = [
-            base64.b64encode(_stamp(value_size)).decode() for _ in range(count)
-        ]  # stamped now
-        recs = ",".join(f'{{"value":"{v}"}}' for v in values)
-        body = (
-            f'{{"batches":[{{"topic":"{topic}","partition":{p},"producerId":{pid},'
-            f'"producerEpoch":0,"baseSequence":{seqs[p] % SEQ_MODULUS},'
-            f'"lastSequence":{(seqs[p] + count - 1) % SEQ_MODULUS},"records":[{recs}]}}]}}'
-        ).encode()
+        recs = records_json([_stamp(value_size) for _ in range(count)])  # stamped now
+        body = produce_body(topic, p, pid, 0, seqs[p], count, recs)
         seqs[p] += count
         status, answer = await senders[p].post("/v1/produce", body)
         if status != 200 or json.loads(answer)["results"][0]["errorCode"] != 0:
@@ -157,17 +149,23 @@ async def _e2e_sidecar(  # noqa: C901, PLR0915 - one timed scenario, read top to
         for client in [*senders, *clients.values()]:
             await client.close()
     await asyncio.to_thread(leave, sc.url, group, list(assignment))
-    return _latency_summary(latencies, produced - PARTITIONS)
+    return _cell("sidecar", members, rate, seconds, latencies, produced - PARTITIONS)
 
 
-def _latency_summary(latencies: list[float], expected: int) -> dict[str, Any]:
-    return {
-        "records": len(latencies),
-        "expected": expected,
-        "p50_ms": percentile_ms(latencies, 50),
-        "p99_ms": percentile_ms(latencies, 99),
-        "max_ms": round(max(latencies, default=0.0) * 1000, 2),
-    }
+def _cell(
+    target: str, members: int, rate: float, seconds: float, latencies: list[float], expected: int
+) -> Cell:
+    """The latencies of a paced window of ``seconds`` (its records: those timed)."""
+    return Cell(
+        Workload("e2e", members, E2E_BATCH, rate),
+        target,
+        1,
+        len(latencies),
+        seconds,
+        percentile_ms(latencies, 50),
+        percentile_ms(latencies, 99),
+        extra=extras(expected=expected, max_ms=round(max(latencies, default=0.0) * 1000, 2)),
+    )
 
 
 def _e2e_direct(  # noqa: C901, PLR0915 - one timed scenario, read top to bottom
@@ -177,7 +175,7 @@ def _e2e_direct(  # noqa: C901, PLR0915 - one timed scenario, read top to bottom
     rate: float,
     seconds: float,
     value_size: int,
-) -> dict[str, Any]:
+) -> Cell:
     """The same rate through a Pulsar producer per partition (batches of
     :data:`E2E_BATCH`) to consumers on the same assignment; latency at ``receive``."""
     import pulsar  # noqa: PLC0415
@@ -260,37 +258,27 @@ def _e2e_direct(  # noqa: C901, PLR0915 - one timed scenario, read top to bottom
             consumer.close()
     if failures:
         raise failures[0]
-    return _latency_summary(latencies, expected)
+    return _cell("direct", len(assignment), rate, seconds, latencies, expected)
 
 
 def end_to_end(
-    args: argparse.Namespace, sc: SidecarProcess, client: Any, rows: list[GroupRow]
-) -> dict[str, Any]:
+    args: argparse.Namespace, sc: SidecarProcess, client: Any, rows: list[Row]
+) -> list[Cell]:
     """Half the best sidecar rate of the most members, through both paths."""
-    row = max((r for r in rows if r.sidecar is not None), key=lambda r: r.members, default=None)
-    if row is None or row.sidecar is None:
-        return {}
-    rate = row.sidecar.records_per_s / 2
-    members = row.members
+    row = max(
+        (r for r in rows if r.subject is not None), key=lambda r: r.workload.clients, default=None
+    )
+    if row is None or row.subject is None:
+        return []
+    rate = row.subject.records_per_s / 2
+    members = row.workload.clients
     assignment = [[p for p in range(PARTITIONS) if p % members == i] for i in range(members)]
     topic = f"bench-e2e-{uuid.uuid4().hex[:8]}"
     create_topic(args.pulsar_admin_url, topic, partitions=PARTITIONS)
     direct = _e2e_direct(client, topic, assignment, rate, args.seconds, args.value_size)
+    say(direct.progress())
     topic = f"bench-e2e-{uuid.uuid4().hex[:8]}"
     create_topic(args.pulsar_admin_url, topic, partitions=PARTITIONS)
     sidecar = asyncio.run(_e2e_sidecar(sc, topic, members, rate, args.seconds, args.value_size))
-    say(
-        f"bench: groups end to end at {rate:,.0f} rec/s, {members} members: direct p50 "
-        f"{direct['p50_ms']:.1f} ms p99 {direct['p99_ms']:.1f} ms; sidecar p50 "
-        f"{sidecar['p50_ms']:.1f} ms p99 {sidecar['p99_ms']:.1f} ms"
-    )
-    return {
-        "rate": rate,
-        "members": members,
-        "produce_batch": E2E_BATCH,
-        "wait_ms": _E2E_WAIT_MS,
-        "direct": direct,
-        "sidecar": sidecar,
-        "added_p50_ms": round(sidecar["p50_ms"] - direct["p50_ms"], 2),
-        "added_p99_ms": round(sidecar["p99_ms"] - direct["p99_ms"], 2),
-    }
+    say(sidecar.progress())
+    return [direct, sidecar]

@@ -30,14 +30,14 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from kop_dedup_tools.bench_groups_results import GroupCell
-from kop_dedup_tools.bench_http import KeepAlive
-from kop_dedup_tools.bench_support import BenchError
+from kop_dedup_tools.bench.cells import Cell, Workload, extras
+from kop_dedup_tools.bench.keepalive import KeepAlive
+from kop_dedup_tools.bench.support import BenchError
 from kop_dedup_tools.measure import percentile_ms
 from kop_dedup_tools.sidecar import SidecarProcess
 
@@ -48,6 +48,7 @@ __all__ = [
     "committed_offsets",
     "direct_cell",
     "fill",
+    "group_cell",
     "join",
     "leave",
     "pulsar_client",
@@ -85,6 +86,42 @@ class OffsetCheck:
             self.gaps += 1
         self.next[partition] = offset + 1
         return ok
+
+
+def group_cell(
+    workload: Workload,
+    target: str,
+    rep: int,
+    records: int,
+    seconds: float,
+    timings: tuple[list[float], list[float], list[float]],
+    *,
+    sidecar_cpu_s: float | None = None,
+    rss_mb: float | None = None,
+    **figures: Any,
+) -> Cell:
+    """A cell of members reading: ``timings`` are the cycles (a pull and its commit: the
+    cell's latency), the pulls alone and the commits alone; ``figures`` its own."""
+    cycles, pulls, commits = timings
+    return Cell(
+        workload,
+        target,
+        rep,
+        records,
+        seconds,
+        percentile_ms(cycles, 50),
+        percentile_ms(cycles, 99),
+        sidecar_cpu_s,
+        rss_mb,
+        extras(
+            pulls=len(cycles),
+            pull_p50_ms=percentile_ms(pulls, 50),
+            pull_p99_ms=percentile_ms(pulls, 99),
+            commit_p50_ms=percentile_ms(commits, 50),
+            commit_p99_ms=percentile_ms(commits, 99),
+            **figures,
+        ),
+    )
 
 
 # -- filling a topic ----------------------------------------------------------------------
@@ -169,7 +206,7 @@ async def _sidecar_cell(
     seconds: float,
     per_partition: int,
     rep: int,
-) -> tuple[GroupCell, dict[int, int]]:
+) -> tuple[Cell, dict[int, int]]:
     pull_body = json.dumps({"maxRecords": pull_records, "waitMs": _PULL_WAIT_MS}).encode()
     check = OffsetCheck()
     pulls: list[float] = []
@@ -215,23 +252,16 @@ async def _sidecar_cell(
         for client in clients.values():
             await client.close()
     pulled = dict(check.next)
-    cell = GroupCell(
+    cell = group_cell(
+        Workload("pull", len(assignment), pull_records),
         "sidecar",
-        len(assignment),
-        pull_records,
         rep,
         records,
-        len(cycles),
         elapsed,
-        all(pulled.get(p, 0) >= per_partition for p in range(PARTITIONS)),
-        percentile_ms(cycles, 50),
-        percentile_ms(cycles, 99),
-        percentile_ms(pulls, 50),
-        percentile_ms(pulls, 99),
-        percentile_ms(commits, 50),
-        percentile_ms(commits, 99),
-        cpu_pct=round(100 * cpu / elapsed, 1),
+        (cycles, pulls, commits),
+        sidecar_cpu_s=cpu,
         rss_mb=round(sc.rss_mb(), 1),
+        drained=all(pulled.get(p, 0) >= per_partition for p in range(PARTITIONS)),
         gaps=check.gaps,
     )
     return cell, pulled
@@ -245,7 +275,7 @@ def sidecar_run(
     seconds: float,
     per_partition: int,
     rep: int,
-) -> tuple[GroupCell, dict[str, list[int]]]:
+) -> tuple[Cell, dict[str, list[int]]]:
     group = f"bench-{uuid.uuid4().hex[:8]}"
     assignment = join(sc.url, group, topic, members)
     cell, pulled = asyncio.run(
@@ -256,14 +286,13 @@ def sidecar_run(
         committed.values()
     ) == sum(pulled.values())
     leave(sc.url, group, list(assignment))
-    fields_ = {**asdict(cell), "committed_ok": ok}
-    return GroupCell(**fields_), assignment
+    return replace(cell, extra={**cell.extra, "committed_ok": ok}), assignment
 
 
 # -- the direct side ----------------------------------------------------------------------
 
 
-def direct_cell(  # noqa: PLR0915 - one timed scenario, read top to bottom
+def direct_cell(
     client: Any,
     topic: str,
     assignment: list[list[int]],
@@ -271,9 +300,10 @@ def direct_cell(  # noqa: PLR0915 - one timed scenario, read top to bottom
     seconds: float,
     per_partition: int,
     rep: int,
-) -> GroupCell:
+    kind: str = "pull",
+) -> Cell:
     """One consumer (thread) per member on exactly its partitions (see the module
-    docstring); subscribing is timed."""
+    docstring); subscribing is timed. ``kind``: the workload it is the baseline of."""
     import pulsar  # noqa: PLC0415 - only the benchmark's direct side needs it
 
     sub = f"bench-direct-{uuid.uuid4().hex[:8]}"
@@ -282,7 +312,6 @@ def direct_cell(  # noqa: PLR0915 - one timed scenario, read top to bottom
     acks: list[float] = []
     cycles: list[float] = []
     counts = [0] * len(assignment)
-    pulls = [0] * len(assignment)
     failures: list[BaseException] = []
     go = threading.Barrier(len(assignment) + 1)
     started = 0.0
@@ -316,7 +345,6 @@ def direct_cell(  # noqa: PLR0915 - one timed scenario, read top to bottom
                     mine_a.append(t2 - t1)
                     mine_c.append(t2 - t0)
                     counts[i] += len(msgs)
-                    pulls[i] += 1
             finally:
                 consumer.close()
             with lock:
@@ -339,22 +367,14 @@ def direct_cell(  # noqa: PLR0915 - one timed scenario, read top to bottom
     ended = time.monotonic()
     if failures:
         raise failures[0]
-    total = PARTITIONS * per_partition
-    return GroupCell(
+    return group_cell(
+        Workload(kind, len(assignment), pull_records),
         "direct",
-        len(assignment),
-        pull_records,
         rep,
         sum(counts),
-        sum(pulls),
         ended - started,
-        sum(counts) >= total,
-        percentile_ms(cycles, 50),
-        percentile_ms(cycles, 99),
-        percentile_ms(receives, 50),
-        percentile_ms(receives, 99),
-        percentile_ms(acks, 50),
-        percentile_ms(acks, 99),
+        (cycles, receives, acks),
+        drained=sum(counts) >= PARTITIONS * per_partition,
     )
 
 

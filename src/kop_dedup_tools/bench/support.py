@@ -1,25 +1,20 @@
-"""What every ``kop-dedup bench`` mode runs on: its failures that say what failed, its
-sidecar processes, its progress lines and topics, and how a mode is registered.
+"""What every ``kop-dedup bench`` mode runs on: failures that say what failed, the
+sidecar processes and their CPU, progress lines, topics, the order of targets.
 
 >>> sc = start_sidecar(args)                   # logs into --out; says where
 >>> with step("the transactions run", sc):     # a failure names the step and the log
 ...     cells = run(...)
->>> say(f"bench: {cell.records_per_s:,.0f} rec/s")
-
-A mode of its own (``--groups``, ``--transactions``, ``--memory``; the default is the
-matrix) is a :class:`BenchMode` in its module, registered in
-:data:`kop_dedup_tools.bench._MODES` with its options added in
-:func:`kop_dedup_tools.bench.add_cli`.
+>>> say(cell.progress())
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,40 +23,23 @@ from kop_dedup_tools.topics import create_topic
 
 __all__ = [
     "BenchError",
-    "BenchMode",
     "Sidecars",
+    "cpu_seconds",
     "describe_failure",
     "full_topic",
     "new_topic",
+    "random_values",
     "running_sidecars",
     "say",
     "start_sidecar",
     "step",
+    "turns",
 ]
 
 
 class BenchError(RuntimeError):
     """A benchmark step failed; the message names the step, the exception's type and
     message, and (when a sidecar ran) where its log is, with the log's tail."""
-
-
-@dataclass(frozen=True, slots=True)
-class BenchMode:
-    """One way ``kop-dedup bench`` runs besides the default matrix.
-
-    It is chosen when every option in ``flags`` (argparse names: ``("kafka",
-    "groups")`` for ``--kafka --groups``) is set; ``add_options`` adds them and the
-    mode's own options to the command; ``run(args, out, broker)`` measures against the
-    run's broker (its URLs in ``args``; ``broker`` describes it for the results file),
-    writes its results under ``out`` and prints its report.
-    """
-
-    flags: tuple[str, ...]
-    add_options: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace, Path, dict[str, Any]], None]
-
-    def chosen(self, args: argparse.Namespace) -> bool:
-        return all(getattr(args, flag, False) for flag in self.flags)
 
 
 class Sidecars:
@@ -85,6 +63,11 @@ class Sidecars:
         return len(self.procs)
 
 
+def cpu_seconds(sidecar: SidecarProcess | Sidecars | None) -> float:
+    """The sidecar's CPU seconds so far (0 without one): a cell takes the difference."""
+    return 0.0 if sidecar is None else sidecar.cpu_seconds()
+
+
 def describe_failure(
     what: str, exc: BaseException, sc: SidecarProcess | Sidecars | None = None
 ) -> str:
@@ -96,20 +79,16 @@ def describe_failure(
         cause = exc.__cause__
         lines.append(f"caused by {type(cause).__name__}: {str(cause).strip() or '(no message)'}")
     for one in sc.procs if isinstance(sc, Sidecars) else [] if sc is None else [sc]:
-        lines.extend(_sidecar_state(one))
+        proc = one.proc
+        state = (
+            "never started"
+            if proc is None
+            else "running"
+            if proc.poll() is None
+            else f"exited with {proc.returncode}"
+        )
+        lines += [f"sidecar {one.url} {state}; log {one.log_path}, last lines:", one.log_tail(20)]
     return "\n".join(lines)
-
-
-def _sidecar_state(sc: SidecarProcess) -> list[str]:
-    proc = sc.proc
-    state = (
-        "never started"
-        if proc is None
-        else "running"
-        if proc.poll() is None
-        else f"exited with {proc.returncode}"
-    )
-    return [f"sidecar {sc.url} {state}; log {sc.log_path}, last lines:", sc.log_tail(20)]
 
 
 @contextlib.contextmanager
@@ -145,23 +124,33 @@ def start_sidecar(args: argparse.Namespace, **settings: Any) -> SidecarProcess:
 
 
 @contextlib.contextmanager
-def running_sidecars(args: argparse.Namespace) -> Iterator[Sidecars]:
-    """``--sidecars`` processes for the run, each stopped at the end."""
+def running_sidecars(args: argparse.Namespace, count: int = 1) -> Iterator[Sidecars]:
+    """``count`` sidecar processes for the run, each stopped at the end."""
     started: list[SidecarProcess] = []
     try:
-        started.extend(start_sidecar(args) for _ in range(args.sidecars))  # kept as each starts
+        started.extend(start_sidecar(args) for _ in range(count))  # kept as each starts
         yield Sidecars(started)
     finally:
         for sc in started:
             sc.stop()
 
 
-def new_topic(args: argparse.Namespace) -> str:
-    """A fresh one-partition topic (its short name) for one cell."""
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    create_topic(args.pulsar_admin_url, topic)
+def turns(targets: Sequence[str], rep: int, *, alternate: bool = True) -> list[str]:
+    """The order the targets run in repetition ``rep`` (from 1): as given in odd
+    repetitions, reversed in even ones (unless not ``alternate``)."""
+    return list(targets) if rep % 2 or not alternate else list(targets)[::-1]
+
+
+def new_topic(args: argparse.Namespace, partitions: int = 1, stem: str = "bench") -> str:
+    """A fresh topic (its short name) for one cell."""
+    topic = f"{stem}-{uuid.uuid4().hex[:8]}"
+    create_topic(args.pulsar_admin_url, topic, partitions=partitions)
     return topic
 
 
 def full_topic(topic: str) -> str:
     return f"persistent://public/kafka/{topic}"
+
+
+def random_values(n: int, size: int) -> list[bytes]:
+    return [os.urandom(size // 2).hex().encode()[:size] for _ in range(n)]

@@ -1,40 +1,52 @@
-"""Producing for a timed window, as the benchmark measures it: the driver (each producer
-up to 5 batches in flight, in sequence order, at full speed or paced) and the two
-producers the matrix compares: **direct**, the sidecar's own Pulsar producer code
-(``Publisher``) with the same names, sequence ids and properties, and **sidecar**,
-``POST /v1/produce`` over keep-alive connections.
+"""``kop-dedup bench`` (the default mode): the sidecar against a direct Pulsar producer,
+cell by cell over batch sizes x producer counts, then both paced at half the sidecar's
+peak (the latency the sidecar adds below its limit).
+
+**direct** publishes with the sidecar's own Pulsar producer code (``Publisher``: the
+same names, sequence ids and properties); **sidecar** sends the same records through
+``POST /v1/produce`` to ``--sidecars`` ``kop-dedup serve`` subprocesses over keep-alive
+connections. Both keep up to 5 batches in flight per producer (:func:`drive`). Each cell
+runs for ``--seconds`` per target, ``--reps`` times, direct then sidecar, each on a fresh
+topic. Results: ``<out>/bench.json`` and ``bench.png``.
 
 >>> cell = asyncio.run(direct_cell(service_url, full_topic(topic), 100, 8, 4.0, 100))
 >>> cell = asyncio.run(sidecar_cell(sidecars, topic, 100, 8, 4.0, 100, rate=5_000.0))
 
 Another producer compared with the direct one (a Kafka client, say) is a ``send(producer
-index, base sequence)`` coroutine handed to :func:`drive`, its result made a cell by
-:func:`timed_cell`.
+index, base sequence)`` coroutine handed to :func:`drive`.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import base64
 import json
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kop_dedup.protocol.records import SEQ_MODULUS
-from kop_dedup_tools.bench_http import KeepAlive
-from kop_dedup_tools.bench_results import Cell
-from kop_dedup_tools.bench_support import Sidecars
+from kop_dedup_tools.bench.cells import Cell, Compare, Workload, extras, summarize
+from kop_dedup_tools.bench.keepalive import KeepAlive, produce_body, records_json
+from kop_dedup_tools.bench.results import Results
+from kop_dedup_tools.bench.support import (
+    Sidecars,
+    full_topic,
+    new_topic,
+    random_values,
+    running_sidecars,
+    say,
+    step,
+)
 from kop_dedup_tools.measure import percentile
 
-__all__ = ["Run", "direct_cell", "drive", "random_values", "sidecar_cell", "timed_cell"]
+__all__ = ["COMPARE", "Run", "direct_cell", "drive", "run", "run_matrix", "sidecar_cell"]
 
-
-def random_values(n: int, size: int) -> list[bytes]:
-    return [os.urandom(size // 2).hex().encode()[:size] for _ in range(n)]
+COMPARE = Compare("sidecar")
+TITLE = "kop-dedup sidecar (HTTP) vs a direct Pulsar producer, same broker, same run"
 
 
 @dataclass
@@ -97,17 +109,25 @@ async def drive(
     return Run(len(latencies), time.monotonic() - started, latencies)
 
 
-def timed_cell(mode: str, batch_size: int, producers: int, run: Run, **extra: Any) -> Cell:
+def _cell(
+    target: str,
+    batch_size: int,
+    producers: int,
+    run: Run,
+    rate: float | None,
+    rep: int,
+    **more: Any,
+) -> Cell:
     return Cell(
-        mode,
-        batch_size,
-        producers,
+        Workload("produce", producers, batch_size, rate),
+        target,
+        rep,
         run.batches * batch_size,
-        run.batches,
         run.seconds,
         percentile(run.latencies, 50) * 1000,
         percentile(run.latencies, 99) * 1000,
-        **extra,
+        extra=extras(batches=run.batches),
+        **more,
     )
 
 
@@ -119,6 +139,7 @@ async def direct_cell(
     seconds: float,
     value_size: int,
     rate: float | None = None,
+    rep: int = 1,
 ) -> Cell:
     from kop_dedup.protocol.records import KafkaBatch, KafkaRecord  # noqa: PLC0415
     from kop_dedup.pulsar.producers import Publisher  # noqa: PLC0415
@@ -144,7 +165,7 @@ async def direct_cell(
             await p.close()
     finally:
         await pub.close()
-    return timed_cell("direct", batch_size, producers, run, rate_limited=rate)
+    return _cell("direct", batch_size, producers, run, rate, rep)
 
 
 async def sidecar_cell(
@@ -155,9 +176,9 @@ async def sidecar_cell(
     seconds: float,
     value_size: int,
     rate: float | None = None,
+    rep: int = 1,
 ) -> Cell:
-    values = [base64.b64encode(v).decode() for v in random_values(batch_size, value_size)]
-    recs = ",".join(f'{{"value":"{v}"}}' for v in values)
+    recs = records_json(random_values(batch_size, value_size))
     clients = [KeepAlive(sc.url_for(i)) for i in range(min(producers, len(sc)))]
     try:
         pids = []
@@ -166,11 +187,7 @@ async def sidecar_cell(
             pids.append(json.loads(data)["producerId"])
 
         async def send(i: int, seq: int) -> None:
-            body = (
-                f'{{"batches":[{{"topic":"{topic}","partition":0,"producerId":{pids[i]},'
-                f'"producerEpoch":0,"baseSequence":{seq % SEQ_MODULUS},'
-                f'"lastSequence":{(seq + batch_size - 1) % SEQ_MODULUS},"records":[{recs}]}}]}}'
-            ).encode()
+            body = produce_body(topic, 0, pids[i], 0, seq, batch_size, recs)
             status, data = await clients[i % len(clients)].post("/v1/produce", body)
             if status != 200 or json.loads(data)["results"][0]["errorCode"] != 0:
                 raise RuntimeError(f"sidecar answered {status}: {data[:300]!r}")
@@ -181,12 +198,59 @@ async def sidecar_cell(
     finally:
         for client in clients:
             await client.close()
-    return timed_cell(
-        "sidecar",
-        batch_size,
-        producers,
-        run,
-        cpu_pct=100 * cpu / run.seconds,
-        rss_mb=sc.rss_mb(),
-        rate_limited=rate,
-    )
+    rss = sc.rss_mb()
+    return _cell("sidecar", batch_size, producers, run, rate, rep, sidecar_cpu_s=cpu, rss_mb=rss)
+
+
+def _one(
+    args: argparse.Namespace, sc: Sidecars, target: str, size: int, prods: int, **pace: Any
+) -> Cell:
+    """One cell on a fresh topic."""
+    topic = new_topic(args)
+    if target == "direct":
+        url = args.pulsar_service_url
+        cell = direct_cell(
+            url, full_topic(topic), size, prods, args.seconds, args.value_size, **pace
+        )
+    else:
+        cell = sidecar_cell(sc, topic, size, prods, args.seconds, args.value_size, **pace)
+    return asyncio.run(cell)
+
+
+def run_matrix(args: argparse.Namespace, sc: Sidecars) -> list[Cell]:
+    """Every (batch size, producers, repetition, target) cell, then the half-load pair:
+    both paced at half the sidecar's best at 100-record batches and the most producers
+    up to 8 (when the matrix has such a cell)."""
+    cells: list[Cell] = []
+    for size in args.batch_sizes:
+        for prods in args.producers:
+            for rep in range(1, args.reps + 1):
+                for target in ("direct", "sidecar"):
+                    what = f"{target} cell (batch {size}, {prods} producers, rep {rep})"
+                    with step(what, sc):
+                        cells.append(_one(args, sc, target, size, prods, rep=rep))
+                    say(cells[-1].progress())
+    prods = max((p for p in args.producers if p <= 8), default=0)
+    half = Workload("produce", prods, 100)
+    peak = next((r for r in summarize(cells, COMPARE) if r.workload == half), None)
+    if peak is not None and peak.subject is not None:
+        rate = peak.subject.records_per_s / 2
+        for target in ("direct", "sidecar"):
+            with step(f"the half-load run ({target})", sc):
+                cells.append(_one(args, sc, target, 100, prods, rate=rate))
+            say(cells[-1].progress())
+    return cells
+
+
+def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
+    """``kop-dedup bench``: ``--sidecars`` processes for the run, stopped at the end."""
+    with running_sidecars(args, args.sidecars) as sc:
+        cells = run_matrix(args, sc)
+    notes = []
+    if args.sidecars > 1:
+        notes.append(
+            f"{args.sidecars} sidecar processes, producer i on process i % {args.sidecars}; "
+            "cpu and rss are their sum"
+        )
+    setup = {"sidecars": args.sidecars, "seconds": args.seconds, "value_bytes": args.value_size}
+    print(Results("produce", TITLE, COMPARE, cells, setup, broker, notes).write(out))

@@ -8,14 +8,14 @@ every member owning some); then all resume at once and the clock starts. The reb
 of a group forming (seconds with the eager protocol: each join makes every member rejoin)
 are a cost paid once per group, not per record: the join time is kept beside the rate
 (``join_s``), and the direct side's subscriptions are timed as they always were
-(:func:`kop_dedup_tools.bench_groups_cells.direct_cell`).
+(:func:`kop_dedup_tools.bench.groups_cells.direct_cell`).
 
 - **consume** (:func:`consume_cell`): each member loops ``consume(--pull-records)`` and,
   after a batch that gave records, an asynchronous commit when the last is
   :data:`COMMIT_INTERVAL_S` old, until every record of the topic has been read; then a
   synchronous commit. The rate is the records over the time
   from the start to the last member's final commit. Checked: every partition's offsets
-  came once each in order (:class:`~kop_dedup_tools.bench_groups_cells.OffsetCheck`), and
+  came once each in order (:class:`~kop_dedup_tools.bench.groups_cells.OffsetCheck`), and
   the group's committed offsets read back are each partition's end.
 - **ctp** (:func:`ctp_cell`): each member is a copier, a ``read_committed`` consumer and
   a transactional producer: begin, consume up to ``txn_records`` records, produce each
@@ -37,9 +37,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from kop_dedup_tools.bench_groups_cells import PARTITIONS, OffsetCheck
-from kop_dedup_tools.bench_kafka import PRODUCER_CONFIG, create
-from kop_dedup_tools.bench_kafka_groups_results import CtpCell, KafkaGroupCell
+from kop_dedup_tools.bench.cells import Cell, Workload, extras
+from kop_dedup_tools.bench.groups_cells import PARTITIONS, OffsetCheck, group_cell
+from kop_dedup_tools.bench.kafka_clients import PRODUCER_CONFIG, create
+from kop_dedup_tools.bench.support import cpu_seconds
 from kop_dedup_tools.measure import percentile_ms
 from kop_dedup_tools.sidecar import SidecarProcess
 
@@ -195,12 +196,8 @@ def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def _cpu(sidecar: SidecarProcess | None) -> float:
-    return sidecar.cpu_seconds() if sidecar is not None else 0.0
-
-
-def _pct(cpu: float, seconds: float) -> float:
-    return round(100 * cpu / seconds, 1) if seconds else 0.0
+def _per_record(cpu: float, records: int) -> float | None:
+    return round(cpu / records * 1e6, 2) if records else None
 
 
 class _Commits:
@@ -286,7 +283,7 @@ def consume_cell(
     per_partition: int,
     rep: int,
     sidecar: SidecarProcess | None = None,
-) -> KafkaGroupCell:
+) -> Cell:
     """A fresh group of ``members`` consumers reads the whole topic (see the module
     docstring)."""
     group = _Group(bootstrap, topic, "bench-kg")
@@ -294,37 +291,29 @@ def consume_cell(
     for _ in range(members):
         group.add(drain.read, on_commit=drain.commits)
     join_s = group.join()
-    cpu0, sc0, drain.started = time.process_time(), _cpu(sidecar), time.monotonic()
+    cpu0, sc0, drain.started = time.process_time(), cpu_seconds(sidecar), time.monotonic()
     group.go.set()
     elapsed = group.wait(drain.done.set) - drain.started
-    sc_cpu, cpu = _cpu(sidecar) - sc0, time.process_time() - cpu0
+    sc_cpu, cpu = cpu_seconds(sidecar) - sc0, time.process_time() - cpu0
     rss = sidecar.rss_mb() if sidecar is not None else None
     group.finish()
     if drain.commits.failure is not None:
         raise RuntimeError(f"{side}: a commit failed: {drain.commits.failure}")
     committed = _committed(bootstrap, group.id, topic)
-    pulls, cycles, commits = drain.pulls, drain.cycles, drain.commits
-    return KafkaGroupCell(
+    return group_cell(
+        Workload("consume", members, pull_records),
         side,
-        members,
-        pull_records,
         rep,
         drain.records,
-        len(cycles),
         elapsed,
-        drain.drained(),
-        percentile_ms(cycles, 50),
-        percentile_ms(cycles, 99),
-        percentile_ms(pulls, 50),
-        percentile_ms(pulls, 99),
-        percentile_ms(commits.latencies, 50),
-        percentile_ms(commits.latencies, 99),
-        cpu_pct=_pct(sc_cpu, elapsed) if sidecar is not None else None,
+        (drain.cycles, drain.pulls, drain.commits.latencies),
+        sidecar_cpu_s=sc_cpu if sidecar is not None else None,
         rss_mb=None if rss is None else round(rss, 1),
+        drained=drain.drained(),
         gaps=drain.check.gaps,
         committed_ok=all(committed.get(p) == per_partition for p in range(PARTITIONS)),
         join_s=round(join_s, 2),
-        client_cpu_pct=_pct(cpu, elapsed),
+        client_cpu_us_per_record=_per_record(cpu, drain.records),
     )
 
 
@@ -414,7 +403,7 @@ def ctp_cell(
     per_partition: int,
     rep: int,
     sidecar: SidecarProcess | None = None,
-) -> CtpCell:
+) -> Cell:
     """``copiers`` consume-transform-produce loops in a fresh group (see the module
     docstring), for ``seconds`` or until the input is drained."""
     from confluent_kafka import Producer  # noqa: PLC0415
@@ -433,28 +422,29 @@ def ctp_cell(
         producer.init_transactions(60)
         group.add(copy.copier(producer), **{"isolation.level": "read_committed"})
     join_s = group.join()
-    cpu0, sc0, started = time.process_time(), _cpu(sidecar), time.monotonic()
+    cpu0, sc0, started = time.process_time(), cpu_seconds(sidecar), time.monotonic()
     copy.stop_at = started + seconds
     group.go.set()
     elapsed = group.wait(copy.drained.set) - started
-    sc_cpu, cpu = _cpu(sidecar) - sc0, time.process_time() - cpu0
+    sc_cpu, cpu = cpu_seconds(sidecar) - sc0, time.process_time() - cpu0
     group.finish()
     committed = _committed(bootstrap, group.id, topic)
-    return CtpCell(
+    return Cell(
+        Workload("ctp", copiers, txn_records),
         side,
-        copiers,
-        txn_records,
         rep,
         copy.committed,
-        copy.transactions,
         elapsed,
-        copy.drained.is_set(),
         percentile_ms(copy.latencies, 50),
         percentile_ms(copy.latencies, 99),
-        committed_ok=sum(o for o in committed.values() if o >= 0) == copy.committed,
-        join_s=round(join_s, 2),
-        sidecar_cpu_pct=_pct(sc_cpu, elapsed) if sidecar is not None else None,
-        client_cpu_pct=_pct(cpu, elapsed),
+        sc_cpu if sidecar is not None else None,
+        extra=extras(
+            transactions=copy.transactions,
+            drained=copy.drained.is_set(),
+            committed_ok=sum(o for o in committed.values() if o >= 0) == copy.committed,
+            join_s=round(join_s, 2),
+            client_cpu_us_per_record=_per_record(cpu, copy.committed),
+        ),
     )
 
 

@@ -19,17 +19,17 @@ pipelines them).
 
 A reader per data partition runs in both modes (so both pay for it) and reads every
 record; a record's value starts with ``<client>:<round>:``, which is how a read is
-counted to its round (:class:`Visibility`). The JSON keeps every repetition; the table
-shows the best repetition by records/s of each mode, and the ratio of transactions to
-idempotent records/s (the issue's target: at least 0.5, since the data is written
-twice: to the journal, then copied): :mod:`kop_dedup_tools.bench_txn_results`.
+counted to its round (:class:`Visibility`). A cell's latency is a produce request's;
+the end-txn, applied and visible latencies are its own figures. The ratio is
+transactions over idempotent records/s (the issue's target: at least 0.5, since the
+data is written twice: to the journal, then copied). Results:
+``<out>/transactions.json`` and ``transactions.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import threading
@@ -40,38 +40,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kop_dedup.protocol.records import SEQ_MODULUS
-from kop_dedup_tools.bench_http import KeepAlive
-from kop_dedup_tools.bench_support import BenchMode, say, start_sidecar, step
-from kop_dedup_tools.bench_txn_results import (
-    BATCHES_PER_ROUND,
-    PARTITIONS,
-    RECORDS_PER_BATCH,
-    TxnCell,
-    plot_txn,
-    render_txn_table,
-    summarize_txn,
-    write_txn_results,
-)
+from kop_dedup_tools.bench.cells import Cell, Compare, Workload, extras
+from kop_dedup_tools.bench.keepalive import KeepAlive, produce_body, records_json
+from kop_dedup_tools.bench.results import Results
+from kop_dedup_tools.bench.support import say, start_sidecar, step
 from kop_dedup_tools.measure import percentile_ms
 from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
 
 __all__ = [
     "BATCHES_PER_ROUND",
-    "MODE",
     "PARTITIONS",
     "RECORDS_PER_BATCH",
-    "TxnCell",
     "Visibility",
-    "plot_txn",
-    "render_txn_table",
+    "round_of",
     "round_values",
+    "run",
     "run_transactions",
-    "summarize_txn",
 ]
 
-MODES = ("idempotent", "transactions")
+# a round: 10 batches of 100 records over the 2 partitions of a fresh topic
+BATCHES_PER_ROUND = 10
+RECORDS_PER_BATCH = 100
+PARTITIONS = 2
+ROUND = BATCHES_PER_ROUND * RECORDS_PER_BATCH
+COMPARE = Compare("transactions", "idempotent")
+TITLE = (
+    f"kop-dedup transactions of {BATCHES_PER_ROUND} batches x {RECORDS_PER_BATCH} records over "
+    f"{PARTITIONS} partitions vs the same rounds produced idempotently"
+)
 _STATE_POLL_S = 0.002
 _READ_WAIT_MS = 200
 
@@ -184,15 +181,6 @@ def _readers(service_url: str, topic: str, seen: Visibility) -> Iterator[None]:
         client.close()
 
 
-def _batch_json(topic: str, partition: int, pid: int, epoch: int, base: int, records: str) -> str:
-    last = (base + RECORDS_PER_BATCH - 1) % SEQ_MODULUS
-    return (
-        f'{{"topic":"{topic}","partition":{partition},"producerId":{pid},'
-        f'"producerEpoch":{epoch},"baseSequence":{base % SEQ_MODULUS},'
-        f'"lastSequence":{last},"records":[{records}]}}'
-    )
-
-
 async def _call(client: Any, method: str, path: str, body: Any = None) -> dict[str, Any]:
     """A JSON call that must answer 200 (and errorCode 0 where there is one)."""
     payload = body if isinstance(body, bytes) else json.dumps(body or {}).encode()
@@ -226,20 +214,20 @@ class _Client:
 
     def requests(self, round_no: int, value_size: int) -> list[bytes]:
         """The round's 10 produce bodies, a batch each, sequences continuing."""
-        values = round_values(
-            self.index, round_no, BATCHES_PER_ROUND * RECORDS_PER_BATCH, value_size
-        )
-        encoded = [base64.b64encode(v).decode() for v in values]
-        txn_field = f'"transactionalId":"{self.tid}",' if self.transactional else ""
+        values = round_values(self.index, round_no, ROUND, value_size)
+        tid = self.tid if self.transactional else ""
         bodies = []
         for b in range(BATCHES_PER_ROUND):
             partition = b % PARTITIONS
-            chunk = encoded[b * RECORDS_PER_BATCH : (b + 1) * RECORDS_PER_BATCH]
-            records = ",".join(f'{{"value":"{v}"}}' for v in chunk)
+            records = records_json(values[b * RECORDS_PER_BATCH : (b + 1) * RECORDS_PER_BATCH])
             base = self.next_seq[partition]
             self.next_seq[partition] += RECORDS_PER_BATCH
-            batch = _batch_json(self.topic, partition, self.pid, self.epoch, base, records)
-            bodies.append(f'{{{txn_field}"batches":[{batch}]}}'.encode())
+            pid, epoch = self.pid, self.epoch
+            bodies.append(
+                produce_body(
+                    self.topic, partition, pid, epoch, base, RECORDS_PER_BATCH, records, tid
+                )
+            )
         return bodies
 
     async def produce(self, body: bytes) -> None:
@@ -279,27 +267,22 @@ class _Client:
 
 
 async def _cell(
-    sc: SidecarProcess,
-    admin_url: str,
-    service_url: str,
-    mode: str,
-    producers: int,
-    seconds: float,
-    value_size: int,
-) -> TxnCell:
+    sc: SidecarProcess, args: argparse.Namespace, mode: str, producers: int, rep: int
+) -> Cell:
     topic = f"bench-txn-{uuid.uuid4().hex[:8]}"
-    create_topic(admin_url, topic, partitions=PARTITIONS)
-    seen = Visibility(BATCHES_PER_ROUND * RECORDS_PER_BATCH)
+    create_topic(args.pulsar_admin_url, topic, partitions=PARTITIONS)
+    seen = Visibility(ROUND)
     samples = _Samples()
     client = KeepAlive(sc.url)
     try:
-        with _readers(service_url, topic, seen):
+        with _readers(args.pulsar_service_url, topic, seen):
             cpu0, started = sc.cpu_seconds(), time.monotonic()
             clients = [
                 _Client(client, i, topic, mode == "transactions", samples, seen)
                 for i in range(producers)
             ]
-            await asyncio.gather(*(c.run(started + seconds, value_size) for c in clients))
+            stop_at = started + args.seconds
+            await asyncio.gather(*(c.run(stop_at, args.value_size) for c in clients))
             elapsed = time.monotonic() - started
             cpu = sc.cpu_seconds() - cpu0
             grace = time.monotonic() + 10
@@ -307,58 +290,39 @@ async def _cell(
                 await asyncio.sleep(0.05)  # the readers are threads: nothing to await
     finally:
         await client.close()
-    visible = seen.latencies()
-    applied = samples.applied
-    return TxnCell(
+    visible, end, applied = seen.latencies(), samples.end, samples.applied
+    return Cell(
+        Workload("rounds", producers, ROUND),
         mode,
-        producers,
-        samples.rounds,
-        samples.rounds * BATCHES_PER_ROUND * RECORDS_PER_BATCH,
+        rep,
+        samples.rounds * ROUND,
         elapsed,
         percentile_ms(samples.produce, 50),
         percentile_ms(samples.produce, 99),
-        percentile_ms(visible, 50),
-        percentile_ms(visible, 99),
-        end_p50_ms=percentile_ms(samples.end, 50) if samples.end else None,
-        end_p99_ms=percentile_ms(samples.end, 99) if samples.end else None,
-        applied_p50_ms=percentile_ms(applied, 50) if applied else None,
-        applied_p99_ms=percentile_ms(applied, 99) if applied else None,
-        cpu_pct=round(100 * cpu / elapsed, 1) if elapsed else None,
-        unread_rounds=seen.incomplete(),
+        sidecar_cpu_s=cpu,
+        extra=extras(
+            rounds=samples.rounds,
+            rounds_per_s=round(samples.rounds / elapsed, 2) if elapsed else None,
+            visible_p50_ms=percentile_ms(visible, 50),
+            visible_p99_ms=percentile_ms(visible, 99),
+            end_p50_ms=percentile_ms(end, 50) if end else None,
+            end_p99_ms=percentile_ms(end, 99) if end else None,
+            applied_p50_ms=percentile_ms(applied, 50) if applied else None,
+            applied_p99_ms=percentile_ms(applied, 99) if applied else None,
+            unread_rounds=seen.incomplete(),
+        ),
     )
 
 
-def run_transactions(
-    args: argparse.Namespace, sc: SidecarProcess, say: Any
-) -> tuple[list[TxnCell], list[dict[str, Any]]]:
-    """Every (producers, repetition, mode) cell, the modes alternating; the summary."""
+def run_transactions(args: argparse.Namespace, sc: SidecarProcess) -> list[Cell]:
+    """Every (producers, repetition, mode) cell, idempotent then transactions."""
     cells = []
     for producers in args.producers:
-        for rep in range(args.reps):
-            for mode in MODES:
-                cell = asyncio.run(
-                    _cell(
-                        sc,
-                        args.pulsar_admin_url,
-                        args.pulsar_service_url,
-                        mode,
-                        producers,
-                        args.seconds,
-                        args.value_size,
-                    )
-                )
-                cells.append(cell)
-                extra = (
-                    f", {cell.rounds_per_s:.1f} commits/s, end-txn p99 {cell.end_p99_ms} ms, "
-                    f"visible p99 {cell.visible_p99_ms} ms"
-                    if mode == "transactions"
-                    else ""
-                )
-                say(
-                    f"bench: transactions {producers:>2} producers rep {rep + 1} {mode:>12}: "
-                    f"{cell.records_per_s:>9,.0f} rec/s{extra}"
-                )
-    return cells, summarize_txn(cells)
+        for rep in range(1, args.reps + 1):
+            for mode in ("idempotent", "transactions"):
+                cells.append(asyncio.run(_cell(sc, args, mode, producers, rep)))
+                say(cells[-1].progress())
+    return cells
 
 
 def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
@@ -366,20 +330,16 @@ def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
     sc = start_sidecar(args)
     try:
         with step("the transactions run", sc):
-            cells, rows = run_transactions(args, sc, say)
+            cells = run_transactions(args, sc)
     finally:
         sc.stop()
-    print(write_txn_results(out, cells, rows, broker))
-
-
-def add_options(p: argparse.ArgumentParser) -> None:
-    """``--transactions`` (with bench's --producers, --reps, --seconds, --value-size)."""
-    p.add_argument(
-        "--transactions",
-        action="store_true",
-        help="transactions of 10 batches x 100 records over 2 partitions against the same "
-        "records produced idempotently, per --producers count (transactions.json)",
-    )
-
-
-MODE = BenchMode(("transactions",), add_options, run)
+    setup = {
+        "round": {
+            "batches": BATCHES_PER_ROUND,
+            "records_per_batch": RECORDS_PER_BATCH,
+            "partitions": PARTITIONS,
+        },
+        "seconds": args.seconds,
+        "value_bytes": args.value_size,
+    }
+    print(Results("transactions", TITLE, COMPARE, cells, setup, broker).write(out))

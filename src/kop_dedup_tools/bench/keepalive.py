@@ -1,17 +1,48 @@
 """The benchmark's HTTP client: keep-alive HTTP/1.1 on asyncio streams, light enough that
-measuring the sidecar through it measures the sidecar (:class:`KeepAlive`).
+measuring the sidecar through it measures the sidecar (:class:`KeepAlive`), and the
+produce bodies it sends, built as text (:func:`produce_body`).
 
 >>> client = KeepAlive(sc.url)
->>> status, body = await client.post("/v1/produce", payload)
+>>> body = produce_body(topic, 0, pid, 0, base=0, count=100, records=records_json(values))
+>>> status, answer = await client.post("/v1/produce", body)
 >>> await client.close()
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+from collections.abc import Iterable
 
-__all__ = ["KeepAlive"]
+from kop_dedup.protocol.records import SEQ_MODULUS
+
+__all__ = ["KeepAlive", "produce_body", "records_json"]
+
+
+def records_json(values: Iterable[bytes]) -> str:
+    """Record values (no keys) as a produce body's ``records``, base64."""
+    return ",".join(f'{{"value":"{base64.b64encode(v).decode()}"}}' for v in values)
+
+
+def produce_body(
+    topic: str,
+    partition: int,
+    pid: int,
+    epoch: int,
+    base: int,
+    count: int,
+    records: str,
+    tid: str = "",
+) -> bytes:
+    """``POST /v1/produce`` with one batch of ``count`` records from sequence ``base``
+    (both wrapped as Kafka's are); in transaction ``tid`` when one is given."""
+    txn = f'"transactionalId":"{tid}",' if tid else ""
+    return (
+        f'{{{txn}"batches":[{{"topic":"{topic}","partition":{partition},"producerId":{pid},'
+        f'"producerEpoch":{epoch},"baseSequence":{base % SEQ_MODULUS},'
+        f'"lastSequence":{(base + count - 1) % SEQ_MODULUS},"records":[{records}]}}]}}'
+    ).encode()
 
 
 class KeepAlive:
