@@ -136,7 +136,13 @@ def test_admin_clients_delete_groups_and_offsets_seen_from_another_sidecar(
 ):
     here, there = sidecar.kafka_bootstrap, other.kafka_bootstrap
     topic = create(here, 2, "gdel")
-    deleted, trimmed = f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    cluster = other.runtime.cluster  # the raw OffsetFetch below goes to the coordinator
+    deleted = next(
+        g
+        for g in (f"g-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+        if cluster.is_me(cluster.group_coordinator(g))
+    )
+    trimmed = f"g-{uuid.uuid4().hex[:8]}"
     for group in (deleted, trimmed):
         _consume_and_commit(here, topic, group)
         assert _committed(there, topic, group) == [5, 5]
