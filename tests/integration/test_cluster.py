@@ -163,6 +163,28 @@ def test_the_cluster_endpoint_shows_the_nodes_and_who_owns_what(trio):
     )
 
 
+def test_the_cluster_endpoint_names_the_coordinator_of_a_key_as_findcoordinator_does(trio):
+    """``?transactionalId=`` and ``?groupId=`` answer the node Kafka's FindCoordinator
+    names, on every node alike; every node coordinates some keys."""
+    keys = [uniq("k") for _ in range(40)]
+    seen: dict[str, set[int]] = {"transactionalId": set(), "groupId": set()}
+    for key in keys:
+        kinds = {"transactionalId": 1, "groupId": 0}
+        for kind, key_type in kinds.items():
+            answers = {
+                httpx.get(f"{n.url}/v1/cluster", params={kind: key}, timeout=30).json()[
+                    "coordinators"
+                ][kind]
+                for n in trio
+            }
+            with WireClient(trio[0].kafka_bootstrap) as c:
+                found = c.call(FindCoordinatorRequest(key=key, key_type=key_type), 2)
+            assert found.error_code == 0, found
+            assert answers == {found.node_id}, (kind, key, answers, found)
+            seen[kind] |= answers
+    assert seen == {"transactionalId": {1, 2, 3}, "groupId": {1, 2, 3}}
+
+
 @pytest.fixture(scope="module")
 def sidecars(pulsar: Any) -> Iterator[list[ThreadSidecar]]:
     """Two nodes of one cluster in sidecar mode: each Kafka listener is all its clients

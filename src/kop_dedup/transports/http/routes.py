@@ -245,11 +245,27 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
 
 
 @router.get("/v1/cluster", dependencies=[Authorized], tags=["stats"], responses=_NOT_FOUND)
-async def cluster(runtime: RuntimeDep, topic: str | None = None) -> JSONResponse:
+async def cluster(
+    runtime: RuntimeDep,
+    topic: str | None = None,
+    transactionalId: str | None = None,  # noqa: N803 (the API's spelling)
+    groupId: str | None = None,  # noqa: N803
+) -> JSONResponse:
     """The cluster as this node sees it: the live nodes, who owns each state partition,
     what this node owns, its counters; with ``topic``, each partition's leader (404 with
-    Kafka's code for a topic that does not exist or a name Kafka refuses)."""
+    Kafka's code for a topic that does not exist or a name Kafka refuses); with
+    ``transactionalId`` or ``groupId``, its coordinator's node id (Kafka's
+    FindCoordinator; null before this node has joined its cluster)."""
     described = runtime.cluster.describe_cluster()
+    coordinators: dict[str, int | None] = {}
+    if transactionalId is not None:
+        member = runtime.cluster.txn_coordinator(transactionalId)
+        coordinators["transactionalId"] = None if member is None else member.node_id
+    if groupId is not None:
+        member = runtime.cluster.group_coordinator(groupId)
+        coordinators["groupId"] = None if member is None else member.node_id
+    if coordinators:
+        described["coordinators"] = coordinators
     if topic is not None:
         try:
             validate_topic(topic)
