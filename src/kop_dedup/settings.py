@@ -366,6 +366,10 @@ class Settings(BaseSettings):
             )
         if self.max_batch_bytes > self.pulsar_max_message_bytes:
             raise ValueError("max_batch_bytes must not exceed pulsar_max_message_bytes")
+        if max(self.default_partitions, self.kafka_default_partitions) > (
+            self.max_partitions_per_topic
+        ):
+            raise ValueError("default partitions must not exceed max_partitions_per_topic")
         if (self.kafka_tls_cert is None) != (self.kafka_tls_key is None):
             raise ValueError("kafka_tls_cert and kafka_tls_key go together: set both or neither")
         for name in ("kafka_listener", "kafka_advertised"):

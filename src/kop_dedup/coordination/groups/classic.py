@@ -29,6 +29,7 @@ from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.api import ResolvedReset
 from kop_dedup.coordination.groups.offsets import offset_doc
 from kop_dedup.coordination.groups.store import GroupStore, StagedOffset, key
+from kop_dedup.coordination.names import validate_group_id, validate_topics
 from kop_dedup.protocol.groups.classic import (
     PREPARING,
     STABLE,
@@ -118,7 +119,8 @@ class ClassicGroups:
     ) -> JoinAnswer | NewMemberId:
         """JoinGroup: 79 MEMBER_ID_REQUIRED with a new id for a new member (v4+,
         ``require_known_id``), else the member's round joined and waited for (up to the
-        rebalance deadline). Raises the Kafka error otherwise (23, 25, 26)."""
+        rebalance deadline). Raises the Kafka error otherwise (23, 24, 25, 26)."""
+        validate_group_id(group_id)
         if not self.min_session_ms <= req.session_timeout_ms <= self.max_session_ms:
             raise errors.InvalidSessionTimeout(
                 f"session timeout {req.session_timeout_ms} ms is outside "
@@ -321,6 +323,7 @@ class ClassicGroups:
     ) -> None:
         """OffsetCommit to a Kafka group: Kafka's checks (:meth:`ClassicGroup.validate_commit`),
         the member's session refreshed, the offsets stored, in one change."""
+        validate_topics(o.topic for o in offsets)
         now = now_ms()
 
         async def change(p: int) -> None:
