@@ -50,6 +50,8 @@ class _Outcome:
     """The framed answer; None: nothing to write (acks=0, or a close without answer)."""
     close: tuple[str, str] | None = None
     """(kind, reason): close the connection after writing ``frame``."""
+    failed_auth: bool = False
+    """A failed authentication: the close waits the failed-authentication delay."""
 
 
 class Connection:
@@ -176,7 +178,7 @@ class Connection:
                 try:
                     answer = await raw_token(self.session, frame)
                 except CloseConnection as exc:
-                    self._refuse(exc.kind, exc.reason)
+                    self._queue(_Outcome(None, (exc.kind, exc.reason), failed_auth=True))
                     return
                 self._queue(_Outcome(len(answer).to_bytes(4, "big") + answer))
                 continue
@@ -245,10 +247,12 @@ class Connection:
         session, version = self.session, header.api_version
         started = time.perf_counter()
         close: tuple[str, str] | None = None
+        failed_auth = False
         try:
             answer = await routed.handle(session, api, body, version)
         except CloseConnection as exc:
             answer, close = exc.answer, (exc.kind, exc.reason)
+            failed_auth = exc.kind == "auth" and api.before_auth  # a SASL API refused
         except errors.KafkaError as exc:
             answer = api.error_answer(body, version, exc)
         except Exception as exc:
@@ -258,6 +262,8 @@ class Connection:
             )
             answer = api.error_answer(body, version, errors.KafkaError(f"{exc!r}"))
         outcome = self._encoded(api, header, answer, close)
+        if failed_auth:
+            outcome = _Outcome(outcome.frame, outcome.close, failed_auth=True)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "kafka request",
@@ -314,7 +320,7 @@ class Connection:
             if outcome.close is not None:
                 kind, reason = outcome.close
                 self.closed_because = kind
-                if kind == "auth" and self._auth_delay_s > 0:
+                if outcome.failed_auth and self._auth_delay_s > 0:
                     await asyncio.sleep(self._auth_delay_s)  # as Kafka, to slow guessing
                 log.info(
                     "kafka connection closed: %s",
