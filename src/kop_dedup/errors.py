@@ -59,6 +59,7 @@ The tree::
     +-- UnknownLeaderEpoch (75, retriable)
     +-- UnsupportedCompressionType (76)
     +-- MemberIdRequired (79)
+    +-- GroupMaxSizeReached (81)
     +-- FencedInstanceId (82)
     +-- GroupSubscribedToTopic (86)
     +-- InvalidRecord (87)
@@ -94,6 +95,7 @@ __all__ = [
     "FencedLeaderEpoch",
     "FetchSessionIdNotFound",
     "GroupIdNotFound",
+    "GroupMaxSizeReached",
     "GroupSubscribedToTopic",
     "IllegalGeneration",
     "IllegalSaslState",
@@ -366,6 +368,10 @@ class UnsupportedCompressionType(KafkaError):
 
 class MemberIdRequired(KafkaError):
     errno, name = 79, "MEMBER_ID_REQUIRED"
+
+
+class GroupMaxSizeReached(KafkaError):
+    errno, name = 81, "GROUP_MAX_SIZE_REACHED"
 
 
 class FencedInstanceId(KafkaError):

@@ -195,6 +195,7 @@ class Runtime:
                 max_wait_ms=settings.max_pull_wait_ms,
                 answer_delay_s=settings.group_pull_answer_delay_ms / 1000,
                 kafka_min_session_timeout_ms=settings.kafka_group_min_session_timeout_ms,
+                max_members=settings.max_group_members,
             ),
         )
         # DeleteRecords' log start offsets bound what every reader (Fetch, pulls) finds

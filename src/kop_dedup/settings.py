@@ -347,6 +347,9 @@ class Settings(BaseSettings):
     kafka_fetch_max_bytes: int = Field(default=55 * 1024 * 1024, ge=1024)
     """The cap on a Fetch's ``max_bytes`` (Kafka's ``fetch.max.bytes``); a larger ask is
     served as this much."""
+    max_group_members: int = Field(default=1_000, ge=1)
+    """Members one consumer group may have (Kafka's ``group.max.size``), over both
+    transports; one more joining is 81 GROUP_MAX_SIZE_REACHED (HTTP 409)."""
     max_partitions_per_topic: int = Field(default=1_000, ge=1, le=100_000)
     """Partitions a topic may have (CreateTopics, CreatePartitions, the HTTP API);
     more is 37 INVALID_PARTITIONS (HTTP 400)."""

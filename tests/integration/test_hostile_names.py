@@ -103,9 +103,36 @@ def test_http_refuses_the_name_everywhere_without_an_admin_call(watched, topic):
         assert joined.status_code >= 400, joined.text
         reset = api.post(f"/v1/groups/{group}/reset", json={"topic": topic, "to": "earliest"})
         assert reset.status_code >= 400, reset.text
+        member = api.post(f"/v1/groups/{group}/members", json={"topics": [_real_topic(sc)]})
+        assert member.status_code == 200, member.text
+        member_id = member.json()["memberId"]
+        commit = api.post(
+            f"/v1/groups/{group}/members/{member_id}/commit",
+            json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]},
+        )
+        assert commit.status_code >= 400 or commit.json()["errorCode"] != 0, commit.text
         stored = api.get(f"/v1/groups/{group}/offsets")
         assert topic not in stored.text  # nothing of it stored
     _no_admin_call_for(proxy, before)
+
+
+_REAL: dict[str, str] = {}
+
+
+def _real_topic(sc: ThreadSidecar) -> str:
+    """A topic that exists (created once), for a member to join."""
+    if "topic" not in _REAL:
+        topic = uniq("real")
+        with WireClient(sc.kafka_bootstrap) as c:
+            created = CreateTopicsRequest.CreatableTopic(
+                name=topic, num_partitions=1, replication_factor=1, assignments=[], configs=[]
+            )
+            answer = c.call(
+                CreateTopicsRequest(topics=[created], timeout_ms=30000, validate_only=False), 5
+            )
+            assert answer.topics[0].error_code == 0
+        _REAL["topic"] = topic
+    return _REAL["topic"]
 
 
 def _codes(answer: Any) -> list[int]:

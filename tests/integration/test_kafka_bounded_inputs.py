@@ -20,6 +20,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.protocol.records import rec
 from tests.helpers import uniq
+from tests.kafka_group_wire import NOT_READY, join
 from tests.kafka_wire import WireClient, batch_with_records_bytes, produce_request
 from tests.sidecar import ProcessSidecar
 
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.integration
 TOKEN = "bounded-token"
 AUTO_CREATE_CAP = 5
 PARTITION_CAP = 8
+MEMBER_CAP = 2
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,7 @@ def bounded(pulsar, tmp_path_factory) -> Iterator[ProcessSidecar]:
         auth_tokens=f'["{TOKEN}"]',
         kafka_max_auto_create_topics=AUTO_CREATE_CAP,
         max_partitions_per_topic=PARTITION_CAP,
+        max_group_members=MEMBER_CAP,
     )
     with sc:
         yield sc
@@ -163,3 +166,26 @@ def test_the_request_header_is_judged_after_authentication_against_the_request_l
     with _client(bounded) as c:
         c.send_bytes(struct.pack(">i", (16 << 20) + 1))
         assert c.closed_by_peer(5)
+
+
+def test_a_group_at_its_member_cap_refuses_one_more_on_both_transports(bounded):
+    group, topic = uniq("full"), uniq("gt")
+    with _client(bounded) as c:
+        assert _create(c, topic, 1) == 0
+        codes = []
+        while len(codes) < MEMBER_CAP + 1:  # a new member gets an id first (KIP-394)
+            code = join(c, group, "", retry=False).error_code
+            if code not in NOT_READY:  # the groups log still loading: ask again
+                codes.append(code)
+        assert codes == [79] * MEMBER_CAP + [81]  # then GROUP_MAX_SIZE_REACHED
+    http = uniq("hfull")
+    with httpx.Client(
+        base_url=bounded.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    ) as api:
+        for _ in range(MEMBER_CAP):
+            r = api.post(f"/v1/groups/{http}/members", json={"topics": [topic]})
+            assert r.status_code == 200, r.text
+        r = api.post(f"/v1/groups/{http}/members", json={"topics": [topic]})
+        assert r.status_code == 409, r.text
+        assert r.json()["errorCode"] == 81
+        assert "KOP_DEDUP_MAX_GROUP_MEMBERS" in r.json()["errorMessage"]
