@@ -63,6 +63,7 @@ The tree::
     +-- FencedInstanceId (82)
     +-- GroupSubscribedToTopic (86)
     +-- InvalidRecord (87)
+    +-- ThrottlingQuotaExceeded (89)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
     +-- TransactionalIdNotFound (105)
@@ -133,6 +134,7 @@ __all__ = [
     "RebalanceInProgress",
     "RequestTimedOut",
     "SaslAuthenticationFailed",
+    "ThrottlingQuotaExceeded",
     "TopicAlreadyExists",
     "TopicAuthorizationFailed",
     "TransactionAbortable",
@@ -384,6 +386,10 @@ class GroupSubscribedToTopic(KafkaError):
 
 class InvalidRecord(KafkaError):
     errno, name = 87, "INVALID_RECORD"
+
+
+class ThrottlingQuotaExceeded(KafkaError):
+    errno, name = 89, "THROTTLING_QUOTA_EXCEEDED"
 
 
 class UnstableOffsetCommit(KafkaError):

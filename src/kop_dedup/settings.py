@@ -347,6 +347,15 @@ class Settings(BaseSettings):
     kafka_fetch_max_bytes: int = Field(default=55 * 1024 * 1024, ge=1024)
     """The cap on a Fetch's ``max_bytes`` (Kafka's ``fetch.max.bytes``); a larger ask is
     served as this much."""
+    max_transactional_ids_in_log: int = Field(default=1_000_000, ge=1)
+    """Transactional ids the transaction log holds at once (each until
+    ``transactional_id_expiry_seconds`` after its last change; each log partition holds
+    its share, rounded up); InitProducerId for a new one past it is 89
+    THROTTLING_QUOTA_EXCEEDED. About 1 KiB of memory each on the node that owns it."""
+    max_groups: int = Field(default=100_000, ge=1)
+    """Consumer groups the groups log holds (Kafka's and HTTP's; each log partition holds
+    its share, rounded up); a change that would start a new one past it is 89
+    THROTTLING_QUOTA_EXCEEDED (HTTP 429). A group goes with ``group_retention_ms``."""
     max_group_members: int = Field(default=1_000, ge=1)
     """Members one consumer group may have (Kafka's ``group.max.size``), over both
     transports; one more joining is 81 GROUP_MAX_SIZE_REACHED (HTTP 409)."""

@@ -16,11 +16,12 @@ import httpx
 import pytest
 from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest
 from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.protocol.records import rec
 from tests.helpers import uniq
-from tests.kafka_group_wire import NOT_READY, join
+from tests.kafka_group_wire import NOT_READY, commit, join
 from tests.kafka_wire import WireClient, batch_with_records_bytes, produce_request
 from tests.sidecar import ProcessSidecar
 
@@ -30,6 +31,8 @@ TOKEN = "bounded-token"
 AUTO_CREATE_CAP = 5
 PARTITION_CAP = 8
 MEMBER_CAP = 2
+TXN_ID_CAP = 3
+GROUP_CAP = 6
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +47,10 @@ def bounded(pulsar, tmp_path_factory) -> Iterator[ProcessSidecar]:
         kafka_max_auto_create_topics=AUTO_CREATE_CAP,
         max_partitions_per_topic=PARTITION_CAP,
         max_group_members=MEMBER_CAP,
+        txn_log_partitions=1,
+        offsets_partitions=1,
+        max_groups=GROUP_CAP,
+        max_transactional_ids_in_log=TXN_ID_CAP,
     )
     with sc:
         yield sc
@@ -189,3 +196,48 @@ def test_a_group_at_its_member_cap_refuses_one_more_on_both_transports(bounded):
         assert r.status_code == 409, r.text
         assert r.json()["errorCode"] == 81
         assert "KOP_DEDUP_MAX_GROUP_MEMBERS" in r.json()["errorMessage"]
+
+
+def test_transactional_ids_past_the_cap_are_refused_and_known_ones_still_served(bounded):
+    def init(c: WireClient, tid: str) -> int:
+        request = InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60000)
+        return c.call(request, 1).error_code
+
+    known = [uniq("tid") for _ in range(TXN_ID_CAP - 1)]
+    with _client(bounded) as c:
+        assert [init(c, tid) for tid in known] == [0] * len(known)
+        with httpx.Client(
+            base_url=bounded.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+        ) as api:
+            last = api.post("/v1/init-producer-id", json={"transactionalId": uniq("tid")})
+            assert last.json()["errorCode"] == 0, last.text  # the cap's last one
+            refused = api.post("/v1/init-producer-id", json={"transactionalId": uniq("tid")})
+            assert refused.json()["errorCode"] == 89, refused.text
+            assert "KOP_DEDUP_MAX_TRANSACTIONAL_IDS_IN_LOG" in refused.json()["errorMessage"]
+        assert init(c, uniq("tid")) == 89  # THROTTLING_QUOTA_EXCEEDED
+        assert init(c, known[0]) == 0  # an id the log holds: a new epoch as ever
+        assert init(c, "bad\nid") == 42  # INVALID_REQUEST: a control character
+
+
+def test_new_groups_past_the_cap_are_refused_and_known_ones_still_served(bounded):
+    topic = uniq("gc")
+    with _client(bounded) as c:
+        assert _create(c, topic, 1) == 0
+        codes: dict[str, int] = {}
+        for _ in range(GROUP_CAP + 1):  # other tests of the module may hold some already
+            group = uniq("capped")
+            codes[group] = commit(c, group, topic, "", -1)
+            if codes[group] != 0:
+                break
+        assert list(codes.values())[-1] == 89, codes  # THROTTLING_QUOTA_EXCEEDED
+        assert set(list(codes.values())[:-1]) <= {0}, codes
+        held = next((g for g, code in codes.items() if code == 0), None)
+        if held is not None:
+            assert commit(c, held, topic, "", -1, offset=2) == 0  # a group it holds: served
+    with httpx.Client(
+        base_url=bounded.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    ) as api:
+        r = api.post(f"/v1/groups/{uniq('hcap')}/members", json={"topics": [topic]})
+        assert r.status_code == 429, r.text
+        assert r.json()["errorCode"] == 89
+        assert "KOP_DEDUP_MAX_GROUPS" in r.json()["errorMessage"]

@@ -186,7 +186,6 @@ class TransactionCoordinator:
         one). An open transaction is fenced and aborted first: CONCURRENT_TRANSACTIONS
         (51) until that abort is complete, as Kafka answers; the client retries."""
         tid = request.transactional_id
-        names.validate_transactional_id(tid)
         timeout = self.check_timeout(request.timeout_ms)
         expected = None
         if request.producer_id is not None and request.producer_epoch is not None:
@@ -196,6 +195,8 @@ class TransactionCoordinator:
         async def decide(current: Transaction | None) -> Transaction:
             if current is None:
                 current = await self._from_legacy(tid, timeout)
+            if current is None:
+                self.state.admit(tid)  # a new id: its name, and room for it
             if current is not None and current.state is TxnState.ONGOING:
                 nxt = tx.fence(current, now_ms=now_ms())
                 await self._epochs.raise_to(nxt.producer_id, nxt.producer_epoch)
