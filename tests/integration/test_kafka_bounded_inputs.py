@@ -21,6 +21,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.protocol.records import rec
 from tests.helpers import uniq
+from tests.integration.kafka_consume import batches, fetch_request
 from tests.kafka_group_wire import NOT_READY, commit, join
 from tests.kafka_wire import WireClient, batch_with_records_bytes, produce_request
 from tests.sidecar import ProcessSidecar
@@ -33,6 +34,7 @@ PARTITION_CAP = 8
 MEMBER_CAP = 2
 TXN_ID_CAP = 3
 GROUP_CAP = 6
+FETCH_CAP = 4096
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,7 @@ def bounded(pulsar, tmp_path_factory) -> Iterator[ProcessSidecar]:
         txn_log_partitions=1,
         offsets_partitions=1,
         max_groups=GROUP_CAP,
+        kafka_fetch_max_bytes=FETCH_CAP,
         max_transactional_ids_in_log=TXN_ID_CAP,
     )
     with sc:
@@ -241,3 +244,18 @@ def test_new_groups_past_the_cap_are_refused_and_known_ones_still_served(bounded
         assert r.status_code == 429, r.text
         assert r.json()["errorCode"] == 89
         assert "KOP_DEDUP_MAX_GROUPS" in r.json()["errorMessage"]
+
+
+def test_a_fetch_asking_more_than_the_cap_is_served_the_cap(bounded):
+    topic = uniq("fcap")
+    with _client(bounded) as c:
+        assert _create(c, topic, 1) == 0
+        for i in range(6):  # six entries of about 1.5 KiB: 9 KiB in all
+            answer = c.call(produce_request(topic, 0, [rec(bytes([i]) * 1500)]), 9)
+            assert answer.responses[0].partition_responses[0].error_code == 0
+        request = fetch_request(topic, {0: 0}, max_bytes=1 << 30, partition_max_bytes=1 << 30)
+        part = c.call(request, 12).responses[0].partitions[0]
+    assert part.error_code == 0
+    got = batches(part.records)
+    assert 1 <= len(got) < 6  # whole batches up to the cap (4 KiB), not all 9 KiB
+    assert len(part.records) <= FETCH_CAP
