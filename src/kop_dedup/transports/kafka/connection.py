@@ -41,6 +41,7 @@ log = logging.getLogger("kop_dedup.kafka")
 
 API_VERSIONS_KEY = 18
 _SIZE = 4
+_DECODE_ON_LOOP_BYTES = 256 * 1024  # a larger request is decoded in a worker thread
 _GONE = (ConnectionError, asyncio.IncompleteReadError)  # the client went away
 
 
@@ -217,7 +218,11 @@ class Connection:
             if api.key == API_VERSIONS_KEY and not supported:
                 flexible = version >= 3  # a newer ApiVersions still sends header v2
             header = codec.parse_header(frame, flexible)
-            body = codec.decode_body(api.request, frame, header) if supported else None
+            body = None
+            if supported and len(frame) > _DECODE_ON_LOOP_BYTES:  # seconds for a huge one
+                body = await asyncio.to_thread(codec.decode_body, api.request, frame, header)
+            elif supported:
+                body = codec.decode_body(api.request, frame, header)
         except codec.FrameError as exc:
             self._refuse("malformed", str(exc))
             return False
