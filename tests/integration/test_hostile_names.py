@@ -9,6 +9,7 @@ import base64
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -366,3 +367,17 @@ def test_the_kafka_wire_refuses_the_name_everywhere_without_an_admin_call(watche
         )
         assert fetched.topics[0].partitions[0].committed_offset == -1  # nothing stored
     _no_admin_call_for(proxy, before)
+
+
+@pytest.mark.parametrize("group", ["bad\ngroup", "x" * 256])
+def test_a_group_id_past_the_rules_is_refused_before_anything_is_stored(watched, group):
+    from tests.kafka_group_wire import commit
+
+    sc, _ = watched
+    with WireClient(sc.kafka_bootstrap) as c:
+        assert commit(c, group, _real_topic(sc), "", -1) == 24  # INVALID_GROUP_ID
+    with httpx.Client(base_url=sc.url, timeout=30) as api:
+        path = "/v1/groups/" + quote(group, safe="")
+        joined = api.post(f"{path}/members", json={"topics": [_real_topic(sc)]})
+        assert joined.status_code == 400, joined.text
+        assert joined.json()["errorCode"] == 24

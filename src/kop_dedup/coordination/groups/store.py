@@ -56,6 +56,7 @@ from kop_dedup.coordination.groups.offsets import (
 )
 from kop_dedup.coordination.groups.pending import PendingIsLive, PendingOffsets
 from kop_dedup.coordination.groups.view import FLOOR_FIELD, Doc, View, key
+from kop_dedup.coordination.names import validate_group_id
 from kop_dedup.coordination.partitions import StatePartitions
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.tables import PulsarClient
@@ -335,9 +336,14 @@ class GroupStore:
         return result
 
     def _room_for(self, p: int, group: str) -> None:
-        """THROTTLING_QUOTA_EXCEEDED (89) for a group the partition does not hold when
-        it holds its share of ``max_groups`` already; before the change writes anything."""
-        if self._max_groups is None or self._view.holds(p, group):
+        """For a group the partition does not hold, before the change writes anything:
+        INVALID_GROUP_ID (24) for an id :func:`validate_group_id` refuses, and
+        THROTTLING_QUOTA_EXCEEDED (89) when the partition holds its share of
+        ``max_groups`` already."""
+        if self._view.holds(p, group):
+            return
+        validate_group_id(group)
+        if self._max_groups is None:
             return
         share = -(-self._max_groups // len(self._sending))
         if self._view.group_count(p) >= share:
