@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Self
 
-__all__ = ["RoundRobinProxy"]
+__all__ = ["RecordingProxy", "RoundRobinProxy"]
 
 
 class RoundRobinProxy:
@@ -78,9 +80,57 @@ class RoundRobinProxy:
         self.stop()
 
 
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+class RecordingProxy(RoundRobinProxy):
+    """One upstream HTTP server (Pulsar's admin API, say), every request line that
+    passes recorded in :attr:`requests` as ``"METHOD /path"``: what a test asserts was
+    never asked.
+
+    >>> with RecordingProxy("127.0.0.1:8080") as proxy:
+    ...     proxy.url            # "http://127.0.0.1:<port>", the admin URL to give
+    ...     proxy.requests       # ["GET /admin/v2/clusters", ...]
+    """
+
+    _LINE = re.compile(rb"(?:^|\r\n)([A-Z]{3,7}) (\S+) HTTP/1\.[01]\r\n")
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__([upstream])
+        self.requests: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, _, port = self.upstreams[0].rpartition(":")
+        try:
+            up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, up_writer, self._seen), _pipe(up_reader, writer))
+
+    def _seen(self, data: bytes, pending: bytes) -> bytes:
+        """Record the request lines complete in ``pending + data``; what is left to
+        look at with the next bytes."""
+        buf = pending + data
+        end = 0
+        for match in self._LINE.finditer(buf):
+            method, path = match.groups()
+            self.requests.append(f"{method.decode()} {path.decode(errors='replace')}")
+            end = match.end() - 2  # keep the CRLF: the next line starts after it
+        return buf[end:][-8192:]
+
+
+async def _pipe(
+    source: asyncio.StreamReader,
+    sink: asyncio.StreamWriter,
+    tap: Callable[[bytes, bytes], bytes] | None = None,
+) -> None:
+    pending = b""
     try:
         while data := await source.read(1 << 16):
+            if tap is not None:
+                pending = tap(data, pending)
             sink.write(data)
             await sink.drain()
     except (ConnectionError, asyncio.CancelledError):

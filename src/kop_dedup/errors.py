@@ -59,9 +59,11 @@ The tree::
     +-- UnknownLeaderEpoch (75, retriable)
     +-- UnsupportedCompressionType (76)
     +-- MemberIdRequired (79)
+    +-- GroupMaxSizeReached (81)
     +-- FencedInstanceId (82)
     +-- GroupSubscribedToTopic (86)
     +-- InvalidRecord (87)
+    +-- ThrottlingQuotaExceeded (89)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
     +-- TransactionalIdNotFound (105)
@@ -94,6 +96,7 @@ __all__ = [
     "FencedLeaderEpoch",
     "FetchSessionIdNotFound",
     "GroupIdNotFound",
+    "GroupMaxSizeReached",
     "GroupSubscribedToTopic",
     "IllegalGeneration",
     "IllegalSaslState",
@@ -131,6 +134,7 @@ __all__ = [
     "RebalanceInProgress",
     "RequestTimedOut",
     "SaslAuthenticationFailed",
+    "ThrottlingQuotaExceeded",
     "TopicAlreadyExists",
     "TopicAuthorizationFailed",
     "TransactionAbortable",
@@ -368,6 +372,10 @@ class MemberIdRequired(KafkaError):
     errno, name = 79, "MEMBER_ID_REQUIRED"
 
 
+class GroupMaxSizeReached(KafkaError):
+    errno, name = 81, "GROUP_MAX_SIZE_REACHED"
+
+
 class FencedInstanceId(KafkaError):
     errno, name = 82, "FENCED_INSTANCE_ID"
 
@@ -378,6 +386,10 @@ class GroupSubscribedToTopic(KafkaError):
 
 class InvalidRecord(KafkaError):
     errno, name = 87, "INVALID_RECORD"
+
+
+class ThrottlingQuotaExceeded(KafkaError):
+    errno, name = 89, "THROTTLING_QUOTA_EXCEEDED"
 
 
 class UnstableOffsetCommit(KafkaError):

@@ -94,6 +94,7 @@ def txn_settings(settings: Settings) -> TxnSettings:
         handoff_wait_s=settings.cluster_handoff_ms / 1000,
         apply_delay_s=settings.txn_apply_delay_ms / 1000,
         expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
+        max_ids=settings.max_transactional_ids_in_log,
         decisions_retention_minutes=settings.journal_retention,
         max_message_bytes=settings.pulsar_max_message_bytes,
         journal_whole_batches=settings.txn_journal_whole_batches,
@@ -177,6 +178,7 @@ class Runtime:
             pending_is_live=self._pending_is_live,
             owner_of=self.cluster.owner_text(GROUP_LOG),
             handoff_wait_s=settings.cluster_handoff_ms / 1000,
+            max_groups=settings.max_groups,
         )
         self.groups = GroupCoordinator(
             self.offsets,
@@ -195,6 +197,7 @@ class Runtime:
                 max_wait_ms=settings.max_pull_wait_ms,
                 answer_delay_s=settings.group_pull_answer_delay_ms / 1000,
                 kafka_min_session_timeout_ms=settings.kafka_group_min_session_timeout_ms,
+                max_members=settings.max_group_members,
             ),
         )
         # DeleteRecords' log start offsets bound what every reader (Fetch, pulls) finds

@@ -326,6 +326,43 @@ class Settings(BaseSettings):
     kafka_tls_key: Path | None = None
     """PEM private key of ``kafka_tls_cert``."""
 
+    # -- inputs and limits
+    kafka_max_unauthenticated_bytes: int = Field(default=512 * 1024, ge=1024)
+    """Largest frame before SASL authentication (Kafka's ``sasl.server.max.receive.size``):
+    judged from the size header, the connection closed before the body is read."""
+    kafka_request_read_timeout_ms: int = Field(default=30_000, ge=100)
+    """Once a request's first byte arrives, the whole request must arrive within this
+    long, or the connection closes (a client that sends a size and stops holds nothing)."""
+    kafka_failed_auth_delay_ms: int = Field(default=100, ge=0)
+    """After a failed SASL authentication, the answer is sent and the connection closed
+    this much later (Kafka's ``connection.failed.authentication.delay.ms``)."""
+    kafka_max_connections: int = Field(default=10_000, ge=1)
+    """Kafka connections open at once (Kafka's ``max.connections``); one more is closed
+    as it is accepted."""
+    kafka_max_connections_per_address: int = Field(default=1_000, ge=1)
+    """Kafka connections open at once from one client address (``max.connections.per.ip``)."""
+    kafka_max_auto_create_topics: int = Field(default=100, ge=0)
+    """Topics one Metadata request may create; further missing topics it names are
+    answered 3 UNKNOWN_TOPIC_OR_PARTITION (the next request may create them)."""
+    kafka_fetch_max_bytes: int = Field(default=55 * 1024 * 1024, ge=1024)
+    """The cap on a Fetch's ``max_bytes`` (Kafka's ``fetch.max.bytes``); a larger ask is
+    served as this much."""
+    max_transactional_ids_in_log: int = Field(default=1_000_000, ge=1)
+    """Transactional ids the transaction log holds at once (each until
+    ``transactional_id_expiry_seconds`` after its last change; each log partition holds
+    its share, rounded up); InitProducerId for a new one past it is 89
+    THROTTLING_QUOTA_EXCEEDED. About 1 KiB of memory each on the node that owns it."""
+    max_groups: int = Field(default=100_000, ge=1)
+    """Consumer groups the groups log holds (Kafka's and HTTP's; each log partition holds
+    its share, rounded up); a change that would start a new one past it is 89
+    THROTTLING_QUOTA_EXCEEDED (HTTP 429). A group goes with ``group_retention_ms``."""
+    max_group_members: int = Field(default=1_000, ge=1)
+    """Members one consumer group may have (Kafka's ``group.max.size``), over both
+    transports; one more joining is 81 GROUP_MAX_SIZE_REACHED (HTTP 409)."""
+    max_partitions_per_topic: int = Field(default=1_000, ge=1, le=100_000)
+    """Partitions a topic may have (CreateTopics, CreatePartitions, the HTTP API);
+    more is 37 INVALID_PARTITIONS (HTTP 400)."""
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if self.default_timeout_ms > self.max_timeout_ms:
@@ -341,6 +378,10 @@ class Settings(BaseSettings):
             )
         if self.max_batch_bytes > self.pulsar_max_message_bytes:
             raise ValueError("max_batch_bytes must not exceed pulsar_max_message_bytes")
+        if max(self.default_partitions, self.kafka_default_partitions) > (
+            self.max_partitions_per_topic
+        ):
+            raise ValueError("default partitions must not exceed max_partitions_per_topic")
         if (self.kafka_tls_cert is None) != (self.kafka_tls_key is None):
             raise ValueError("kafka_tls_cert and kafka_tls_key go together: set both or neither")
         for name in ("kafka_listener", "kafka_advertised"):

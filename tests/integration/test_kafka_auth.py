@@ -105,12 +105,12 @@ def test_a_wrong_password_is_an_authentication_failure_not_a_hang(secured, cert)
     assert any("uthenticat" in e.str() for e in errors), [e.str() for e in errors]
 
 
-def test_a_request_before_authentication_is_answered_with_an_auth_error_and_closed(secured, cert):
+def test_a_request_before_authentication_is_closed_without_being_decoded(secured, cert):
     with WireClient(secured.kafka_bootstrap, tls=_tls(cert)) as c:
         topics = [MetadataRequest.MetadataRequestTopic(name="t")]
-        answer = c.call(MetadataRequest(topics=topics, allow_auto_topic_creation=False), 9)
-        assert answer.topics[0].error_code == 58  # SASL_AUTHENTICATION_FAILED
-        assert c.closed_by_peer()
+        c.send(MetadataRequest(topics=topics, allow_auto_topic_creation=False), 9)
+        with pytest.raises((ConnectionError, ssl.SSLError)):  # as Kafka: closed, no answer
+            c.receive_frame()
 
 
 def test_sasl_handshake_then_plain_token_authenticates_on_the_wire(secured, cert):

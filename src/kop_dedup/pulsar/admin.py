@@ -14,12 +14,13 @@ import logging
 import time
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from kop_dedup import errors
 from kop_dedup.pulsar.message_ids import EntryPosition
-from kop_dedup.pulsar.naming import Naming, validate_topic
+from kop_dedup.pulsar.naming import Naming, check_admin_path, validate_topic
 
 __all__ = ["DEDUP_POLICY_TTL_S", "AdminError", "PulsarAdmin"]
 
@@ -77,8 +78,23 @@ class PulsarAdmin:
     async def close(self) -> None:
         await self._http.aclose()
 
+    def _path(self, topic: str) -> str:
+        """``tenant/namespace/topic`` of a Kafka topic for an admin path: the name
+        checked (InvalidTopic) and quoted."""
+        validate_topic(topic)
+        return f"{self._naming.namespace_path}/{quote(topic, safe='')}"
+
     async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One admin call (``/admin/v2/...``); AdminError for a 4xx or 5xx answer."""
+        """One admin call (``/admin/v2/...``); AdminError for a 4xx or 5xx answer.
+        InvalidTopic, and no call, for a path that could step out of the resource its
+        caller meant (a ``.`` or ``..`` segment, an empty one, an encoded ``/``, ``.``
+        or ``%``, a backslash): names are checked before they get here, this is the
+        last guard."""
+        try:
+            check_admin_path(path)
+        except errors.InvalidTopic:
+            log.warning("refused to call the Pulsar admin API at %r", path)
+            raise
         # a broker that does not own a topic redirects to the one that does (307): follow
         # it with the same method, body and token (httpx drops the token across hosts)
         resp = await self._http.request(method, path, **kwargs)
@@ -141,7 +157,7 @@ class PulsarAdmin:
 
     async def topic_deduplication(self, topic: str) -> bool | None:
         """The topic-level dedup override for a Kafka topic, or None when none is set."""
-        path = self._naming.topic(topic).removeprefix("persistent://")
+        path = self._path(topic)
         try:
             resp = await self.request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
         except AdminError as exc:
@@ -167,7 +183,7 @@ class PulsarAdmin:
             cached = self._partitions.get(topic)
             if cached is not None and time.monotonic() - cached[1] < _PARTITIONS_TTL_S:
                 return cached[0]
-            path = self._naming.topic(topic).removeprefix("persistent://")
+            path = self._path(topic)
             count = await self._partition_count(path)
             if count == 0:
                 if create_with is None:
@@ -198,7 +214,7 @@ class PulsarAdmin:
         return int(meta.get("partitions", 0))
 
     async def create_topic(self, topic: str, partitions: int) -> None:
-        path = self._naming.topic(topic).removeprefix("persistent://")
+        path = self._path(topic)
         await self.request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
         self._partitions.pop(topic, None)
 
@@ -211,7 +227,7 @@ class PulsarAdmin:
     async def delete_topic(self, topic: str) -> None:
         """Delete a Kafka topic (every partition; producers on it are disconnected).
         UnknownTopicOrPartition when there is none."""
-        path = self._naming.topic(topic).removeprefix("persistent://")
+        path = self._path(topic)
         self._partitions.pop(topic, None)
         try:
             await self.request(
@@ -226,7 +242,7 @@ class PulsarAdmin:
 
     async def topic_stats(self, topic: str) -> dict[str, Any]:
         """The broker's partitioned stats for a Kafka topic ({} when it does not exist)."""
-        path = self._naming.topic(topic).removeprefix("persistent://")
+        path = self._path(topic)
         try:
             resp = await self.request(
                 "GET",
@@ -279,7 +295,7 @@ class PulsarAdmin:
             del self._dedup[next(iter(self._dedup))]
 
     async def _lookup_deduplication(self, topic: str) -> tuple[bool, str]:
-        path = self._naming.topic(topic).removeprefix("persistent://")
+        path = self._path(topic)
         try:
             # without ?applied=true: the topic's own policy only (null when none is set);
             # 4.0.8 answers 404 for a topic that does not exist, 405 when topic-level

@@ -49,9 +49,6 @@ class TopicAdmin(PulsarAdmin):
         self._props: dict[str, tuple[dict[str, str], float]] = {}
         self._props_pending: dict[str, asyncio.Future[dict[str, str]]] = {}
 
-    def _path(self, topic: str) -> str:
-        return self._naming.topic(topic).removeprefix("persistent://")
-
     # -- retention ---------------------------------------------------------------------
 
     async def namespace_retention(self, namespace: str) -> Retention | None:

@@ -56,6 +56,7 @@ class StoreAccess(Protocol):
         *,
         caught_up: bool = False,
         take: bool = True,
+        admit: bool = True,
     ) -> Any: ...
 
     async def write(self, p: int, k: str, doc: Doc) -> Doc: ...

@@ -38,7 +38,7 @@ from kop_dedup.coordination.groups.classic import ClassicGroups
 from kop_dedup.coordination.groups.pulls import Pulls
 from kop_dedup.coordination.groups.readers import ReaderPool
 from kop_dedup.coordination.groups.resets import GroupResets
-from kop_dedup.coordination.groups.settings import GroupSettings
+from kop_dedup.coordination.groups.settings import GroupSettings, full
 from kop_dedup.coordination.groups.stable import EndsOnly, StableSource
 from kop_dedup.coordination.groups.state import GroupState
 from kop_dedup.coordination.groups.store import GroupStore, key
@@ -86,7 +86,7 @@ class GroupCoordinator:
         transactions'): pulls stop there, "latest" is there, lag counts to it."""
         self._pulls = Pulls(self)
         self._resets = GroupResets(self)
-        self.classic = ClassicGroups(store, min_session_ms=settings.kafka_min_session_timeout_ms)
+        self.classic = ClassicGroups(store, settings)
         """Kafka classic groups (JoinGroup and the rest): :mod:`.classic`."""
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
@@ -252,6 +252,8 @@ class GroupCoordinator:
         async def change(p: int) -> Group:
             self._not_kafka(group_id)
             before = self.group(group_id) or self._new_group()
+            if member not in before.members:
+                full(group_id, len(before.members), self.settings.max_members)
             group, back = before.join(member, topics, counts, now_ms=now_ms())
             written = await self._write_group(p, group_id, group)
             await self._send_back(p, group_id, before, back)

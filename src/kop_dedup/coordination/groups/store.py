@@ -56,6 +56,7 @@ from kop_dedup.coordination.groups.offsets import (
 )
 from kop_dedup.coordination.groups.pending import PendingIsLive, PendingOffsets
 from kop_dedup.coordination.groups.view import FLOOR_FIELD, Doc, View, key
+from kop_dedup.coordination.names import validate_group_id
 from kop_dedup.coordination.partitions import StatePartitions
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.tables import PulsarClient
@@ -84,8 +85,10 @@ class GroupStore:
         pending_is_live: PendingIsLive | None = None,
         owner_of: Callable[[int], str] | None = None,
         handoff_wait_s: float = 5.0,
+        max_groups: int | None = None,
     ) -> None:
         self.topic, self._admin = topic, admin
+        self._max_groups = max_groups
         self._partitions_wanted = partitions
         self._view = View(partitions)
         self._clean = CleanClose(self)
@@ -291,6 +294,7 @@ class GroupStore:
         *,
         caught_up: bool = False,
         take: bool = True,
+        admit: bool = True,
     ) -> Any:
         """Run ``change(partition)`` as the owner of the group's partition, under its lock.
         NOT_COORDINATOR on a node the cluster does not name its owner, or when another
@@ -311,7 +315,9 @@ class GroupStore:
 
         ``take=False``: background work (session and retention sweeps), which runs
         ``change`` only if this node owns the partition with nothing in doubt, else
-        raises NOT_COORDINATOR (the owner sweeps it)."""
+        raises NOT_COORDINATOR (the owner sweeps it). ``admit=False``: a change that
+        must go through whatever the group count (a decided transaction's offsets): no
+        ``MAX_GROUPS`` check (:meth:`_room_for`)."""
         p = self.partition_of(group)
         if take:
             await self.parts.ready(p)
@@ -320,12 +326,32 @@ class GroupStore:
             await self.parts.read(p)
         async with self.parts.lock(p):
             await self._take(p, caught_up=owner, take=take)
+            if take and admit:
+                self._room_for(p, group)
             result = await change(p)
             self._keep_floor(p)
         # the lock is not held while the change's writes travel: the next change builds
         # on them (the view has them) and answers once they are stored too
         await self.durable(p)
         return result
+
+    def _room_for(self, p: int, group: str) -> None:
+        """For a group the partition does not hold, before the change writes anything:
+        INVALID_GROUP_ID (24) for an id :func:`validate_group_id` refuses, and
+        THROTTLING_QUOTA_EXCEEDED (89) when the partition holds its share of
+        ``max_groups`` already."""
+        if self._view.holds(p, group):
+            return
+        validate_group_id(group)
+        if self._max_groups is None:
+            return
+        share = -(-self._max_groups // len(self._sending))
+        if self._view.group_count(p) >= share:
+            raise errors.ThrottlingQuotaExceeded(
+                f"the consumer-groups log holds its most groups ({share} in this group's "
+                "partition, KOP_DEDUP_MAX_GROUPS); a new group can start when others are "
+                "deleted or expire"
+            )
 
     async def write(self, p: int, k: str, doc: Doc) -> Doc:
         """Store a key (as the owner, inside :meth:`owned`); the version is set here.

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
+from kop_dedup.coordination import names
 from kop_dedup.coordination.epochs import EpochRegistry
 from kop_dedup.coordination.producer_ids import ProducerIdAllocator
 from kop_dedup.coordination.transactional_ids import TransactionalIds
@@ -194,6 +195,8 @@ class TransactionCoordinator:
         async def decide(current: Transaction | None) -> Transaction:
             if current is None:
                 current = await self._from_legacy(tid, timeout)
+            if current is None:
+                self.state.admit(tid)  # a new id: its name, and room for it
             if current is not None and current.state is TxnState.ONGOING:
                 nxt = tx.fence(current, now_ms=now_ms())
                 await self._epochs.raise_to(nxt.producer_id, nxt.producer_epoch)
@@ -254,6 +257,7 @@ class TransactionCoordinator:
         the partitions to it; one answer per partition (the same for all when the call
         fails as a whole: 49, 90, 51 while a decision is applied)."""
         keys = list(dict.fromkeys(partitions))
+        names.validate_topics(topic for topic, _ in keys)
         try:
             await self.admission.join(transactional_id, producer_id, epoch, keys)
         except errors.InvalidProducerEpoch as exc:
@@ -311,6 +315,8 @@ class TransactionCoordinator:
         that then failed is removed once its transaction can no longer stage it (the
         group store's sweep removes what is left, asking :meth:`pending_is_live`)."""
         tid, group = request.transactional_id, request.group
+        names.validate_group_id(group)
+        names.validate_topics(o.topic for o in request.offsets)  # before it is staged or stored
         if request.member_id is not None or request.generation is not None:
             await self._members(group, request.member_id, request.generation)
         keys = [(o.topic, o.partition) for o in request.offsets]

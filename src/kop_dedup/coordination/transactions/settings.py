@@ -31,5 +31,8 @@ class TxnSettings:
     max_batch_bytes: int | None = None
     """The produce path's batch limits: a batch over them (or malformed: 87) is refused
     before its partition joins the transaction."""
+    max_ids: int = 1_000_000
+    """Transactional ids the log holds (spread over its partitions); a new one past it
+    is refused (89)."""
     journal_whole_batches: bool = True
     """A journal entry is one message holding the whole batch (else one per record)."""

@@ -20,6 +20,7 @@ from typing import Any, TypeVar, cast
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
+from kop_dedup.coordination import names
 from kop_dedup.coordination.partitions import StatePartitions
 from kop_dedup.coordination.transactions.log import TransactionView, encode
 from kop_dedup.coordination.transactions.settings import TxnSettings
@@ -117,6 +118,19 @@ class TransactionStateManager:
         return sorted(
             (t for t in self.view if t.state.open), key=lambda t: (t.started_ms, t.transactional_id)
         )
+
+    def admit(self, transactional_id: str) -> None:
+        """Check a transactional id the log does not hold yet: its name (42), and room
+        for it in its partition (89 THROTTLING_QUOTA_EXCEEDED past its share of
+        ``max_ids``)."""
+        names.validate_transactional_id(transactional_id)
+        share = -(-self.settings.max_ids // self.parts.count)
+        if self.view.size(self.partition_of(transactional_id)) >= share:
+            raise errors.ThrottlingQuotaExceeded(
+                f"the transaction log holds its most transactional ids ({share} in this "
+                "id's partition, KOP_DEDUP_MAX_TRANSACTIONAL_IDS_IN_LOG); a new one can "
+                "start when older ones expire"
+            )
 
     def in_partition(self, partition: int) -> list[Transaction]:
         return self.view.in_partition(partition)

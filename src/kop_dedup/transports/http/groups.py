@@ -1,7 +1,9 @@
 """Routes for consumer groups with server-side offsets: HTTP <-> the group coordinator.
 
 Answers: 200 with ``errorCode`` 0; 409 for a member the group moved on from (Kafka's
-22 ILLEGAL_GENERATION or 25 UNKNOWN_MEMBER_ID in the body, with the reason); 400 for
+22 ILLEGAL_GENERATION or 25 UNKNOWN_MEMBER_ID in the body, with the reason) and for a
+join to a group at ``MAX_GROUP_MEMBERS`` (81 GROUP_MAX_SIZE_REACHED); 429 for a new
+group past ``MAX_GROUPS`` (89 THROTTLING_QUOTA_EXCEEDED); 400 for
 a request that cannot be carried out as asked (an offset out of range, a partition that
 does not exist); 503 for a retriable failure below (retry); 404 for an unknown group.
 """
@@ -130,6 +132,9 @@ def _failure(exc: Exception, what: str) -> JSONResponse:
         return _error(exc.error, 409)
     if isinstance(exc, UnknownGroup):
         return _error(exc, 404)
+    if isinstance(exc, errors.GroupMaxSizeReached | errors.ThrottlingQuotaExceeded):
+        # a full group (409: no retry helps until one leaves), no room for a new one (429)
+        return _error(exc, 409 if isinstance(exc, errors.GroupMaxSizeReached) else 429)
     error = translate(exc, what)
     if isinstance(error, errors.UnknownTopicOrPartition):
         return _error(error, 404)  # a topic the group names does not exist

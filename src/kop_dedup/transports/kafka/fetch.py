@@ -3,9 +3,10 @@
 As Kafka's ``ReplicaManager.fetchMessages`` answers a consumer:
 
 - Partitions are read in request order, each up to its ``partition_max_bytes`` and
-  all together up to ``max_bytes``; the first batch of the answer comes whole even
-  when it is larger than both (KIP-74), so a consumer always makes progress. Later
-  batches that do not fit stay for the next fetch.
+  all together up to ``max_bytes`` (at most ``KAFKA_FETCH_MAX_BYTES``); the first
+  batch of the answer comes whole even when it is larger than both (KIP-74), so a
+  consumer always makes progress. Later batches that do not fit stay for the next
+  fetch.
 - The answer goes once ``min_bytes`` are there, a partition has an error, or
   ``max_wait_ms`` (at most ``MAX_PULL_WAIT_MS``) has passed; meanwhile the fetch
   waits for a record to arrive on any of its partitions (pushed by Pulsar, not
@@ -289,7 +290,8 @@ async def fetch(session: Session, request: Any, version: int) -> Any:
     stable = session.runtime.stable if request.isolation_level == _READ_COMMITTED else None
     try:
         await asyncio.gather(*(_open(session, pool, p) for p in parts if p.error is None))
-        await _fill(pool, parts, request.max_bytes, request.min_bytes, deadline, stable)
+        max_bytes = min(request.max_bytes, session.settings.kafka_fetch_max_bytes)
+        await _fill(pool, parts, max_bytes, request.min_bytes, deadline, stable)
         await asyncio.gather(
             *(_watermarks(pool, p) for p in parts if p.reader is not None and p.error is None)
         )

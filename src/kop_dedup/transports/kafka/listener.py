@@ -18,6 +18,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import time
 import uuid
 
 from kop_dedup.errors import KafkaError
@@ -59,6 +60,8 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._handlers: set[asyncio.Task[None]] = set()
+        self._per_address: dict[str, int] = {}
+        self._refusal_logged = 0.0
         self.bound: tuple[str, int] = address
         self.node = Node(0, address[0], address[1], cluster_id(settings.tenant, settings.namespace))
         self._shared: Shared | None = None
@@ -129,6 +132,17 @@ class KafkaListener:
             writer.close()
             return
         peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if peer else "?"
+        refused = self._over_limit(address)
+        if refused is not None:
+            self.stats.connection_opened()
+            now = time.monotonic()
+            if now - self._refusal_logged >= 1.0:  # once a second at most: a flood is one line
+                self._refusal_logged = now
+                log.info("kafka connection refused: %s", refused, extra={"peer": address})
+            writer.close()
+            self.stats.connection_closed("limit")
+            return
         with contextlib.suppress(OSError):
             sock = writer.get_extra_info("socket")
             if sock is not None:
@@ -138,8 +152,12 @@ class KafkaListener:
             reader,
             writer,
             max_request_bytes=self.settings.kafka_max_request_bytes,
+            max_unauthenticated_bytes=self.settings.kafka_max_unauthenticated_bytes,
+            read_timeout_s=self.settings.kafka_request_read_timeout_ms / 1000,
+            failed_auth_delay_s=self.settings.kafka_failed_auth_delay_ms / 1000,
         )
         self._connections.add(connection)
+        self._per_address[address] = self._per_address.get(address, 0) + 1
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
@@ -147,8 +165,26 @@ class KafkaListener:
             await connection.serve()
         finally:
             self._connections.discard(connection)
+            left = self._per_address.pop(address, 1) - 1
+            if left > 0:
+                self._per_address[address] = left
             if task is not None:
                 self._handlers.discard(task)
+
+    def _over_limit(self, address: str) -> str | None:
+        """Why a new connection from ``address`` is refused (None: it is not)."""
+        s = self.settings
+        if len(self._connections) >= s.kafka_max_connections:
+            return (
+                f"{len(self._connections)} connections open, the limit "
+                "(KOP_DEDUP_KAFKA_MAX_CONNECTIONS)"
+            )
+        if self._per_address.get(address, 0) >= s.kafka_max_connections_per_address:
+            return (
+                f"{self._per_address[address]} connections open from {address}, the limit "
+                "(KOP_DEDUP_KAFKA_MAX_CONNECTIONS_PER_ADDRESS)"
+            )
+        return None
 
     async def forwarded(
         self, api_key: int, version: int, client_id: str, body: bytes, by: str

@@ -6,7 +6,8 @@ in sidecar mode); each partition's leader is the node the cluster's placement na
 answers the owner of the key's state partition. Topics are the partitioned topics of
 the Kafka namespace (``KOP_DEDUP_NAMESPACE``). A Metadata request naming a topic that
 does not exist creates it with ``KAFKA_DEFAULT_PARTITIONS`` when
-``KAFKA_AUTO_CREATE_TOPICS`` is on and the client allows it (v4+), and answers it at
+``KAFKA_AUTO_CREATE_TOPICS`` is on and the client allows it (v4+), at most
+``KAFKA_MAX_AUTO_CREATE_TOPICS`` per request (the others: 3), and answers it at
 once (Kafka answers LEADER_NOT_AVAILABLE first and lets the client ask again); otherwise
 UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a name Kafka (or the
 mapping to Pulsar) refuses. Topic ids are not served: they are zero, so clients keep
@@ -17,6 +18,7 @@ recomputed, not elected, so there is no epoch every node would agree on.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from kafka.protocol.metadata import (
@@ -34,9 +36,12 @@ from kop_dedup.transports.kafka.registry import Api, Session
 
 __all__ = ["APIS", "find_coordinator", "metadata"]
 
+log = logging.getLogger("kop_dedup.kafka")
+
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
 _COORDINATOR_KEY_TYPES = (0, 1)  # group, transaction
+_ASK_EACH_UP_TO = 32  # more topics named in one request: the namespace is listed once
 
 
 def _topic(
@@ -136,10 +141,53 @@ async def _metadata(session: Session, request: Any, version: int) -> Any:
         create = session.settings.kafka_auto_create_topics and (
             version < 4 or bool(request.allow_auto_topic_creation)
         )
+        if len(names) > _ASK_EACH_UP_TO or (
+            create and len(names) > session.settings.kafka_max_auto_create_topics
+        ):
+            return _answer(session, version, await _many(session, names, create))
     described = await asyncio.gather(*(_describe(session, n, create) for n in names))
     if everything:  # a topic deleted between the listing and now is just gone
         described = [t for t in described if t.error_code != errors.UnknownTopicOrPartition.errno]
     return _answer(session, version, list(described))
+
+
+async def _many(session: Session, names: list[str | None], create: bool) -> list[Any]:
+    """Many topics named at once: the namespace is listed once, a topic not in it is
+    answered 3 without a lookup, and at most ``KAFKA_MAX_AUTO_CREATE_TOPICS`` of them are
+    created (the others are answered 3: a later request may create them)."""
+    existing = set(await session.runtime.admin.topics())
+    cap = session.settings.kafka_max_auto_create_topics if create else 0
+    answers: list[Any] = []
+    lookups: dict[int, tuple[str | None, bool]] = {}  # answer index -> (name, create)
+    missing = 0
+    for name in names:
+        if name is None or name in existing:
+            lookups[len(answers)] = (name, False)
+            answers.append(None)
+            continue
+        try:
+            validate_topic(name)
+        except errors.InvalidTopic as exc:
+            answers.append(_topic(name, exc))
+            continue
+        missing += 1
+        if missing <= cap:
+            lookups[len(answers)] = (name, True)
+            answers.append(None)
+            continue
+        why = "past KOP_DEDUP_KAFKA_MAX_AUTO_CREATE_TOPICS" if create else "it does not exist"
+        answers.append(_topic(name, errors.UnknownTopicOrPartition(why)))
+    if create and missing > cap:
+        log.info(
+            "kafka metadata: %d missing topics named, %d created (KAFKA_MAX_AUTO_CREATE_TOPICS)",
+            missing,
+            cap,
+            extra={"peer": session.peer, "client_id": session.client_id},
+        )
+    described = await asyncio.gather(*(_describe(session, n, c) for n, c in lookups.values()))
+    for i, topic in zip(lookups, described, strict=True):
+        answers[i] = topic
+    return answers
 
 
 def _metadata_error(request: Any, version: int, error: errors.KafkaError) -> Any:

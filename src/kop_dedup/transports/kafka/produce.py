@@ -31,6 +31,7 @@ The base offset: see :mod:`kop_dedup.pulsar.produced` (``KAFKA_PRODUCE_OFFSETS``
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -42,7 +43,7 @@ from kop_dedup.cluster.placement import Member
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.transports.kafka import topology, txn_codes
-from kop_dedup.transports.kafka.batches import decode_batch, is_transactional
+from kop_dedup.transports.kafka.batches import decode_batch, is_compressed, is_transactional
 from kop_dedup.transports.kafka.forward import forward
 from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
 
@@ -52,6 +53,7 @@ _Topic = ProduceResponse.TopicProduceResponse
 _Partition = _Topic.PartitionProduceResponse
 _ACKS = (-1, 0, 1)
 _MIN_SERVED = 3
+_ON_LOOP_BYTES = 64 * 1024  # larger batches, and compressed ones, are decoded in a thread
 _IMPLICIT_ADD_FROM = 12  # transactions v2 (KIP-890): the first batch adds its partition
 Answer = tuple[int, errors.KafkaError | None, int]
 """(partition, error, base offset) for one partition's batch."""
@@ -85,14 +87,20 @@ async def _decoded(
         return errors.UnknownTopicOrPartition(
             f"topic {topic!r} has partitions 0..{count - 1}; got {index}"
         )
+    s = session.settings
+    decode = functools.partial(
+        decode_batch,
+        topic,
+        index,
+        data,
+        produce_version=version,
+        max_records=s.max_batch_records,
+        max_bytes=s.max_batch_bytes,
+    )
     try:
-        return decode_batch(
-            topic,
-            index,
-            data,
-            produce_version=version,
-            max_records=session.settings.max_batch_records,
-        )
+        if len(data) > _ON_LOOP_BYTES or is_compressed(data):
+            return await asyncio.to_thread(decode)  # inflating or walking it takes a while
+        return decode()
     except errors.KafkaError as exc:
         return exc
 

@@ -5,9 +5,11 @@ connection must authenticate before any request other than ApiVersions and the S
 ones; the user name may be anything, the password must be a token. As Kafka's
 ``SaslServerAuthenticator``: an unknown mechanism answers UNSUPPORTED_SASL_MECHANISM,
 wrong credentials SASL_AUTHENTICATION_FAILED with a message, and both then close the
-connection; a request before authentication is answered SASL_AUTHENTICATION_FAILED
-and the connection closed (the connection does that), so a client without SASL
-fails at once instead of hanging. Without tokens both APIs answer ILLEGAL_SASL_STATE,
+connection, the close delayed by ``KAFKA_FAILED_AUTH_DELAY_MS`` (Kafka's 100 ms); a
+request before authentication closes the connection undecoded and unanswered (the
+connection does that, as Kafka's ``SaslServerAuthenticator``), so a client without SASL
+fails at once instead of hanging. A password is compared as bytes (any bytes are just a
+wrong password). Without tokens both APIs answer ILLEGAL_SASL_STATE,
 as Kafka does on a listener without SASL. SaslHandshake v0 is followed by a bare
 token (no request header), answered with a bare (empty) token.
 """
@@ -43,7 +45,8 @@ def _check_plain(session: Session, token: bytes) -> str:
         raise errors.SaslAuthenticationFailed(
             "Authentication failed: invalid SASL/PLAIN response: expected 3 tokens"
         )
-    authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
+    authzid, user = (p.decode("utf-8", "replace") for p in parts[:2])
+    password = parts[2]  # compared as bytes: any bytes at all are a wrong password, no error
     if not user:
         raise errors.SaslAuthenticationFailed("Authentication failed: username not specified")
     if authzid and authzid != user:
@@ -51,7 +54,7 @@ def _check_plain(session: Session, token: bytes) -> str:
             "Authentication failed: Client requested an authorization id that is different "
             "from username"
         )
-    if not any(hmac.compare_digest(password, t) for t in session.shared.tokens):
+    if not any(hmac.compare_digest(password, t.encode()) for t in session.shared.tokens):
         raise errors.SaslAuthenticationFailed("Authentication failed: Invalid username or password")
     return user
 
