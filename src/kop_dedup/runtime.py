@@ -47,6 +47,8 @@ from kop_dedup.protocol.transactions import Partition, Transaction
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import Publisher
 from kop_dedup.pulsar.topic_admin import TopicAdmin
+from kop_dedup.security.authorizer import Authorizer
+from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import Settings, split_address
 
 __all__ = ["DeduplicationOff", "Runtime", "registry_bounds", "txn_settings"]
@@ -162,10 +164,11 @@ class Runtime:
         self._handover = Handover(
             self.cluster, self.service.channels, self.naming, journals=f"{base}/txn-journal."
         )
-        tokens = sorted(settings.http_tokens())
+        self.auth = Authenticator.from_settings(settings)
+        self.authorizer = Authorizer.build(self.auth, settings, self.admin, self.publisher.client)
         self.peers = Peers(
             me=-1,
-            token=tokens[0] if tokens else None,
+            token=self.auth.peer_token(settings),
             # a forwarded long poll or join waits as long as the client allows
             timeout_s=max(settings.max_timeout_ms, settings.max_pull_wait_ms) / 1000 + 30,
         )
@@ -459,6 +462,7 @@ class Runtime:
                 ("transactions", self.transactions.close),
                 ("consumer groups", groups),
                 ("stable offsets", self.stable.close),
+                ("owners", self.authorizer.close),
             ],
             [("produce", self.service.close), ("cluster membership", self._left)],
             [("registry", self.registry.close)],

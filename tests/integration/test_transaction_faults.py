@@ -76,13 +76,18 @@ def coordinator_beside(
         other.runtime.cluster.me.node_id, TRANSACTION_LOG, count, partition_of(tid, count)
     )
     sc = ProcessSidecar(
-        pulsar, tmp_path, node_id=node, system_namespace=other.settings.system_namespace,
+        pulsar,
+        tmp_path,
+        node_id=node,
+        system_namespace=other.settings.system_namespace,
         **settings,
     ).start()
     wait_until(
         "the new sidecar to coordinate the transactional id",
-        lambda: other.runtime.cluster.txn_coordinator(tid) is not None
-        and other.runtime.cluster.txn_coordinator(tid).node_id == node,  # type: ignore[union-attr]
+        lambda: (
+            other.runtime.cluster.txn_coordinator(tid) is not None
+            and other.runtime.cluster.txn_coordinator(tid).node_id == node
+        ),  # type: ignore[union-attr]
         timeout=60,
     )
     return sc
@@ -171,8 +176,10 @@ def test_a_paused_old_coordinator_that_resumes_applies_nothing_twice(
                 old_node = old.env["KOP_DEDUP_NODE_ID"]
                 wait_until(
                     "the cluster to drop the paused coordinator",
-                    lambda: str(new.runtime.cluster.txn_coordinator(tid).node_id)  # type: ignore[union-attr]
-                    != old_node,
+                    lambda: (
+                        str(new.runtime.cluster.txn_coordinator(tid).node_id)  # type: ignore[union-attr]
+                        != old_node
+                    ),
                     timeout=90,
                 )
                 again = end(new.url, tid, pid, epoch)

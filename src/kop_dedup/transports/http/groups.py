@@ -27,6 +27,7 @@ from kop_dedup.coordination.groups.api import (
 )
 from kop_dedup.protocol.groups import AutoReset, Group, Mode, StaleMember
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.security.authorizer import CONSUME
 from kop_dedup.transports.http.answers import (
     INVALID_RESPONSE,
     JSON_OBJECT,
@@ -34,7 +35,7 @@ from kop_dedup.transports.http.answers import (
     over_setting,
 )
 from kop_dedup.transports.http.bodies import body_spec, parsed_body, register_bodies
-from kop_dedup.transports.http.deps import Authorized, RuntimeDep
+from kop_dedup.transports.http.deps import AccessDep, Authorized, OwnsGroup, RuntimeDep
 from kop_dedup.transports.http.models import Int32, Int64, Model, Offset, PartitionIndex
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
     "router",
 ]
 
-router = APIRouter(dependencies=[Authorized], tags=["groups"])
+router = APIRouter(dependencies=[Authorized, OwnsGroup], tags=["groups"])
 
 _ANSWERS: dict[int | str, dict[str, Any]] = {
     400: {"description": "cannot be carried out as asked (see errorMessage)", **JSON_OBJECT},
@@ -315,10 +316,12 @@ async def join(
     groupId: str,  # noqa: N803
     body: Annotated[JoinIn, Depends(parsed_body(JoinIn))],
     runtime: RuntimeDep,
+    access: AccessDep,
 ) -> JSONResponse:
     """Join (a client-chosen memberId keeps a restarted client's identity): the member's
     id, the generation and its assignment. What it was given but had not committed comes
     again."""
+    await access.require(CONSUME, body.topics)
     try:
         joined = await runtime.groups.join(groupId, body.memberId, body.topics)
     except Exception as exc:
@@ -394,6 +397,7 @@ async def commit(
     memberId: str,  # noqa: N803
     body: Annotated[CommitIn, Depends(parsed_body(CommitIn))],
     runtime: RuntimeDep,
+    access: AccessDep,
 ) -> JSONResponse:
     """Commit: with no ``offsets``, exactly what was delivered to the member (not more);
     else each offset given (the next record to read). A stale generation or member: 409
@@ -402,6 +406,7 @@ async def commit(
     offsets = (
         None if body.offsets is None else [(o.topic, o.partition, o.offset) for o in body.offsets]
     )
+    await access.require(CONSUME, (o.topic for o in body.offsets or ()))
     try:
         done = await runtime.groups.commit(groupId, memberId, offsets, body.generation)
     except Exception as exc:
@@ -416,6 +421,7 @@ async def reset(
     groupId: str,  # noqa: N803
     body: Annotated[ResetIn, Depends(parsed_body(ResetIn))],
     runtime: RuntimeDep,
+    access: AccessDep,
 ) -> JSONResponse:
     """Server-side reset: the target is resolved now and stored durably with a higher
     epoch; each member's next pull starts there (whichever sidecar serves it). A Kafka
@@ -423,6 +429,7 @@ async def reset(
     ``rebalance``): its members rejoin and start there; their commits at a generation
     below ``fencedBelowGeneration`` are refused (22). A timestamp before the earliest or
     after the end is clamped; an offset outside the partition: 400."""
+    await access.require(CONSUME, [body.topic])
     request = ResetRequest(
         body.topic,
         body.to,

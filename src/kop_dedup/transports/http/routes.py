@@ -31,7 +31,7 @@ from kop_dedup.transports.http.bodies import (
     register_answers,
     register_bodies,
 )
-from kop_dedup.transports.http.deps import Authorized, RuntimeDep
+from kop_dedup.transports.http.deps import AccessDep, Authorized, RuntimeDep
 from kop_dedup.transports.http.models import (
     EndTxnIn,
     InitProducerIdIn,
@@ -81,6 +81,7 @@ def _init_answer(
 async def init_producer_id(
     body: Annotated[InitProducerIdIn, Depends(parsed_body(InitProducerIdIn))],
     runtime: RuntimeDep,
+    access: AccessDep,
 ) -> InitProducerIdOut:
     """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1.
 
@@ -88,7 +89,9 @@ async def init_producer_id(
     its producer fenced first: 51 CONCURRENT_TRANSACTIONS until the abort is complete
     (retry). ``transactionTimeoutMs`` outside 1..max: 50 INVALID_TRANSACTION_TIMEOUT.
     ``checkBackUrl``: asked whether to commit when a transaction of this id times out.
+    A transactional id another role used first: 403, 53.
     """
+    await access.require_txn(body.transactionalId)
     try:
         if body.transactionalId is None:
             if body.transactionTimeoutMs is not None:
