@@ -92,6 +92,8 @@ def txn_settings(settings: Settings) -> TxnSettings:
         check_back_max=settings.check_back_max,
         check_back_interval_ms=settings.check_back_interval_ms,
         check_back_timeout_s=settings.check_back_timeout_ms / 1000,
+        check_back_urls=settings.check_back_prefixes(),
+        check_back_max_response_bytes=settings.check_back_max_response_bytes,
         sweep_interval_s=settings.txn_sweep_interval_ms / 1000,
         handoff_wait_s=settings.cluster_handoff_ms / 1000,
         apply_delay_s=settings.txn_apply_delay_ms / 1000,
@@ -109,11 +111,7 @@ class Runtime:
         self.settings = settings
         token = settings.pulsar_token()
         self.naming = Naming(settings.tenant, settings.namespace, settings.producer_name_prefix)
-        verify: bool | str = True
-        if settings.pulsar_tls_trust_certs_file is not None:
-            verify = str(settings.pulsar_tls_trust_certs_file)
-        if settings.pulsar_tls_allow_insecure:
-            verify = False
+        verify = settings.pulsar_admin_verify()
         self.admin = TopicAdmin(
             settings.pulsar_admin_url,
             self.naming,

@@ -425,6 +425,19 @@ class Settings(BaseSettings):
             return None
         return split_address(self.kafka_listener, "kafka_listener")
 
+    def check_back_prefixes(self) -> tuple[str, ...]:
+        """The allowed check-back URL prefixes (``check_back_urls``, comma-separated)."""
+        return tuple(u.strip() for u in self.check_back_urls.split(",") if u.strip())
+
+    def pulsar_admin_verify(self) -> bool | str:
+        """httpx's ``verify`` for the admin API: the trusted CA file, or False when
+        insecure TLS is allowed."""
+        if self.pulsar_tls_allow_insecure:
+            return False
+        if self.pulsar_tls_trust_certs_file is not None:
+            return str(self.pulsar_tls_trust_certs_file)
+        return True
+
     def pulsar_token(self) -> str | None:
         """The Pulsar auth token from the setting or its file, if any."""
         if self.pulsar_auth_token is not None:

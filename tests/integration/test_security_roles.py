@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 TTL_MS = 1_000
 ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\n"
 SECRET = b"0123456789abcdef0123456789abcdef"
+ALLOWED = "http://127.0.0.1:9/allowed/"
 
 
 class Env:
@@ -62,6 +63,7 @@ def env(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             auth_token_secret_key=f"file://{secret}",
             superuser_roles="root",
             auth_permissions_ttl_ms=TTL_MS,
+            check_back_urls=ALLOWED,
         ) as sc,
     ):
         e = Env(sc, f"public/{namespace}", roles, admin)
@@ -224,3 +226,31 @@ def test_the_internal_api_is_for_superusers_only(env):
     with env.api("tok-alice") as alice:
         r = alice.post("/internal/v1/kafka", content=b"", headers={"x-kafka-api-key": "3"})
         assert r.status_code == 403
+
+
+def test_a_check_back_url_is_allowed_only_under_the_allow_list_and_shown_only_to_its_role(env):
+    tid = uniq("cb")
+    with env.api("tok-alice") as alice, env.api("tok-bob") as bob:
+        for url in ("http://169.254.169.254/latest/", "http://127.0.0.1:9/elsewhere"):
+            r = alice.post(
+                "/v1/init-producer-id", json={"transactionalId": tid, "checkBackUrl": url}
+            )
+            assert r.status_code == 400, r.text
+            assert "KOP_DEDUP_CHECK_BACK_URLS" in r.json()["errorMessage"]
+        url = ALLOWED + "tx"
+        r = alice.post("/v1/init-producer-id", json={"transactionalId": tid, "checkBackUrl": url})
+        assert r.status_code == 200, r.text
+        assert r.json()["errorCode"] == 0, r.text
+        assert alice.get(f"/v1/transactions/{tid}").json()["checkBackUrl"] == url
+        _forbidden(bob.get(f"/v1/transactions/{tid}"), 53)
+
+
+def test_without_an_allow_list_a_check_back_url_is_refused(pulsar):
+    with (
+        ThreadSidecar(pulsar, system_namespace=uniq("sys")) as sc,
+        httpx.Client(base_url=sc.url) as api,
+    ):
+        body = {"transactionalId": uniq("cb"), "checkBackUrl": "http://127.0.0.1:9/x"}
+        r = api.post("/v1/init-producer-id", json=body)
+    assert r.status_code == 400, r.text
+    assert "KOP_DEDUP_CHECK_BACK_URLS" in r.json()["errorMessage"]

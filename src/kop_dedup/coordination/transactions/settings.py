@@ -16,6 +16,10 @@ class TxnSettings:
     check_back_interval_ms: int = 1_000
     """The first wait between two check-backs; it doubles, up to a minute."""
     check_back_timeout_s: float = 5.0
+    """One check-back's whole deadline (connect, send, answer)."""
+    check_back_urls: tuple[str, ...] = ()
+    """URL prefixes a check-back URL must start with (none: check-backs are refused)."""
+    check_back_max_response_bytes: int = 64 * 1024
     sweep_interval_s: float = 1.0
     handoff_wait_s: float = 5.0
     retry_interval_s: float = 1.0

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from kop_dedup import errors
+from kop_dedup.coordination.transactions.checkback import check_back_refusal
 from kop_dedup.coordination.transactions.requests import InitProducerId
 from kop_dedup.observability.groups import group_gauges
 from kop_dedup.observability.metrics import CONTENT_TYPE, render
@@ -71,27 +72,42 @@ def _init_answer(
     )
 
 
+_CHECK_BACK_REFUSED: dict[int | str, dict[str, Any]] = {
+    400: {"description": "a checkBackUrl KOP_DEDUP_CHECK_BACK_URLS does not allow", **JSON_OBJECT}
+}
+
+
 @router.post(
     "/v1/init-producer-id",
     dependencies=[Authorized],
     tags=["produce"],
     openapi_extra=body_spec(InitProducerIdIn),
-    responses={**TOO_LARGE_RESPONSE, **INVALID_RESPONSE},
+    response_model=InitProducerIdOut,
+    responses={**TOO_LARGE_RESPONSE, **INVALID_RESPONSE, **_CHECK_BACK_REFUSED},
 )
 async def init_producer_id(
     body: Annotated[InitProducerIdIn, Depends(parsed_body(InitProducerIdIn))],
     runtime: RuntimeDep,
     access: AccessDep,
-) -> InitProducerIdOut:
+) -> InitProducerIdOut | JSONResponse:
     """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1.
 
     With a transactional id whose transaction is open, that transaction is aborted and
     its producer fenced first: 51 CONCURRENT_TRANSACTIONS until the abort is complete
     (retry). ``transactionTimeoutMs`` outside 1..max: 50 INVALID_TRANSACTION_TIMEOUT.
     ``checkBackUrl``: asked whether to commit when a transaction of this id times out.
-    A transactional id another role used first: 403, 53.
+    A transactional id another role used first: 403, 53. A ``checkBackUrl`` outside
+    ``KOP_DEDUP_CHECK_BACK_URLS`` (or any, when it is empty): 400, 42.
     """
     await access.require_txn(body.transactionalId)
+    if body.checkBackUrl is not None:
+        refused = check_back_refusal(body.checkBackUrl, runtime.settings.check_back_prefixes())
+        if refused is not None:
+            error = errors.InvalidRequest(refused)
+            return JSONResponse(
+                {"errorCode": error.errno, "error": error.name, "errorMessage": error.message},
+                status_code=400,
+            )
     try:
         if body.transactionalId is None:
             if body.transactionTimeoutMs is not None:
