@@ -36,9 +36,10 @@ from kop_dedup.coordination.transactions.coordinator import TransactionCoordinat
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
-from kop_dedup.coordination.transactions.settings import TxnSettings
+from kop_dedup.coordination.transactions.settings import txn_settings
 from kop_dedup.coordination.transactions.stable import StableOffsets
 from kop_dedup.errors import KafkaError, UnknownTopicOrPartition
+from kop_dedup.observability.reused import READY_TTL_S, Reused
 from kop_dedup.observability.stats import Stats
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.produce.service import ProduceService
@@ -80,29 +81,6 @@ def registry_bounds(settings: Settings) -> RegistryBounds:
             max_entries=settings.max_transactional_ids,
         ),
         sweep_interval_s=settings.registry_sweep_seconds,
-    )
-
-
-def txn_settings(settings: Settings) -> TxnSettings:
-    """The transaction coordinator's settings."""
-    return TxnSettings(
-        log_partitions=settings.txn_log_partitions,
-        default_timeout_ms=settings.default_transaction_timeout_ms,
-        max_timeout_ms=settings.max_transaction_timeout_ms,
-        check_back_max=settings.check_back_max,
-        check_back_interval_ms=settings.check_back_interval_ms,
-        check_back_timeout_s=settings.check_back_timeout_ms / 1000,
-        check_back_urls=settings.check_back_prefixes(),
-        check_back_max_response_bytes=settings.check_back_max_response_bytes,
-        sweep_interval_s=settings.txn_sweep_interval_ms / 1000,
-        handoff_wait_s=settings.cluster_handoff_ms / 1000,
-        apply_delay_s=settings.txn_apply_delay_ms / 1000,
-        expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
-        decisions_retention_minutes=settings.journal_retention,
-        max_message_bytes=settings.pulsar_max_message_bytes,
-        journal_whole_batches=settings.txn_journal_whole_batches,
-        max_batch_records=settings.max_batch_records,
-        max_batch_bytes=settings.max_batch_bytes,
     )
 
 
@@ -163,6 +141,7 @@ class Runtime:
             self.cluster, self.service.channels, self.naming, journals=f"{base}/txn-journal."
         )
         self.auth = Authenticator.from_settings(settings)
+        self._readiness = Reused(self._ask_ready, ttl_s=READY_TTL_S)
         self.authorizer = Authorizer.build(self.auth, settings, self.admin, self.publisher.client)
         self.peers = Peers(
             me=-1,
@@ -406,12 +385,16 @@ class Runtime:
         return me
 
     async def ready(self) -> tuple[bool, str]:
-        """(ready, reason) for /readyz: the broker answers and dedup is on."""
+        """(ready, reason) for /readyz: the broker answers and dedup is on; asked of the
+        broker at most once per :data:`READY_TTL_S` however often probes come."""
+        return await self._readiness.get()
+
+    async def _ask_ready(self) -> tuple[bool, str]:
         try:
             if not await self.admin.deduplication_enabled(self.naming.namespace_path):
                 return False, "deduplication is off on the namespace"
-        except Exception as exc:  # any failure to ask means not ready
-            return False, f"Pulsar admin unreachable: {exc}"
+        except Exception as exc:  # any failure to ask means not ready; no broker text
+            return False, f"Pulsar admin unreachable ({type(exc).__name__})"
         return True, "ok"
 
     def begin_shutdown(self) -> None:

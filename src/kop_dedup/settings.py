@@ -417,7 +417,8 @@ class Settings(BaseSettings):
         if self.peer_url:
             return self.peer_url.rstrip("/")
         host = kafka_host if self.host in {"", "0.0.0.0", "::"} else self.host  # noqa: S104
-        return f"http://{host}:{self.port}"
+        scheme = "http" if self.http_tls_cert is None else "https"
+        return f"{scheme}://{host}:{self.port}"
 
     def kafka_address(self) -> tuple[str, int] | None:
         """(host, port) of the Kafka listener; None when it is off."""

@@ -2,8 +2,9 @@
 
 Three sources, asked in this order, as configured (docs/operations/security.md):
 
-- ``auth_tokens`` (and ``auth_tokens_file``): the sidecar's own tokens, which act as
-  the superuser role :data:`TOKENS_ROLE` (authentication only, as before roles);
+- ``auth_tokens`` (and ``auth_tokens_file``, re-read when it changes): the sidecar's
+  own tokens, which act as the superuser role :data:`TOKENS_ROLE` (authentication
+  only, as before roles);
 - ``auth_roles_file``: ``role:token`` lines, re-read when the file changes (its
   modification time or size), so a removed line is refused at the next request;
 - Pulsar JWTs, verified as Pulsar's ``AuthenticationProviderToken`` does: HS256 with
@@ -24,6 +25,7 @@ import base64
 import hmac
 import logging
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,15 @@ import jwt
 
 from kop_dedup.settings import Settings
 
-__all__ = ["ANONYMOUS", "TOKENS_ROLE", "Authenticator", "Identity", "read_key", "roles_file"]
+__all__ = [
+    "ANONYMOUS",
+    "TOKENS_ROLE",
+    "Authenticator",
+    "Identity",
+    "read_key",
+    "roles_file",
+    "tokens_file",
+]
 
 log = logging.getLogger(__name__)
 
@@ -100,27 +110,38 @@ def roles_file(text: str) -> dict[str, str]:
     return tokens
 
 
-class _RolesFile:
-    """``auth_roles_file``, read again when its modification time or size changes."""
+def tokens_file(text: str) -> dict[str, str]:
+    """token -> :data:`TOKENS_ROLE` from ``auth_tokens_file`` (one token a line)."""
+    return {
+        line.strip(): TOKENS_ROLE
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    }
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
+
+class _WatchedFile:
+    """A token file, read again when its modification time or size changes (so a
+    removed token is refused at the next request, without a restart)."""
+
+    def __init__(self, path: Path, parse: Callable[[str], dict[str, str]]) -> None:
+        self._path, self._parse = path, parse
         self._seen: tuple[int, int] | None = None
         self._tokens: dict[str, str] = {}
 
     def tokens(self) -> dict[str, str]:
+        """token -> role, as the file says now."""
         try:
             st = self._path.stat()
         except OSError:
             if self._seen is not None:
-                log.warning("auth_roles_file %s is gone: no role token is accepted", self._path)
+                log.warning("%s is gone: none of its tokens is accepted", self._path)
             self._seen, self._tokens = None, {}
             return self._tokens
         seen = (st.st_mtime_ns, st.st_size)
         if seen != self._seen:
-            self._tokens = roles_file(self._path.read_text(encoding="utf-8"))
+            self._tokens = self._parse(self._path.read_text(encoding="utf-8"))
             self._seen = seen
-            log.info("auth_roles_file read: %d tokens", len(self._tokens))
+            log.info("%s read: %d tokens", self._path, len(self._tokens))
         return self._tokens
 
 
@@ -131,6 +152,7 @@ class Authenticator:
         self,
         *,
         tokens: frozenset[str] = frozenset(),
+        tokens_path: Path | None = None,
         roles: Path | None = None,
         secret_key: bytes | None = None,
         public_key: bytes | None = None,
@@ -139,7 +161,11 @@ class Authenticator:
         superusers: frozenset[str] = frozenset(),
     ) -> None:
         self._tokens = tuple(t.encode() for t in tokens)
-        self._roles = _RolesFile(roles) if roles is not None else None
+        self._files = [
+            _WatchedFile(path, parse)
+            for path, parse in ((tokens_path, tokens_file), (roles, roles_file))
+            if path is not None
+        ]
         self._keys: list[tuple[Any, list[str]]] = []
         if secret_key is not None:
             self._keys.append((secret_key, ["HS256", "HS384", "HS512"]))
@@ -147,13 +173,14 @@ class Authenticator:
             self._keys.append((_public_key(public_key), [public_alg]))
         self._claim = claim
         self.superusers = superusers
-        self.enabled = bool(tokens) or roles is not None or bool(self._keys)
+        self.enabled = bool(tokens) or bool(self._files) or bool(self._keys)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Authenticator:
         secret = settings.auth_token_secret_key
         return cls(
-            tokens=settings.http_tokens(),
+            tokens=frozenset(t.get_secret_value() for t in settings.auth_tokens),
+            tokens_path=settings.auth_tokens_file,
             roles=settings.auth_roles_file,
             secret_key=read_key(secret.get_secret_value()) if secret is not None else None,
             public_key=(
@@ -176,9 +203,9 @@ class Authenticator:
         presented = token.encode("utf-8", "surrogateescape")
         if any(hmac.compare_digest(presented, t) for t in self._tokens):
             return self.identity(TOKENS_ROLE)
-        if self._roles is not None:
+        for watched in self._files:
             role = None
-            for known, named in self._roles.tokens().items():
+            for known, named in watched.tokens().items():
                 if hmac.compare_digest(presented, known.encode()):
                     role = named
             if role is not None:
@@ -206,8 +233,8 @@ class Authenticator:
         tokens = sorted(settings.http_tokens())
         if tokens:
             return tokens[0]
-        if self._roles is not None:
-            for token, role in sorted(self._roles.tokens().items()):
+        for watched in self._files:
+            for token, role in sorted(watched.tokens().items()):
                 if role in self.superusers:
                     return token
         return None
