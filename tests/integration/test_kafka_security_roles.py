@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
@@ -27,7 +27,7 @@ from tests.sidecar import ThreadSidecar
 pytestmark = pytest.mark.integration
 
 TTL_MS = 1_000
-ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\n"
+ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\nkop-test-ops:tok-ops\n"
 
 
 class Env:
@@ -189,6 +189,59 @@ def test_deleting_a_topic_needs_the_admin_role(env):
         alice.delete_topics([topic], operation_timeout=30)[topic].result(30)
     assert raised.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     root.delete_topics([topic], operation_timeout=30)[topic].result(30)
+
+
+def test_the_tenants_admin_role_administers_topics(env):
+    topic = uniq("ka")
+    tenant = env.admin.get("/admin/v2/tenants/public").json()
+    admins = tenant.get("adminRoles") or []
+    update = {**tenant, "adminRoles": [*admins, "kop-test-ops"]}
+    env.admin.post("/admin/v2/tenants/public", json=update).raise_for_status()
+    try:
+        ops = AdminClient(env.conf("tok-ops"))
+        wait_until("the admin role", lambda: _create(ops, topic), timeout=TTL_MS / 1000 + 10)
+        ops.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    finally:
+        env.admin.post("/admin/v2/tenants/public", json=tenant).raise_for_status()
+
+
+def _create(admin: AdminClient, topic: str) -> bool:
+    """Whether ``admin`` may create ``topic`` (29 while its role is not known as admin)."""
+    try:
+        admin.create_topics([NewTopic(topic, 2)], operation_timeout=30)[topic].result(30)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise
+        return False
+    return True
+
+
+def test_offsets_go_into_a_transaction_only_for_the_groups_owner(env):
+    group, topic = uniq("kog"), uniq("kot")
+    _created(env, topic)
+    alice_in = Consumer(
+        env.conf(
+            "tok-alice",
+            **{"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False},
+        )
+    )
+    alice_in.subscribe([topic])
+    wait_until("alice's record", lambda: _polled(alice_in), timeout=30)
+    offsets = [TopicPartition(topic, 0, 1)]
+    alice = Producer(env.conf("tok-alice", **{"transactional.id": uniq("kot")}))
+    alice.init_transactions(30)
+    alice.begin_transaction()
+    alice.send_offsets_to_transaction(offsets, alice_in.consumer_group_metadata(), 30)
+    alice.commit_transaction(30)
+    committed = alice_in.committed([TopicPartition(topic, 0)], timeout=30)
+    assert committed[0].offset == 1
+    bob = Producer(env.conf("tok-bob", **{"transactional.id": uniq("kob")}))
+    bob.init_transactions(30)
+    bob.begin_transaction()
+    with pytest.raises(KafkaException) as raised:
+        bob.send_offsets_to_transaction(offsets, alice_in.consumer_group_metadata(), 30)
+    assert raised.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    alice_in.close()
 
 
 def test_a_revoked_grant_refuses_produce_within_the_staleness(env):
