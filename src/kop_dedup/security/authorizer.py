@@ -17,7 +17,9 @@ delete a group                the tenant's admin role or a superuser (30)
 A superuser (``superuser_roles``, the ``auth_tokens``) may do everything and claims
 nothing. With authentication off every caller is :data:`~.identity.ANONYMOUS`, a
 superuser: no check is made, no admin call, no table read. Grants are reused for
-``auth_permissions_ttl_ms`` (:mod:`kop_dedup.pulsar.grants`).
+``auth_permissions_ttl_ms`` (:mod:`kop_dedup.pulsar.grants`). A failure to read them
+(Pulsar away) is the one translation's Kafka error (retriable mostly), never a
+permission.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Iterable
 
 from kop_dedup import errors
 from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.grants import Grants
 from kop_dedup.pulsar.tables import PulsarClient
 from kop_dedup.security.identity import Authenticator, Identity
@@ -62,7 +65,10 @@ class Authorizer:
         """Whether ``who`` may ``action`` (produce, consume, describe) ``topic``."""
         if who.superuser or self._grants is None:
             return True
-        granted = (await self._grants.topic(topic)).get(who.role, frozenset())
+        try:
+            granted = (await self._grants.topic(topic)).get(who.role, frozenset())
+        except Exception as exc:
+            raise translate(exc, "reading the topic's permissions in Pulsar") from exc
         if action == DESCRIBE:
             return bool(granted & {PRODUCE, CONSUME}) or await self.is_admin(who)
         return action in granted or await self.is_admin(who)
@@ -79,7 +85,10 @@ class Authorizer:
         """A superuser, or an admin role of the data namespace's tenant."""
         if who.superuser or self._grants is None:
             return True
-        return who.role in await self._grants.tenant_admins()
+        try:
+            return who.role in await self._grants.tenant_admins()
+        except Exception as exc:
+            raise translate(exc, "reading the tenant's admin roles in Pulsar") from exc
 
     async def require_admin(self, who: Identity, what: str, error: type[errors.KafkaError]) -> None:
         if not await self.is_admin(who):
@@ -89,7 +98,10 @@ class Authorizer:
         """Whether ``who`` owns ``name`` (claimed on first use); superusers own all."""
         if who.superuser or self._owners is None:
             return True
-        return await self._owners.claim(kind, name, who.role)
+        try:
+            return await self._owners.claim(kind, name, who.role)
+        except Exception as exc:
+            raise translate(exc, f"reading the owner of {kind} {name!r} in Pulsar") from exc
 
     async def require_txn(self, who: Identity, transactional_id: str | None) -> None:
         """53 unless ``who`` owns ``transactional_id`` (none: nothing to check)."""
@@ -108,7 +120,10 @@ class Authorizer:
         names = list(names)
         if who.superuser or self._owners is None:
             return names
-        owners = await self._owners.owners(kind)
+        try:
+            owners = await self._owners.owners(kind)
+        except Exception as exc:
+            raise translate(exc, "reading owners in Pulsar") from exc
         return [n for n in names if owners.get(n) == who.role]
 
     async def released(self, kind: str, name: str) -> None:

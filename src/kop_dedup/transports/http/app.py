@@ -28,6 +28,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kop_dedup import __version__
+from kop_dedup.errors import KafkaError
 from kop_dedup.runtime import Runtime
 from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import Settings
@@ -167,7 +168,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Kafka-style idempotent produce over HTTP on Apache Pulsar deduplication",
         lifespan=lifespan,
-        exception_handlers=dict.fromkeys(AUTHORIZATION_ERRORS, not_allowed),
+        exception_handlers=dict.fromkeys((*AUTHORIZATION_ERRORS, KafkaError), not_allowed),
         docs_url=None,  # the CDN-loaded pages; see mount_docs
         redoc_url=None,
     )

@@ -34,6 +34,7 @@ __all__ = [
     "authenticated",
     "forbidden",
     "not_allowed",
+    "refused_with",
 ]
 
 AUTHORIZATION_ERRORS = (
@@ -85,10 +86,23 @@ def forbidden(error: errors.KafkaError) -> JSONResponse:
 
 
 async def not_allowed(_request: Request, exc: Exception) -> JSONResponse:
-    """The app's handler of :data:`AUTHORIZATION_ERRORS` raised by a route: 403."""
+    """The app's handler of a Kafka error a route (or a dependency) raised: 403 for
+    :data:`AUTHORIZATION_ERRORS`, 503 for a retriable one (Pulsar away while
+    permissions were read), else 500; the house body either way."""
     if not isinstance(exc, errors.KafkaError):  # registered for those classes only
         raise exc
-    return forbidden(exc)
+    return refused_with(exc)
+
+
+def refused_with(error: errors.KafkaError) -> JSONResponse:
+    """A request refused as a whole for ``error``: 403 for an authorization failure,
+    503 for a retriable error, else 500; the house body of a Kafka answer."""
+    if isinstance(error, AUTHORIZATION_ERRORS):
+        return forbidden(error)
+    return JSONResponse(
+        {"errorCode": error.errno, "error": error.name, "errorMessage": error.message},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE if error.retriable else 500,
+    )
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -50,7 +50,7 @@ from kop_dedup.transports.http.answers import (
     invalid_request,
     over_setting,
 )
-from kop_dedup.transports.http.deps import STARTING, Refusal, authenticated, forbidden
+from kop_dedup.transports.http.deps import STARTING, Refusal, authenticated, refused_with
 from kop_dedup.transports.http.models import ProduceIn, ProduceOut, to_batch
 from kop_dedup.transports.http.routing import forwarded, route_produce
 
@@ -227,7 +227,7 @@ async def _serve(
                 await runtime.authorizer.require_txn(who, transactional.transactional_id)
             await runtime.authorizer.require(who, PRODUCE, (b.topic for b in batches))
         except errors.KafkaError as exc:
-            await forbidden(exc)(scope, receive, send)
+            await refused_with(exc)(scope, receive, send)
             return
     here = forwarded(scope) or len(runtime.cluster.members) <= 1
     if transactional is not None and not here:
