@@ -222,10 +222,13 @@ def test_a_revoked_grant_takes_effect_within_the_stated_staleness(env):
         assert "token not accepted" in r.text
 
 
-def test_the_internal_api_is_for_superusers_only(env):
-    with env.api("tok-alice") as alice:
+def test_the_internal_api_stats_and_metrics_are_for_superusers_only(env):
+    with env.api("tok-alice") as alice, env.api("tok-root") as root:
         r = alice.post("/internal/v1/kafka", content=b"", headers={"x-kafka-api-key": "3"})
         assert r.status_code == 403
+        for path in ("/v1/stats", "/metrics", "/v1/cluster"):
+            assert alice.get(path).status_code == 403, path
+            assert root.get(path).status_code == 200, path
 
 
 def test_a_check_back_url_is_allowed_only_under_the_allow_list_and_shown_only_to_its_role(env):

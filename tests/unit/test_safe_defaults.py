@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,40 @@ def test_serve_hands_the_http_tls_cert_and_key_to_uvicorn(tmp_path, monkeypatch)
     monkeypatch.setattr(server, "_server_class", lambda: Captured)
     server.serve(Settings(http_tls_cert=crt, http_tls_key=key, kafka_listener=""))
     assert (seen[0].ssl_certfile, seen[0].ssl_keyfile) == (crt, key)
+
+
+def _documents(path):
+    import yaml
+
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+@pytest.mark.parametrize("manifest", ["sidecar.yaml", "cluster.yaml"])
+def test_kubernetes_manifests_turn_tokens_on_and_listen_where_the_probes_go(manifest):
+    docs = _documents(DEPLOY / "kubernetes" / manifest)
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    workload = next(d for d in docs if d["kind"] in {"Deployment", "StatefulSet"})
+    container = next(
+        c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] == "kop-dedup"
+    )
+    env = {e["name"] for e in container.get("env", [])}
+    assert "KOP_DEDUP_AUTH_TOKENS_FILE" in env
+    # the kubelet probes the pod IP: the API must listen there (and is guarded by tokens)
+    assert config["KOP_DEDUP_HOST"] == "0.0.0.0"
+    assert container["readinessProbe"]["httpGet"]["port"] == "http"
+    settings = Settings(
+        host=config["KOP_DEDUP_HOST"], auth_tokens_file=Path("/run/tokens"), kafka_listener=""
+    )
+    assert exposure_refusal(settings) is None
+
+
+def test_compose_publishes_everything_on_loopback_and_requires_a_token():
+    compose = _documents(DEPLOY / "compose.yaml")[0]
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+    sidecar_env = compose["services"]["kop-dedup"]["environment"]
+    assert "${KOP_DEDUP_TOKEN:?" in sidecar_env["KOP_DEDUP_AUTH_TOKENS"]

@@ -32,7 +32,7 @@ from kop_dedup.transports.http.bodies import (
     register_answers,
     register_bodies,
 )
-from kop_dedup.transports.http.deps import AccessDep, Authorized, RuntimeDep
+from kop_dedup.transports.http.deps import AccessDep, Authorized, RuntimeDep, Superuser
 from kop_dedup.transports.http.models import (
     EndTxnIn,
     InitProducerIdIn,
@@ -125,7 +125,7 @@ async def init_producer_id(
     return _init_answer(None, pid, epoch)
 
 
-@router.get("/v1/stats", dependencies=[Authorized], tags=["stats"])
+@router.get("/v1/stats", dependencies=[Superuser], tags=["stats"])
 async def stats(runtime: RuntimeDep) -> dict[str, object]:
     """Totals since start, and how many Pulsar producers are open.
 
@@ -142,7 +142,7 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
 
 
 @router.get(
-    "/v1/stats/topics/{topic}", dependencies=[Authorized], tags=["stats"], responses=_NOT_FOUND
+    "/v1/stats/topics/{topic}", dependencies=[Superuser], tags=["stats"], responses=_NOT_FOUND
 )
 async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
     """Counters for one Kafka topic, plus the broker's view of its partitions.
@@ -195,7 +195,7 @@ async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
 
 @router.get(
     "/v1/stats/producers/{producer_id}",
-    dependencies=[Authorized],
+    dependencies=[Superuser],
     tags=["stats"],
     responses=_NOT_FOUND,
 )
@@ -228,7 +228,7 @@ async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
 
 @router.get(
     "/metrics",
-    dependencies=[Authorized],
+    dependencies=[Superuser],
     tags=["stats"],
     responses={200: {"content": {"text/plain": {}}}},
 )
@@ -263,7 +263,7 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     )
 
 
-@router.get("/v1/cluster", dependencies=[Authorized], tags=["stats"], responses=_NOT_FOUND)
+@router.get("/v1/cluster", dependencies=[Superuser], tags=["stats"], responses=_NOT_FOUND)
 async def cluster(runtime: RuntimeDep, topic: str | None = None) -> JSONResponse:
     """The cluster as this node sees it: the live nodes, who owns each state partition,
     what this node owns, its counters; with ``topic``, each partition's leader (404 with
