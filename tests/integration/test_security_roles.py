@@ -257,3 +257,14 @@ def test_without_an_allow_list_a_check_back_url_is_refused(pulsar):
         r = api.post("/v1/init-producer-id", json=body)
     assert r.status_code == 400, r.text
     assert "KOP_DEDUP_CHECK_BACK_URLS" in r.json()["errorMessage"]
+
+
+def test_looking_at_a_name_nobody_owns_does_not_take_it(env):
+    tid, group = uniq("look"), uniq("look")
+    with env.api("tok-bob") as bob, env.api("tok-alice") as alice:
+        assert bob.get(f"/v1/transactions/{tid}").status_code == 404
+        assert bob.get(f"/v1/groups/{group}").status_code == 404
+        _init(alice, tid)
+        r = alice.put(f"/v1/groups/{group}", json={"mode": "clustering"})
+        assert r.status_code == 200, r.text
+        _forbidden(bob.get(f"/v1/groups/{group}"), 30)

@@ -9,8 +9,9 @@ produce (a topic)             ``produce`` on the topic (29 TOPIC_AUTHORIZATION_F
 fetch, pull, offsets (topic)  ``consume`` on the topic (29)
 describe a topic (Metadata)   ``produce`` or ``consume`` (29); auto-creation the same
 create/delete topics, configs the tenant's admin role or a superuser (29)
-a transactional id            its owner, the role that used it first (53)
-a group (join, offsets, ...)  its owner, the role that used it first (30)
+a transactional id            its owner, the role that used it first (53); a look
+                              (describe) at one nobody owns is allowed, claims nothing
+a group (join, offsets, ...)  its owner, the role that used it first (30); the same
 delete a group                the tenant's admin role or a superuser (30)
 ============================  ==========================================================
 
@@ -94,25 +95,31 @@ class Authorizer:
         if not await self.is_admin(who):
             raise error(f"role {who.role!r} may not {what}: it needs the tenant's admin role")
 
-    async def owns(self, who: Identity, kind: str, name: str) -> bool:
-        """Whether ``who`` owns ``name`` (claimed on first use); superusers own all."""
+    async def owns(self, who: Identity, kind: str, name: str, *, claim: bool = True) -> bool:
+        """Whether ``who`` owns ``name``; superusers own all. ``claim``: a use, which
+        takes a name nobody owns; else a look, which a name nobody owns allows (there
+        is nothing of another role's to see) without taking it."""
         if who.superuser or self._owners is None:
             return True
         try:
-            return await self._owners.claim(kind, name, who.role)
+            if claim:
+                return await self._owners.claim(kind, name, who.role)
+            return await self._owners.owner(kind, name) in (None, who.role)
         except Exception as exc:
             raise translate(exc, f"reading the owner of {kind} {name!r} in Pulsar") from exc
 
-    async def require_txn(self, who: Identity, transactional_id: str | None) -> None:
+    async def require_txn(
+        self, who: Identity, transactional_id: str | None, *, claim: bool = True
+    ) -> None:
         """53 unless ``who`` owns ``transactional_id`` (none: nothing to check)."""
-        if transactional_id and not await self.owns(who, TXN, transactional_id):
+        if transactional_id and not await self.owns(who, TXN, transactional_id, claim=claim):
             raise errors.TransactionalIdAuthorizationFailed(
                 f"transactional id {transactional_id!r} belongs to another role"
             )
 
-    async def require_group(self, who: Identity, group: str | None) -> None:
+    async def require_group(self, who: Identity, group: str | None, *, claim: bool = True) -> None:
         """30 unless ``who`` owns ``group``."""
-        if group and not await self.owns(who, GROUP, group):
+        if group and not await self.owns(who, GROUP, group, claim=claim):
             raise errors.GroupAuthorizationFailed(f"group {group!r} belongs to another role")
 
     async def visible(self, who: Identity, kind: str, names: Iterable[str]) -> list[str]:
@@ -152,11 +159,11 @@ class Access:
     async def require(self, action: str, topics: Iterable[str]) -> None:
         await self.authorizer.require(self.who, action, topics)
 
-    async def require_txn(self, transactional_id: str | None) -> None:
-        await self.authorizer.require_txn(self.who, transactional_id)
+    async def require_txn(self, transactional_id: str | None, *, claim: bool = True) -> None:
+        await self.authorizer.require_txn(self.who, transactional_id, claim=claim)
 
-    async def require_group(self, group: str | None) -> None:
-        await self.authorizer.require_group(self.who, group)
+    async def require_group(self, group: str | None, *, claim: bool = True) -> None:
+        await self.authorizer.require_group(self.who, group, claim=claim)
 
     async def visible(self, kind: str, names: Iterable[str]) -> list[str]:
         return await self.authorizer.visible(self.who, kind, names)

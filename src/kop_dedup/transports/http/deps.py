@@ -144,9 +144,10 @@ async def get_access(request: Request, who: CallerDep) -> Access:
 AccessDep = Annotated[Access, Depends(get_access)]
 
 
-async def require_group(groupId: str, access: AccessDep) -> None:  # noqa: N803
-    """The caller's role owns the path's group (claimed on first use), else 30 (403)."""
-    await access.require_group(groupId)
+async def require_group(request: Request, groupId: str, access: AccessDep) -> None:  # noqa: N803
+    """The caller's role owns the path's group (claimed by its first use: any method but
+    GET), else 30 (403)."""
+    await access.require_group(groupId, claim=request.method != "GET")
 
 
 OwnsGroup = Depends(require_group)

@@ -174,7 +174,7 @@ async def describe_transaction(
 ) -> JSONResponse:
     """A transactional id's state, producer id and epoch, partitions, groups, age and
     timeout (Kafka's DescribeTransactions); another role's: 403, 53."""
-    await access.require_txn(transactionalId)
+    await access.require_txn(transactionalId, claim=False)
     txn = await runtime.transactions.describe(transactionalId)
     if txn is None:
         return JSONResponse(

@@ -91,20 +91,25 @@ async def _group(auth: Authorizer, who: Identity, request: Any, _version: int) -
     await auth.require_group(who, request.group_id)
 
 
-async def _offsets(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
-    groups = getattr(request, "groups", None)
-    if groups:  # OffsetFetch v8+: several groups
-        for g in groups:
-            await auth.require_group(who, g.group_id)
-            await auth.require(who, CONSUME, _names(g.topics))
-        return
-    await auth.require_group(who, request.group_id)
-    await auth.require(who, CONSUME, _names(request.topics))
+def _offsets(claim: bool) -> Check:
+    """OffsetCommit and OffsetDelete use the group (``claim``), OffsetFetch looks."""
+
+    async def check(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
+        groups = getattr(request, "groups", None)
+        if groups:  # OffsetFetch v8+: several groups
+            for g in groups:
+                await auth.require_group(who, g.group_id, claim=claim)
+                await auth.require(who, CONSUME, _names(g.topics))
+            return
+        await auth.require_group(who, request.group_id, claim=claim)
+        await auth.require(who, CONSUME, _names(request.topics))
+
+    return check
 
 
 async def _describe_groups(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
     for group in request.groups or ():
-        await auth.require_group(who, str(group))
+        await auth.require_group(who, str(group), claim=False)
 
 
 async def _delete_groups(auth: Authorizer, who: Identity, _request: Any, _version: int) -> None:
@@ -113,7 +118,7 @@ async def _delete_groups(auth: Authorizer, who: Identity, _request: Any, _versio
 
 async def _describe_txns(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
     for tid in request.transactional_ids or ():
-        await auth.require_txn(who, str(tid))
+        await auth.require_txn(who, str(tid), claim=False)
 
 
 async def _describe_configs(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
@@ -136,8 +141,8 @@ _CHECKS: dict[int, Check] = {
     0: _produce,
     1: _fetch,
     2: _topics(CONSUME),
-    8: _offsets,
-    9: _offsets,
+    8: _offsets(claim=True),
+    9: _offsets(claim=False),
     11: _group,  # JoinGroup
     12: _group,  # Heartbeat
     13: _group,  # LeaveGroup
@@ -157,7 +162,7 @@ _CHECKS: dict[int, Check] = {
     37: _admin("add partitions", _named),
     42: _delete_groups,
     44: _admin("alter configs", _config_topics),
-    47: _offsets,  # OffsetDelete: the group's and its topics'
+    47: _offsets(claim=True),  # OffsetDelete: the group's and its topics'
     61: _topics(CONSUME),  # DescribeProducers
     65: _describe_txns,
 }
