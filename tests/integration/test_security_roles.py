@@ -268,3 +268,26 @@ def test_looking_at_a_name_nobody_owns_does_not_take_it(env):
         r = alice.put(f"/v1/groups/{group}", json={"mode": "clustering"})
         assert r.status_code == 200, r.text
         _forbidden(bob.get(f"/v1/groups/{group}"), 30)
+
+
+def test_a_revoked_consume_grant_stops_a_members_pulls_within_the_staleness(env):
+    topic, group = uniq("pull"), uniq("pg")
+    with env.api("tok-root") as root:
+        _produced(root.post("/v1/produce", json={"batches": [batch(topic, _pid(root), 0)]}))
+    env.grant("frank", ["consume"])
+    with env.api(jwt.encode({"sub": "frank"}, SECRET, algorithm="HS256")) as frank:
+
+        def joined() -> str | None:
+            r = frank.post(f"/v1/groups/{group}/members", json={"topics": [topic]})
+            return r.json()["memberId"] if r.status_code == 200 else None
+
+        member = wait_until("frank's grant", joined, timeout=TTL_MS / 1000 + 5)
+        pull = f"/v1/groups/{group}/members/{member}/pull"
+        r = frank.post(pull, json={"maxRecords": 10, "waitMs": 2000})
+        assert r.status_code == 200, r.text
+        env.revoke("frank")
+        wait_until(
+            "the revocation",
+            lambda: frank.post(pull, json={"maxRecords": 10}).status_code == 403,
+            timeout=TTL_MS / 1000 + 5,
+        )

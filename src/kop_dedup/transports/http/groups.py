@@ -364,15 +364,21 @@ async def pull(
     body: Annotated[PullIn, Depends(parsed_body(PullIn))],
     runtime: RuntimeDep,
     request: Request,
+    access: AccessDep,
 ) -> JSONResponse:
     """Records from the member's positions (keys and values base64), at most maxRecords
     (and about maxBytes), waiting up to waitMs for some. ``resetApplied`` names resets
     applied by this pull; ``clamped`` partitions whose start had been deleted by
     retention (the pull starts at the earliest still stored). A client that goes away
-    mid-poll loses nothing: what it was not answered stays ready."""
+    mid-poll loses nothing: what it was not answered stays ready. Every pull needs
+    ``consume`` on the member's topics (a revoked grant counts at the next pull)."""
     s = runtime.settings
     if late := over_setting("waitMs", body.waitMs, s.max_pull_wait_ms, "MAX_PULL_WAIT_MS"):
         return late
+    if not access.who.superuser:
+        group = runtime.groups.group(groupId)
+        member = None if group is None else group.members.get(memberId)
+        await access.require(CONSUME, () if member is None else member.topics)
     try:
         result = await runtime.groups.pull(
             groupId,
