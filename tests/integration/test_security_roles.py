@@ -291,3 +291,38 @@ def test_a_revoked_consume_grant_stops_a_members_pulls_within_the_staleness(env)
             lambda: frank.post(pull, json={"maxRecords": 10}).status_code == 403,
             timeout=TTL_MS / 1000 + 5,
         )
+
+
+def test_a_request_forwarded_to_the_owner_is_authorized_there_as_its_client(pulsar, env):
+    """Two nodes: the nodes call each other with the AUTH_TOKENS token (a superuser);
+    a client's request is forwarded with its own token, never the node's."""
+    roles = env.roles.parent / "cluster-roles"
+    roles.write_text(ROLES)
+    common = {
+        "namespace": env.namespace.split("/", 1)[1],
+        "auth_roles_file": roles,
+        "auth_tokens": ["tok-nodes"],
+        "auth_permissions_ttl_ms": TTL_MS,
+    }
+    with ThreadSidecar(pulsar, system_namespace=uniq("sys"), **common) as a:
+        with ThreadSidecar(pulsar, cluster_of=a, **common) as b:
+            wait_until("two members", lambda: len(b.runtime.cluster.members) == 2)
+            cluster = b.runtime.cluster
+            group = uniq("fw")
+            while cluster.is_me(cluster.group_coordinator(group)):
+                group = uniq("fw")
+            topic = uniq("fwt")
+            with httpx.Client(
+                base_url=b.url, headers={"Authorization": "Bearer tok-alice"}, timeout=30
+            ) as alice:
+                _produced(
+                    alice.post("/v1/produce", json={"batches": [batch(topic, _pid(alice), 0)]})
+                )
+                r = alice.post(f"/v1/groups/{group}/members", json={"topics": [topic]})
+                assert r.status_code == 200, r.text
+            with httpx.Client(
+                base_url=b.url, headers={"Authorization": "Bearer tok-bob"}, timeout=30
+            ) as bob:
+                forwarded = cluster.stats.forwarded
+                _forbidden(bob.post(f"/v1/groups/{group}/members", json={"topics": [topic]}), 30)
+                assert cluster.stats.forwarded == forwarded + 1  # decided by the owner
