@@ -326,3 +326,12 @@ def test_a_request_forwarded_to_the_owner_is_authorized_there_as_its_client(puls
                 forwarded = cluster.stats.forwarded
                 _forbidden(bob.post(f"/v1/groups/{group}/members", json={"topics": [topic]}), 30)
                 assert cluster.stats.forwarded == forwarded + 1  # decided by the owner
+
+
+def test_a_topic_name_with_dots_and_slashes_is_refused_before_any_permission_is_read(env):
+    with env.api("tok-alice") as alice:
+        pid = _pid(alice)
+        for name in ("..", "../../public/other/ledger"):
+            r = alice.post("/v1/produce", json={"batches": [batch(name, pid, 0)]})
+            assert r.status_code == 400, r.text
+            assert r.json()["errorCode"] == 17, r.text

@@ -81,3 +81,16 @@ def test_pulsar_away_is_a_retriable_error_not_a_refusal():
         run(Authorizer(failing, None).may(ALICE, PRODUCE, "orders"))  # type: ignore[arg-type]
     assert raised.value.retriable
     assert not isinstance(raised.value, errors.TopicAuthorizationFailed)
+
+
+@pytest.mark.parametrize("name", ["..", "../../acme/pay/ledger", "a/b", "a%2Fb"])
+def test_a_topic_name_kafka_refuses_never_reaches_the_admin_api(name):
+    from kop_dedup.pulsar.grants import Grants as PulsarGrants
+
+    class NoAdmin:
+        async def get_json(self, path: str) -> Any:
+            raise AssertionError(f"an admin call for {path}")
+
+    grants = PulsarGrants(NoAdmin(), "public/kafka", ttl_s=10)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidTopic):
+        run(Authorizer(grants, None).may(ALICE, PRODUCE, name))

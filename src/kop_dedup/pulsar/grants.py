@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
+from kop_dedup.pulsar.naming import validate_topic
 
 __all__ = ["Grants", "RoleActions"]
 
@@ -56,7 +57,9 @@ class Grants:
         self._pending: dict[str, asyncio.Future[Any]] = {}
 
     async def topic(self, topic: str) -> RoleActions:
-        """Who may do what on Kafka topic ``topic`` (its grants and its namespace's)."""
+        """Who may do what on Kafka topic ``topic`` (its grants and its namespace's);
+        InvalidTopic (17) for a name Kafka does not allow, before any admin call."""
+        validate_topic(topic)
         return await self._cached(f"topic:{topic}", lambda: self._topic(topic))  # type: ignore[no-any-return]
 
     async def namespace(self) -> RoleActions:
