@@ -168,7 +168,7 @@ class Settings(BaseSettings):
     check_back_interval_ms: int = Field(default=1_000, ge=10)
     """The first wait between check-backs; it doubles each time, up to a minute."""
     check_back_timeout_ms: int = Field(default=5_000, ge=10)
-    """How long one check-back waits for the application's answer."""
+    """One check-back's total deadline: connecting, sending and the whole answer."""
     check_back_urls: str = ""
     """Comma-separated URL prefixes a ``checkBackUrl`` may start with
     (``https://app.internal:8443/txn/``); empty: a ``checkBackUrl`` is refused (400)."""
@@ -292,7 +292,7 @@ class Settings(BaseSettings):
     http_tls_key: Path | None = None
     """PEM private key of ``http_tls_cert``."""
 
-    # -- security: roles and permissions (docs/operations/security.md)
+    # -- security: roles and permissions
     auth_roles_file: Path | None = None
     """A file of ``role:token`` lines (``#`` comments): each token authenticates as its
     role. Re-read when it changes (a removed line is refused at the next request)."""
