@@ -19,9 +19,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from kop_dedup.protocol.records import rec
 from tests.helpers import delete_namespace, uniq, wait_until
 from tests.kafka_admin_wire import list_transactions
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import WireClient, produce_request
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -116,6 +117,14 @@ def test_another_role_cannot_take_over_a_transactional_id(env):
     root.init_transactions(30)  # a superuser may fence it
 
 
+def alice_pid(env: Env, tid: str) -> int:
+    """The producer id of ``tid``'s transaction, as its owner sees it described."""
+    with httpx.Client(
+        base_url=env.sc.url, headers={"Authorization": "Bearer tok-alice"}, timeout=30
+    ) as api:
+        return int(api.get(f"/v1/transactions/{tid}").json()["producerId"])
+
+
 def _wire(env: Env, token: str) -> WireClient:
     c = WireClient(env.sc.kafka_bootstrap)
     assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
@@ -127,6 +136,8 @@ def _wire(env: Env, token: str) -> WireClient:
 def test_another_role_cannot_list_stage_into_or_end_an_open_transaction(env):
     tid, topic = uniq("kwt"), uniq("kwt")
     _created(env, topic)
+    path = f"/admin/v2/persistent/{env.namespace}/{topic}/permissions/bob"
+    env.admin.post(path, json=["produce"]).raise_for_status()  # bob may produce here
     alice = Producer(env.conf("tok-alice", **{"transactional.id": tid}))
     alice.init_transactions(30)
     alice.begin_transaction()
@@ -139,6 +150,13 @@ def test_another_role_cannot_list_stage_into_or_end_an_open_transaction(env):
         assert tid in {t.transactional_id for t in listed}
         end = EndTxnRequest(transactional_id=tid, producer_id=0, producer_epoch=0, committed=False)
         assert bob.call(end, 1).error_code == 53
+        # nor fence it with a batch of its producer id at the highest epoch
+        pid = alice_pid(env, tid)
+        fence = produce_request(
+            topic, 0, [rec(b"x")], producer_id=pid, epoch=32767, base_sequence=0
+        )
+        answer = bob.call(fence, 9)
+        assert answer.responses[0].partition_responses[0].error_code == 31
         stage = AddOffsetsToTxnRequest(
             transactional_id=tid, producer_id=0, producer_epoch=0, group_id=uniq("g")
         )

@@ -130,9 +130,13 @@ def test_produce_needs_the_produce_permission_on_the_topic(env):
         _forbidden(bob.post("/v1/produce", json={"batches": [batch(mine, pid, 0)]}), 29)
         r = bob.post("/v1/produce", json={"batches": [batch(shared, pid, 0)]})
         _produced(r)
-    with env.api("tok-alice") as alice:
-        r = alice.post("/v1/produce", json={"batches": [batch(mine, _pid(alice), 0)]})
+    with env.api("tok-alice") as alice, env.api("tok-bob") as bob:
+        alices = _pid(alice)
+        r = alice.post("/v1/produce", json={"batches": [batch(mine, alices, 0)]})
         _produced(r)
+        # bob may produce to shared, but not as alice's producer (it would fence her)
+        fence = batch(shared, alices, 0, epoch=32767)
+        _forbidden(bob.post("/v1/produce", json={"batches": [fence]}), 31)
 
 
 def test_another_role_cannot_see_fence_stage_into_or_end_a_transaction(env):

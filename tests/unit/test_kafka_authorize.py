@@ -10,15 +10,13 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import DeleteTopicsRequest, DescribeConfigsRequest
 from kafka.protocol.consumer import FetchRequest, OffsetFetchRequest
-from kafka.protocol.producer import (
-    AddPartitionsToTxnRequest,
-    ProduceRequest,
-    TxnOffsetCommitRequest,
-)
+from kafka.protocol.producer import AddPartitionsToTxnRequest, TxnOffsetCommitRequest
 
 from kop_dedup import errors
+from kop_dedup.protocol.records import rec
 from kop_dedup.security.identity import ANONYMOUS, Identity
 from kop_dedup.transports.kafka.authorize import authorize
+from tests.kafka_wire import produce_request
 
 ALICE = Identity("alice")
 
@@ -42,6 +40,9 @@ class Recorder:
     async def require_group(self, who, group, *, claim=True):
         self.asked.append(("group", group, claim))
 
+    async def require_producers(self, who, pids):
+        self.asked.append(("pids", sorted(pids)))
+
     async def require_admin(self, who, what, error):
         self.asked.append(("admin", what))
         raise error(what)
@@ -56,14 +57,14 @@ def check(key: int, request: Any, version: int = 0, who: Identity = ALICE, **kw:
     return recorder
 
 
-def test_produce_checks_the_transactional_id_first_then_every_topic():
-    request = ProduceRequest(
-        transactional_id="tx",
-        acks=-1,
-        timeout_ms=1000,
-        topic_data=[ProduceRequest.TopicProduceData(name="a", partition_data=[])],
-    )
-    assert check(0, request).asked == [("txn", "tx", True), ("topics", "produce", ["a"])]
+def test_produce_checks_the_transactional_id_every_topic_and_the_batches_producer_ids():
+    request = produce_request("a", 0, [rec(b"v")], producer_id=7, epoch=0, base_sequence=0)
+    request.transactional_id = "tx"
+    assert check(0, request, 9).asked == [
+        ("txn", "tx", True),
+        ("topics", "produce", ["a"]),
+        ("pids", [7]),
+    ]
 
 
 def test_fetch_needs_consume_on_its_topics():

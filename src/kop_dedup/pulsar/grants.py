@@ -52,6 +52,7 @@ class Grants:
 
     def __init__(self, admin: PulsarAdmin, namespace_path: str, *, ttl_s: float) -> None:
         self._admin, self._ns, self._ttl = admin, namespace_path, ttl_s
+        self.ttl_s = ttl_s
         self._tenant = namespace_path.split("/", 1)[0]
         self._cache: dict[str, tuple[float, Any]] = {}
         self._pending: dict[str, asyncio.Future[Any]] = {}

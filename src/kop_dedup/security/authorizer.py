@@ -13,6 +13,8 @@ a transactional id            its owner, the role that used it first (53); a loo
                               (describe) at one nobody owns is allowed, claims nothing
 a group (join, offsets, ...)  its owner, the role that used it first (30); the same
 delete a group                the tenant's admin role or a superuser (30)
+a producer id in a batch      not given to another role by init-producer-id (31
+                              CLUSTER_AUTHORIZATION_FAILED: Kafka's IdempotentWrite)
 ============================  ==========================================================
 
 A superuser (``superuser_roles``, the ``auth_tokens``) may do everything and claims
@@ -25,6 +27,7 @@ permission.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from kop_dedup import errors
@@ -36,10 +39,22 @@ from kop_dedup.security.identity import Authenticator, Identity
 from kop_dedup.security.owners import Owners
 from kop_dedup.settings import Settings
 
-__all__ = ["CONSUME", "DESCRIBE", "GROUP", "OPEN", "PRODUCE", "TXN", "Access", "Authorizer"]
+__all__ = [
+    "CONSUME",
+    "DESCRIBE",
+    "GROUP",
+    "OPEN",
+    "PRODUCE",
+    "PRODUCER",
+    "TXN",
+    "Access",
+    "Authorizer",
+]
+
+_MAX_UNOWNED = 100_000
 
 PRODUCE, CONSUME, DESCRIBE = "produce", "consume", "describe"
-TXN, GROUP = "txn", "group"
+TXN, GROUP, PRODUCER = "txn", "group", "pid"
 
 
 class Authorizer:
@@ -47,6 +62,9 @@ class Authorizer:
 
     def __init__(self, grants: Grants | None, owners: Owners | None) -> None:
         self._grants, self._owners = grants, owners
+        self._unowned: dict[int, float] = {}
+        """Producer ids found without an owner (allocated by a superuser or before
+        roles), and when: asked of Pulsar again after the grants' staleness."""
 
     @classmethod
     def build(
@@ -122,6 +140,35 @@ class Authorizer:
         if group and not await self.owns(who, GROUP, group, claim=claim):
             raise errors.GroupAuthorizationFailed(f"group {group!r} belongs to another role")
 
+    async def claim_producer(self, who: Identity, producer_id: int) -> None:
+        """A producer id allocated for ``who`` (init-producer-id) is its role's."""
+        if producer_id >= 0:
+            await self.owns(who, PRODUCER, str(producer_id))
+
+    async def require_producers(self, who: Identity, producer_ids: Iterable[int]) -> None:
+        """31 CLUSTER_AUTHORIZATION_FAILED (Kafka's IdempotentWrite) for a producer id
+        another role was given: its batches could fence that role's producer. A producer
+        id nobody owns (a superuser's, or one from before roles) is anyone's."""
+        if who.superuser or self._owners is None:
+            return
+        now = time.monotonic()
+        ttl = self._grants.ttl_s if self._grants is not None else 0.0
+        for pid in {p for p in producer_ids if p >= 0}:
+            if now - self._unowned.get(pid, -ttl - 1) < ttl:
+                continue
+            try:
+                owner = await self._owners.owner(PRODUCER, str(pid))
+            except Exception as exc:
+                raise translate(exc, f"reading the owner of producer id {pid}") from exc
+            if owner is None:
+                if len(self._unowned) >= _MAX_UNOWNED:
+                    self._unowned.clear()
+                self._unowned[pid] = now
+            elif owner != who.role:
+                raise errors.ClusterAuthorizationFailed(
+                    f"producer id {pid} belongs to another role"
+                )
+
     async def visible(self, who: Identity, kind: str, names: Iterable[str]) -> list[str]:
         """Of ``names``, those ``who`` may see (its own; all for a superuser)."""
         names = list(names)
@@ -167,3 +214,6 @@ class Access:
 
     async def visible(self, kind: str, names: Iterable[str]) -> list[str]:
         return await self.authorizer.visible(self.who, kind, names)
+
+    async def claim_producer(self, producer_id: int) -> None:
+        await self.authorizer.claim_producer(self.who, producer_id)

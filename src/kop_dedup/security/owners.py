@@ -1,8 +1,10 @@
-"""Who owns a transactional id or a consumer group: the role that used it first.
+"""Who owns a transactional id, a consumer group or a producer id: the role that used
+it first (a producer id: the role it was given to).
 
 Kept in Pulsar like the sidecar's other state: a keyed table (``<system
-namespace>/owners``), one record per claimed name (``txn:<id>``, ``group:<id>``, the
-value the owner role in UTF-8). Every sidecar reads it; any may write it.
+namespace>/owners``), one record per claimed name (``txn:<id>``, ``group:<id>``,
+``pid:<producer id>``; the value: the owner role in UTF-8). Every sidecar reads it;
+any may write it.
 
 The *first* record of a key in topic order owns it, so two sidecars that claim one
 name at once agree on the winner once each has read its own claim back; the loser

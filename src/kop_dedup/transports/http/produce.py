@@ -226,6 +226,7 @@ async def _serve(
             if transactional is not None:  # first, as Kafka's produce checks
                 await runtime.authorizer.require_txn(who, transactional.transactional_id)
             await runtime.authorizer.require(who, PRODUCE, (b.topic for b in batches))
+            await runtime.authorizer.require_producers(who, (b.producer_id for b in batches))
         except errors.KafkaError as exc:
             await refused_with(exc)(scope, receive, send)
             return

@@ -118,6 +118,7 @@ async def init_producer_id(
                 InitProducerId(body.transactionalId, body.transactionTimeoutMs, body.checkBackUrl)
             )
             pid, epoch = ids.producer_id, ids.producer_epoch
+        await access.claim_producer(pid)  # its batches are its role's alone
     except errors.KafkaError as exc:
         return _init_answer(exc)
     except Exception as exc:  # Pulsar trouble: the one translation says which code

@@ -12,7 +12,8 @@ with the API's error answer at Kafka's code (nothing of it is done):
   AlterConfigs, IncrementalAlterConfigs);
 - 30 GROUP_AUTHORIZATION_FAILED: a group another role used first, or DeleteGroups
   without the admin role;
-- 53 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: a transactional id another role used first.
+- 53 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: a transactional id another role used first;
+- 31 CLUSTER_AUTHORIZATION_FAILED: a batch of a producer id another role was given.
 
 Listings (Metadata of every topic, ListGroups, ListTransactions) are filtered by their
 handlers; Metadata answers 29 per topic. With authentication off, or for a superuser,
@@ -27,6 +28,7 @@ from typing import Any
 from kop_dedup import errors
 from kop_dedup.security.authorizer import CONSUME, DESCRIBE, PRODUCE, Authorizer
 from kop_dedup.security.identity import Identity
+from kop_dedup.transports.kafka.batches import producer_id_of
 from kop_dedup.transports.kafka.registry import Session
 
 __all__ = ["authorize"]
@@ -57,6 +59,8 @@ def _admin(what: str, topics_of: Callable[[Any, int], list[str]]) -> Check:
 async def _produce(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
     await auth.require_txn(who, getattr(request, "transactional_id", None))
     await auth.require(who, PRODUCE, _names(request.topic_data))
+    pids = (producer_id_of(p.records or b"") for t in request.topic_data for p in t.partition_data)
+    await auth.require_producers(who, (pid for pid in pids if pid is not None))
 
 
 async def _fetch(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
