@@ -29,6 +29,7 @@ The tree::
     +-- InvalidSessionTimeout (26)
     +-- RebalanceInProgress (27)
     +-- TopicAuthorizationFailed (29)
+    +-- GroupAuthorizationFailed (30)
     +-- ClusterAuthorizationFailed (31)
     +-- UnsupportedSaslMechanism (33)
     +-- IllegalSaslState (34)
@@ -95,6 +96,7 @@ __all__ = [
     "FencedInstanceId",
     "FencedLeaderEpoch",
     "FetchSessionIdNotFound",
+    "GroupAuthorizationFailed",
     "GroupIdNotFound",
     "GroupMaxSizeReached",
     "GroupSubscribedToTopic",
@@ -250,6 +252,10 @@ class RebalanceInProgress(KafkaError):
 
 class TopicAuthorizationFailed(KafkaError):
     errno, name = 29, "TOPIC_AUTHORIZATION_FAILED"
+
+
+class GroupAuthorizationFailed(KafkaError):
+    errno, name = 30, "GROUP_AUTHORIZATION_FAILED"
 
 
 class ClusterAuthorizationFailed(KafkaError):

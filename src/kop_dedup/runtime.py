@@ -36,9 +36,10 @@ from kop_dedup.coordination.transactions.coordinator import TransactionCoordinat
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
-from kop_dedup.coordination.transactions.settings import TxnSettings
+from kop_dedup.coordination.transactions.settings import txn_settings
 from kop_dedup.coordination.transactions.stable import StableOffsets
 from kop_dedup.errors import KafkaError, UnknownTopicOrPartition
+from kop_dedup.observability.reused import READY_TTL_S, Reused
 from kop_dedup.observability.stats import Stats
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.produce.service import ProduceService
@@ -47,6 +48,8 @@ from kop_dedup.protocol.transactions import Partition, Transaction
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import Publisher
 from kop_dedup.pulsar.topic_admin import TopicAdmin
+from kop_dedup.security.authorizer import Authorizer
+from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import Settings, split_address
 
 __all__ = ["DeduplicationOff", "Runtime", "registry_bounds", "txn_settings"]
@@ -81,38 +84,12 @@ def registry_bounds(settings: Settings) -> RegistryBounds:
     )
 
 
-def txn_settings(settings: Settings) -> TxnSettings:
-    """The transaction coordinator's settings."""
-    return TxnSettings(
-        log_partitions=settings.txn_log_partitions,
-        default_timeout_ms=settings.default_transaction_timeout_ms,
-        max_timeout_ms=settings.max_transaction_timeout_ms,
-        check_back_max=settings.check_back_max,
-        check_back_interval_ms=settings.check_back_interval_ms,
-        check_back_timeout_s=settings.check_back_timeout_ms / 1000,
-        sweep_interval_s=settings.txn_sweep_interval_ms / 1000,
-        handoff_wait_s=settings.cluster_handoff_ms / 1000,
-        apply_delay_s=settings.txn_apply_delay_ms / 1000,
-        expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
-        max_ids=settings.max_transactional_ids_in_log,
-        decisions_retention_minutes=settings.journal_retention,
-        max_message_bytes=settings.pulsar_max_message_bytes,
-        journal_whole_batches=settings.txn_journal_whole_batches,
-        max_batch_records=settings.max_batch_records,
-        max_batch_bytes=settings.max_batch_bytes,
-    )
-
-
 class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         token = settings.pulsar_token()
         self.naming = Naming(settings.tenant, settings.namespace, settings.producer_name_prefix)
-        verify: bool | str = True
-        if settings.pulsar_tls_trust_certs_file is not None:
-            verify = str(settings.pulsar_tls_trust_certs_file)
-        if settings.pulsar_tls_allow_insecure:
-            verify = False
+        verify = settings.pulsar_admin_verify()
         self.admin = TopicAdmin(
             settings.pulsar_admin_url,
             self.naming,
@@ -163,10 +140,12 @@ class Runtime:
         self._handover = Handover(
             self.cluster, self.service.channels, self.naming, journals=f"{base}/txn-journal."
         )
-        tokens = sorted(settings.http_tokens())
+        self.auth = Authenticator.from_settings(settings)
+        self._readiness = Reused(self._ask_ready, ttl_s=READY_TTL_S)
+        self.authorizer = Authorizer.build(self.auth, settings, self.admin, self.publisher.client)
         self.peers = Peers(
             me=-1,
-            token=tokens[0] if tokens else None,
+            token=self.auth.peer_token(settings),
             # a forwarded long poll or join waits as long as the client allows
             timeout_s=max(settings.max_timeout_ms, settings.max_pull_wait_ms) / 1000 + 30,
         )
@@ -408,12 +387,16 @@ class Runtime:
         return me
 
     async def ready(self) -> tuple[bool, str]:
-        """(ready, reason) for /readyz: the broker answers and dedup is on."""
+        """(ready, reason) for /readyz: the broker answers and dedup is on; asked of the
+        broker at most once per :data:`READY_TTL_S` however often probes come."""
+        return await self._readiness.get()
+
+    async def _ask_ready(self) -> tuple[bool, str]:
         try:
             if not await self.admin.deduplication_enabled(self.naming.namespace_path):
                 return False, "deduplication is off on the namespace"
-        except Exception as exc:  # any failure to ask means not ready
-            return False, f"Pulsar admin unreachable: {exc}"
+        except Exception as exc:  # any failure to ask means not ready; no broker text
+            return False, f"Pulsar admin unreachable ({type(exc).__name__})"
         return True, "ok"
 
     def begin_shutdown(self) -> None:
@@ -462,6 +445,7 @@ class Runtime:
                 ("transactions", self.transactions.close),
                 ("consumer groups", groups),
                 ("stable offsets", self.stable.close),
+                ("owners", self.authorizer.close),
             ],
             [("produce", self.service.close), ("cluster membership", self._left)],
             [("registry", self.registry.close)],

@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     """CA certificates to trust for TLS to Pulsar."""
     pulsar_tls_allow_insecure: bool = False
     """TLS to Pulsar: accept a certificate that does not verify."""
-    pulsar_tls_validate_hostname: bool = False
+    pulsar_tls_validate_hostname: bool = True
     """TLS to Pulsar: check the certificate's host name."""
 
     # -- where data goes
@@ -168,7 +168,12 @@ class Settings(BaseSettings):
     check_back_interval_ms: int = Field(default=1_000, ge=10)
     """The first wait between check-backs; it doubles each time, up to a minute."""
     check_back_timeout_ms: int = Field(default=5_000, ge=10)
-    """How long one check-back waits for the application's answer."""
+    """One check-back's total deadline: connecting, sending and the whole answer."""
+    check_back_urls: str = ""
+    """Comma-separated URL prefixes a ``checkBackUrl`` may start with
+    (``https://app.internal:8443/txn/``); empty: a ``checkBackUrl`` is refused (400)."""
+    check_back_max_response_bytes: int = Field(default=64 * 1024, ge=16)
+    """The largest check-back answer read; a longer one counts as no answer."""
     txn_sweep_interval_ms: int = Field(default=1_000, ge=10)
     """How often the owner of a log partition looks for timed-out transactions."""
     journal_retention_minutes: int = Field(default=1440, ge=1)
@@ -281,6 +286,37 @@ class Settings(BaseSettings):
     SASL/PLAIN with a token as the password."""
     auth_tokens_file: Path | None = None
     """A file of bearer tokens, one per line (``#`` comments), added to ``auth_tokens``."""
+    http_tls_cert: Path | None = None
+    """PEM certificate chain: the HTTP API speaks HTTPS when it and ``http_tls_key`` are
+    set (passed to uvicorn)."""
+    http_tls_key: Path | None = None
+    """PEM private key of ``http_tls_cert``."""
+
+    # -- security: roles and permissions
+    auth_roles_file: Path | None = None
+    """A file of ``role:token`` lines (``#`` comments): each token authenticates as its
+    role. Re-read when it changes (a removed line is refused at the next request)."""
+    auth_token_secret_key: SecretStr | None = Field(default=None, repr=False)
+    """Pulsar's ``tokenSecretKey``: JWTs signed with it (HS256) authenticate as their
+    ``sub`` claim. As Pulsar: ``file:///path``, ``data:;base64,...``, a path, or the key
+    in base64."""
+    auth_token_public_key: str | None = None
+    """Pulsar's ``tokenPublicKey`` (DER or PEM; ``file:///path``, ``data:;base64,...``, a
+    path, or base64): JWTs signed with the matching private key authenticate."""
+    auth_token_public_alg: str = "RS256"  # noqa: S105 (an algorithm name)
+    """Pulsar's ``tokenPublicAlg``: the signature algorithm of public-key tokens."""
+    auth_token_claim: str = "sub"  # noqa: S105 (a claim name)
+    """Pulsar's ``tokenAuthClaim``: the JWT claim naming the role."""
+    superuser_roles: str = ""
+    """Comma-separated roles that may do everything (Pulsar's ``superUserRoles``); the
+    ``auth_tokens`` always act as a superuser."""
+    auth_permissions_ttl_ms: int = Field(default=10_000, ge=0)
+    """How long Pulsar's permissions (namespace and topic grants, the tenant's admin
+    roles) are reused before they are read again: a grant or a revocation takes effect
+    within this long."""
+    allow_unauthenticated: bool = False
+    """Listen on an address other than loopback with authentication off (no tokens, no
+    roles, no keys); without it the sidecar refuses to start there."""
     log_format: Literal["auto", "json", "console"] = "auto"
     """``auto``: JSON when stdout is not a terminal; one line per batch not stored (46,
     45, 47, ...)."""
@@ -382,6 +418,8 @@ class Settings(BaseSettings):
             self.max_partitions_per_topic
         ):
             raise ValueError("default partitions must not exceed max_partitions_per_topic")
+        if (self.http_tls_cert is None) != (self.http_tls_key is None):
+            raise ValueError("http_tls_cert and http_tls_key go together: set both or neither")
         if (self.kafka_tls_cert is None) != (self.kafka_tls_key is None):
             raise ValueError("kafka_tls_cert and kafka_tls_key go together: set both or neither")
         for name in ("kafka_listener", "kafka_advertised"):
@@ -420,13 +458,27 @@ class Settings(BaseSettings):
         if self.peer_url:
             return self.peer_url.rstrip("/")
         host = kafka_host if self.host in {"", "0.0.0.0", "::"} else self.host  # noqa: S104
-        return f"http://{host}:{self.port}"
+        scheme = "http" if self.http_tls_cert is None else "https"
+        return f"{scheme}://{host}:{self.port}"
 
     def kafka_address(self) -> tuple[str, int] | None:
         """(host, port) of the Kafka listener; None when it is off."""
         if not self.kafka_listener.strip():
             return None
         return split_address(self.kafka_listener, "kafka_listener")
+
+    def check_back_prefixes(self) -> tuple[str, ...]:
+        """The allowed check-back URL prefixes (``check_back_urls``, comma-separated)."""
+        return tuple(u.strip() for u in self.check_back_urls.split(",") if u.strip())
+
+    def pulsar_admin_verify(self) -> bool | str:
+        """httpx's ``verify`` for the admin API: the trusted CA file, or False when
+        insecure TLS is allowed."""
+        if self.pulsar_tls_allow_insecure:
+            return False
+        if self.pulsar_tls_trust_certs_file is not None:
+            return str(self.pulsar_tls_trust_certs_file)
+        return True
 
     def pulsar_token(self) -> str | None:
         """The Pulsar auth token from the setting or its file, if any."""

@@ -189,8 +189,9 @@ def test_a_member_keeps_its_membership_when_its_coordinator_moves_to_a_node_that
     # kg is the module's one-node cluster again before the next test asks it anything
     # (until then the newcomer's share answered 16 there)
     wait_until(
-        lambda: len(kg.runtime.cluster.owned_partitions()[GROUP_LOG])
-        == kg.settings.offsets_partitions,
+        lambda: (
+            len(kg.runtime.cluster.owned_partitions()[GROUP_LOG]) == kg.settings.offsets_partitions
+        ),
         what="kg to own every group partition again",
     )
 

@@ -79,7 +79,7 @@ def test_a_slow_check_back_answer_never_takes_the_partition_back(
     checker.script[tid] = ["COMMIT"]  # any later question (B's)
     ns = uniq("sys")
     with (
-        ThreadSidecar(pulsar, system_namespace=ns, **SIDECAR) as a,
+        ThreadSidecar(pulsar, system_namespace=ns, check_back_urls=url, **SIDECAR) as a,
         httpx.Client(base_url=a.url, timeout=60) as api_a,
     ):
         pid, epoch = init_txn(api_a, tid, transactionTimeoutMs=500, checkBackUrl=url)
@@ -87,7 +87,9 @@ def test_a_slow_check_back_answer_never_takes_the_partition_back(
         wait_until("A asking the application", lambda: checker.questions(tid))
         newcomer = newcomer_owning(a.runtime.cluster.me.node_id, TRANSACTION_LOG, count, p)
         with (
-            ThreadSidecar(pulsar, cluster_of=a, node_id=newcomer, **SIDECAR) as b,
+            ThreadSidecar(
+                pulsar, cluster_of=a, node_id=newcomer, check_back_urls=url, **SIDECAR
+            ) as b,
             httpx.Client(base_url=b.url, timeout=60) as api_b,
         ):
             wait_until("B to own the partition", lambda: b.runtime.transactions.state.owned(p))
@@ -122,8 +124,8 @@ def test_a_batch_of_the_fenced_epoch_during_a_check_back_is_refused_and_not_comm
     assert r.status_code == 204, r.text
     checker.hold(tid, "COMMIT")
     with (
-        ThreadSidecar(pulsar, **SIDECAR) as a,
-        ThreadSidecar(pulsar, **SIDECAR) as b,
+        ThreadSidecar(pulsar, check_back_urls=url, **SIDECAR) as a,
+        ThreadSidecar(pulsar, check_back_urls=url, **SIDECAR) as b,
         httpx.Client(base_url=a.url, timeout=60) as api_a,
         httpx.Client(base_url=b.url, timeout=60) as api_b,
     ):

@@ -326,7 +326,11 @@ def check_back(pulsar: Any) -> Iterator[tuple[CheckBackApp, str, ThreadSidecar]]
     with (
         serve_check_back(app) as url,
         ThreadSidecar(
-            pulsar, txn_sweep_interval_ms=100, check_back_interval_ms=50, check_back_max=3
+            pulsar,
+            txn_sweep_interval_ms=100,
+            check_back_interval_ms=50,
+            check_back_max=3,
+            check_back_urls=url,
         ) as sc,
     ):
         yield app, url, sc

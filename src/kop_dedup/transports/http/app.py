@@ -28,11 +28,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kop_dedup import __version__
+from kop_dedup.errors import KafkaError
 from kop_dedup.runtime import Runtime
+from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import Settings
 from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import invalid_request
 from kop_dedup.transports.http.bodies import body_schemas
+from kop_dedup.transports.http.deps import AUTHORIZATION_ERRORS, not_allowed
 from kop_dedup.transports.http.docs import mount_docs
 from kop_dedup.transports.http.groups import router as groups_router
 from kop_dedup.transports.http.internal import router as internal_router
@@ -165,12 +168,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Kafka-style idempotent produce over HTTP on Apache Pulsar deduplication",
         lifespan=lifespan,
+        exception_handlers=dict.fromkeys((*AUTHORIZATION_ERRORS, KafkaError), not_allowed),
         docs_url=None,  # the CDN-loaded pages; see mount_docs
         redoc_url=None,
     )
     app.state.settings = settings
     app.state.admission = ByteBudget(settings.max_inflight_bytes)
-    app.state.tokens = settings.http_tokens()
+    app.state.auth = Authenticator.from_settings(settings)
     app.include_router(router)
     app.include_router(transactions_router)
     app.include_router(groups_router)

@@ -9,8 +9,10 @@
   aborting a transaction's offsets in a group this node coordinates
   (:mod:`kop_dedup.cluster.offsets`).
 
-Authenticated like the public API (the nodes share its tokens), and left out of the
-OpenAPI document.
+Authenticated like the public API, as a superuser only (the nodes call each other with
+the first ``auth_tokens`` token, or a superuser role's); a forwarded Kafka request was
+authorized by the node its client sent it to, before it was forwarded.
+Left out of the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from fastapi import APIRouter, Request, Response
 
 from kop_dedup.cluster import offsets
 from kop_dedup.cluster.peers import FORWARDED
-from kop_dedup.transports.http.deps import Authorized, RuntimeDep
+from kop_dedup.transports.http.deps import RuntimeDep, Superuser
 
 __all__ = ["router"]
 
-router = APIRouter(include_in_schema=False, dependencies=[Authorized])
+router = APIRouter(include_in_schema=False, dependencies=[Superuser])
 
 
 @router.post("/internal/v1/kafka")

@@ -39,6 +39,8 @@ from kop_dedup.cluster.placement import Member
 from kop_dedup.produce.service import BatchResult
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.runtime import Runtime
+from kop_dedup.security.authorizer import PRODUCE
+from kop_dedup.security.identity import ANONYMOUS, Identity
 from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import (
     AUTH_RESPONSES,
@@ -48,7 +50,7 @@ from kop_dedup.transports.http.answers import (
     invalid_request,
     over_setting,
 )
-from kop_dedup.transports.http.deps import STARTING, refusal
+from kop_dedup.transports.http.deps import STARTING, Refusal, authenticated, refused_with
 from kop_dedup.transports.http.models import ProduceIn, ProduceOut, to_batch
 from kop_dedup.transports.http.routing import forwarded, route_produce
 
@@ -160,26 +162,28 @@ def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None, Transact
 
 class ProduceEndpoint:
     """The ASGI app behind ``POST /v1/produce``; ``state`` is the FastAPI app's state
-    (``tokens``, ``admission``, and ``runtime`` once the lifespan has started it)."""
+    (``auth``, ``admission``, and ``runtime`` once the lifespan has started it)."""
 
     def __init__(self, state: State) -> None:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
-        if state.tokens:
+        who: Identity = ANONYMOUS
+        if state.auth.enabled:
             authorization = ""
             for name, value in scope["headers"]:
                 if name == b"authorization":
                     authorization = value.decode("latin-1")
                     break
-            refused = refusal(state.tokens, authorization)
-            if refused is not None:
+            checked = authenticated(state.auth, authorization)
+            if isinstance(checked, Refusal):
                 answer = JSONResponse(
-                    {"detail": refused.detail}, refused.status, headers=refused.headers
+                    {"detail": checked.detail}, checked.status, headers=checked.headers
                 )
                 await answer(scope, receive, send)
                 return
+            who = checked
         runtime: Runtime | None = getattr(state, "runtime", None)
         if runtime is None:
             await JSONResponse({"detail": STARTING}, 503)(scope, receive, send)
@@ -193,13 +197,16 @@ class ProduceEndpoint:
         held = len(raw)
         await budget.acquire(held)
         try:
-            await _serve(runtime, raw, scope, receive, send)
+            await _serve(runtime, who, raw, scope, receive, send)
         finally:
             budget.release(held)
 
 
-async def _serve(runtime: Runtime, raw: bytes, scope: Scope, receive: Receive, send: Send) -> None:
-    """Decode, check, produce (here, or by the node that owns each batch), answer."""
+async def _serve(
+    runtime: Runtime, who: Identity, raw: bytes, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Decode, check, authorize, produce (here, or by the node that owns each batch),
+    answer."""
     try:
         batches, timeout_ms, transactional = decode(raw)
     except InvalidBody as exc:
@@ -214,6 +221,15 @@ async def _serve(runtime: Runtime, raw: bytes, scope: Scope, receive: Receive, s
     if len(batches) > s.max_batches_per_request:
         await _too_many(len(batches), s.max_batches_per_request)(scope, receive, send)
         return
+    if not who.superuser:  # a whole request the role may not make: 403, nothing produced
+        try:
+            if transactional is not None:  # first, as Kafka's produce checks
+                await runtime.authorizer.require_txn(who, transactional.transactional_id)
+            await runtime.authorizer.require(who, PRODUCE, (b.topic for b in batches))
+            await runtime.authorizer.require_producers(who, (b.producer_id for b in batches))
+        except errors.KafkaError as exc:
+            await refused_with(exc)(scope, receive, send)
+            return
     here = forwarded(scope) or len(runtime.cluster.members) <= 1
     if transactional is not None and not here:
         owner = runtime.cluster.txn_coordinator(transactional.transactional_id)

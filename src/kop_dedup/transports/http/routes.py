@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from kop_dedup import errors
+from kop_dedup.coordination.transactions.checkback import check_back_refusal
 from kop_dedup.coordination.transactions.requests import InitProducerId
 from kop_dedup.observability.groups import group_gauges
 from kop_dedup.observability.metrics import CONTENT_TYPE, render
@@ -31,7 +32,7 @@ from kop_dedup.transports.http.bodies import (
     register_answers,
     register_bodies,
 )
-from kop_dedup.transports.http.deps import Authorized, RuntimeDep
+from kop_dedup.transports.http.deps import AccessDep, Authorized, RuntimeDep, Superuser
 from kop_dedup.transports.http.models import (
     EndTxnIn,
     InitProducerIdIn,
@@ -71,24 +72,42 @@ def _init_answer(
     )
 
 
+_CHECK_BACK_REFUSED: dict[int | str, dict[str, Any]] = {
+    400: {"description": "a checkBackUrl KOP_DEDUP_CHECK_BACK_URLS does not allow", **JSON_OBJECT}
+}
+
+
 @router.post(
     "/v1/init-producer-id",
     dependencies=[Authorized],
     tags=["produce"],
     openapi_extra=body_spec(InitProducerIdIn),
-    responses={**TOO_LARGE_RESPONSE, **INVALID_RESPONSE},
+    response_model=InitProducerIdOut,
+    responses={**TOO_LARGE_RESPONSE, **INVALID_RESPONSE, **_CHECK_BACK_REFUSED},
 )
 async def init_producer_id(
     body: Annotated[InitProducerIdIn, Depends(parsed_body(InitProducerIdIn))],
     runtime: RuntimeDep,
-) -> InitProducerIdOut:
+    access: AccessDep,
+) -> InitProducerIdOut | JSONResponse:
     """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1.
 
     With a transactional id whose transaction is open, that transaction is aborted and
     its producer fenced first: 51 CONCURRENT_TRANSACTIONS until the abort is complete
     (retry). ``transactionTimeoutMs`` outside 1..max: 50 INVALID_TRANSACTION_TIMEOUT.
     ``checkBackUrl``: asked whether to commit when a transaction of this id times out.
+    A transactional id another role used first: 403, 53. A ``checkBackUrl`` outside
+    ``KOP_DEDUP_CHECK_BACK_URLS`` (or any, when it is empty): 400, 42.
     """
+    await access.require_txn(body.transactionalId)
+    if body.checkBackUrl is not None:
+        refused = check_back_refusal(body.checkBackUrl, runtime.settings.check_back_prefixes())
+        if refused is not None:
+            error = errors.InvalidRequest(refused)
+            return JSONResponse(
+                {"errorCode": error.errno, "error": error.name, "errorMessage": error.message},
+                status_code=400,
+            )
     try:
         if body.transactionalId is None:
             if body.transactionTimeoutMs is not None:
@@ -99,6 +118,7 @@ async def init_producer_id(
                 InitProducerId(body.transactionalId, body.transactionTimeoutMs, body.checkBackUrl)
             )
             pid, epoch = ids.producer_id, ids.producer_epoch
+        await access.claim_producer(pid)  # its batches are its role's alone
     except errors.KafkaError as exc:
         return _init_answer(exc)
     except Exception as exc:  # Pulsar trouble: the one translation says which code
@@ -106,7 +126,7 @@ async def init_producer_id(
     return _init_answer(None, pid, epoch)
 
 
-@router.get("/v1/stats", dependencies=[Authorized], tags=["stats"])
+@router.get("/v1/stats", dependencies=[Superuser], tags=["stats"])
 async def stats(runtime: RuntimeDep) -> dict[str, object]:
     """Totals since start, and how many Pulsar producers are open.
 
@@ -123,7 +143,7 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
 
 
 @router.get(
-    "/v1/stats/topics/{topic}", dependencies=[Authorized], tags=["stats"], responses=_NOT_FOUND
+    "/v1/stats/topics/{topic}", dependencies=[Superuser], tags=["stats"], responses=_NOT_FOUND
 )
 async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
     """Counters for one Kafka topic, plus the broker's view of its partitions.
@@ -176,7 +196,7 @@ async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
 
 @router.get(
     "/v1/stats/producers/{producer_id}",
-    dependencies=[Authorized],
+    dependencies=[Superuser],
     tags=["stats"],
     responses=_NOT_FOUND,
 )
@@ -209,7 +229,7 @@ async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
 
 @router.get(
     "/metrics",
-    dependencies=[Authorized],
+    dependencies=[Superuser],
     tags=["stats"],
     responses={200: {"content": {"text/plain": {}}}},
 )
@@ -244,7 +264,7 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     )
 
 
-@router.get("/v1/cluster", dependencies=[Authorized], tags=["stats"], responses=_NOT_FOUND)
+@router.get("/v1/cluster", dependencies=[Superuser], tags=["stats"], responses=_NOT_FOUND)
 async def cluster(
     runtime: RuntimeDep,
     topic: str | None = None,

@@ -28,15 +28,20 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
     import uvicorn  # noqa: PLC0415
 
     from kop_dedup.observability.logs import configure  # noqa: PLC0415
+    from kop_dedup.security.exposure import Exposed, exposure_refusal  # noqa: PLC0415
     from kop_dedup.settings import Settings  # noqa: PLC0415
     from kop_dedup.transports.http import create_app  # noqa: PLC0415
 
     settings = settings or Settings()
+    refused = exposure_refusal(settings)
+    if refused is not None:
+        raise Exposed(refused)
     configure(settings.log_format, settings.log_level)
     app = create_app(settings)
     kafka = settings.kafka_address()
+    scheme = "http" if settings.http_tls_cert is None else "https"
     print(
-        f"kop-dedup listening on http://{settings.host}:{settings.port} "
+        f"kop-dedup listening on {scheme}://{settings.host}:{settings.port} "
         f"(Pulsar {settings.pulsar_service_url}, admin {settings.pulsar_admin_url}, "
         f"namespace {settings.tenant}/{settings.namespace}); API docs at /docs; "
         + ("Kafka listener off" if kafka is None else f"Kafka clients at {kafka[0]}:{kafka[1]}"),
@@ -54,6 +59,8 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
         access_log=False,
         proxy_headers=False,
         server_header=False,
+        ssl_certfile=settings.http_tls_cert,
+        ssl_keyfile=settings.http_tls_key,
     )
     _server_class()(config).run()
 
@@ -115,6 +122,7 @@ def _exit_after(budget_s: float) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    from kop_dedup.security.exposure import Exposed, exposure_refusal  # noqa: PLC0415
     from kop_dedup.settings import Settings  # noqa: PLC0415
 
     overrides: dict[str, Any] = {}
@@ -123,6 +131,9 @@ def _handler(args: argparse.Namespace) -> int:
         if value is not None:
             overrides[name] = value
     settings = Settings(**overrides)
+    refused = exposure_refusal(settings)
+    if refused is not None:
+        raise Exposed(refused)
     if args.nodes > 1:
         from kop_dedup.nodes import run_nodes  # noqa: PLC0415
         from kop_dedup.observability.logs import configure  # noqa: PLC0415

@@ -95,6 +95,17 @@ def _one_batch(data: bytes) -> bytes:
     return data[:end]
 
 
+_PRODUCER_ID_AT = 43  # after ... attributes, last offset delta, two timestamps
+_PRODUCER_ID = struct.Struct(">q")
+
+
+def producer_id_of(data: bytes) -> int | None:
+    """The producer id in the records' (first) batch header; None when too short."""
+    if len(data) < _PRODUCER_ID_AT + _PRODUCER_ID.size:
+        return None
+    return int(_PRODUCER_ID.unpack_from(data, _PRODUCER_ID_AT)[0])
+
+
 def is_transactional(data: bytes) -> bool:
     """Whether the records' (first) batch is transactional; False when too short."""
     if len(data) < _ATTRIBUTES_AT + 2:

@@ -35,6 +35,7 @@ from kop_dedup import errors
 from kop_dedup.coordination.groups.classic import ClassicGroups, NewMemberId
 from kop_dedup.protocol.groups.classic import EMPTY, STABLE, ClassicGroup, JoinRequest
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.security.authorizer import GROUP
 from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.registry import Api, Session
 from kop_dedup.transports.kafka.routed import group_key
@@ -322,8 +323,12 @@ async def list_groups(session: Session, request: Any, version: int) -> Any:
                         group_type="classic",
                     )
                 )
+        mine = await session.runtime.authorizer.visible(
+            session.identity, GROUP, [g.group_id for g in out]
+        )
     except Exception as exc:
         return _list_error(request, version, _failed(exc, "listing groups"))
+    out = [g for g in out if g.group_id in set(mine)]
     return ListGroupsResponse(
         version=version, throttle_time_ms=0, error_code=errors.NONE_ERRNO, groups=out
     )

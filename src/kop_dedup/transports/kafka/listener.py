@@ -25,6 +25,7 @@ from kop_dedup.errors import KafkaError
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.pulsar.produced import ProducedOffsets
 from kop_dedup.runtime import Runtime
+from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import split_address
 from kop_dedup.transports.kafka import routed
 from kop_dedup.transports.kafka.apis import API_TABLE
@@ -109,7 +110,7 @@ class KafkaListener:
             apis=API_TABLE,
             offsets=ProducedOffsets(self.runtime.admin, mode=self.settings.kafka_produce_offsets),
             stats=self.stats,
-            tokens=self.settings.http_tokens(),
+            auth=Authenticator.from_settings(self.settings),
         )
         log.info(
             "kafka listener on %s:%d, advertised as %s:%d%s%s",
@@ -117,7 +118,7 @@ class KafkaListener:
             self.node.host,
             self.node.port,
             " (TLS)" if self._tls() is not None else "",
-            " (SASL/PLAIN)" if self._shared.tokens else "",
+            " (SASL/PLAIN)" if self._shared.auth.enabled else "",
         )
 
     def joined(self, node_id: int) -> None:

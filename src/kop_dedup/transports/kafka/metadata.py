@@ -31,6 +31,7 @@ from kafka.protocol.metadata import (
 from kop_dedup import errors
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
+from kop_dedup.security.authorizer import DESCRIBE
 from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.registry import Api, Session
 
@@ -141,11 +142,32 @@ async def _metadata(session: Session, request: Any, version: int) -> Any:
         create = session.settings.kafka_auto_create_topics and (
             version < 4 or bool(request.allow_auto_topic_creation)
         )
-        if len(names) > _ASK_EACH_UP_TO or (
-            create and len(names) > session.settings.kafka_max_auto_create_topics
-        ):
-            return _answer(session, version, await _many(session, names, create))
-    described = await asyncio.gather(*(_describe(session, n, create) for n in names))
+    hidden = await _not_describable(session, names)
+    if everything:
+        names = [n for n in names if n not in hidden]
+    elif len(names) > _ASK_EACH_UP_TO or (
+        create and len(names) > session.settings.kafka_max_auto_create_topics
+    ):
+        shown = [n for n in names if n not in hidden]
+        many = dict(zip(shown, await _many(session, shown, create), strict=True))
+        return _answer(
+            session,
+            version,
+            [
+                many[n]
+                if n not in hidden
+                else _topic(n, errors.TopicAuthorizationFailed(hidden[n]))
+                for n in names
+            ],
+        )
+    described = await asyncio.gather(
+        *(
+            _describe(session, n, create)
+            if n not in hidden
+            else _refused(n, errors.TopicAuthorizationFailed(hidden[n]))
+            for n in names
+        )
+    )
     if everything:  # a topic deleted between the listing and now is just gone
         described = [t for t in described if t.error_code != errors.UnknownTopicOrPartition.errno]
     return _answer(session, version, list(described))
@@ -188,6 +210,24 @@ async def _many(session: Session, names: list[str | None], create: bool) -> list
     for i, topic in zip(lookups, described, strict=True):
         answers[i] = topic
     return answers
+
+
+async def _not_describable(session: Session, names: list[str | None]) -> dict[str | None, str]:
+    """Of ``names``, those the caller's role may neither produce nor consume (nor create),
+    with why: listed as 29 TOPIC_AUTHORIZATION_FAILED, or left out of a full listing."""
+    who = session.identity
+    if who.superuser:
+        return {}
+    authorizer = session.runtime.authorizer
+    return {
+        n: f"role {who.role!r} has neither produce nor consume permission on topic {n!r}"
+        for n in names
+        if n is not None and not await authorizer.may(who, DESCRIBE, n)
+    }
+
+
+async def _refused(name: str | None, error: errors.KafkaError) -> Any:
+    return _topic(name, error)
 
 
 def _metadata_error(request: Any, version: int, error: errors.KafkaError) -> Any:

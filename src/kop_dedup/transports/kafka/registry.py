@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kop_dedup.errors import KafkaError
+from kop_dedup.security.identity import ANONYMOUS, Authenticator, Identity
 
 if TYPE_CHECKING:
     from kop_dedup.observability.wire import WireStats
@@ -114,8 +115,8 @@ class Shared:
     apis: Mapping[int, Api]
     offsets: ProducedOffsets
     stats: WireStats
-    tokens: frozenset[str]
-    """SASL/PLAIN passwords accepted (the HTTP tokens); empty: authentication off."""
+    auth: Authenticator
+    """Who a SASL/PLAIN password is (the HTTP tokens, roles and JWTs); off: no SASL."""
     readers: ReaderPool | None = None
     """Pulsar readers kept between fetches (:mod:`.fetch` opens it at the first read;
     the listener closes it after its connections)."""
@@ -134,6 +135,8 @@ class Session:
     raw_sasl: bool = False
     """SaslHandshake v0 answered: the next frame is a bare SASL token, not a request."""
     user: str | None = None
+    identity: Identity = ANONYMOUS
+    """The authenticated caller (its role); everyone is a superuser with auth off."""
     forwarded: bool = False
     """A request another node forwarded (``/internal/v1/kafka``): served here, never
     forwarded again."""
@@ -150,4 +153,4 @@ class Session:
 
     @property
     def auth_required(self) -> bool:
-        return bool(self.shared.tokens)
+        return self.shared.auth.enabled

@@ -1,4 +1,5 @@
-"""Every Kafka request goes through :func:`handle`: a coordinator's API asked of a node
+"""Every Kafka request goes through :func:`handle`: authorized first
+(:mod:`.authorize`), then a coordinator's API asked of a node
 that does not coordinate the key it names is refused there (cluster mode: 16
 NOT_COORDINATOR, so that the client finds the coordinator again) or forwarded to the
 coordinator (sidecar mode: the client can reach no other node), before its handler
@@ -15,6 +16,7 @@ from typing import Any
 from kop_dedup import errors
 from kop_dedup.cluster.peers import PeerUnavailable
 from kop_dedup.transports.kafka import topology
+from kop_dedup.transports.kafka.authorize import authorize
 from kop_dedup.transports.kafka.forward import forward
 from kop_dedup.transports.kafka.registry import Api, Session
 
@@ -36,6 +38,7 @@ def txn_key(request: Any, _version: int) -> tuple[int, str] | None:
 async def handle(session: Session, api: Api, request: Any, version: int) -> Any:
     """Run ``api``'s handler here, or refuse/forward a coordinator request this node does
     not coordinate (see the module docstring)."""
+    await authorize(session, api.key, request, version)
     if api.coordinator_key is None or session.forwarded or request is None:
         return await api.handle(session, request, version)
     key = api.coordinator_key(request, version)
