@@ -93,6 +93,7 @@ def txn_settings(settings: Settings) -> TxnSettings:
         sweep_interval_s=settings.txn_sweep_interval_ms / 1000,
         handoff_wait_s=settings.cluster_handoff_ms / 1000,
         apply_delay_s=settings.txn_apply_delay_ms / 1000,
+        busy_wait_s=settings.txn_busy_wait_ms / 1000,
         expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
         decisions_retention_minutes=settings.journal_retention,
         max_message_bytes=settings.pulsar_max_message_bytes,

@@ -178,6 +178,11 @@ class Settings(BaseSettings):
     txn_apply_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between a decision and applying it (the fault
     tests crash a coordinator there)."""
+    txn_busy_wait_ms: int = Field(default=250, ge=0)
+    """How long AddPartitionsToTxn, AddOffsetsToTxn, a transactional produce or EndTxn
+    that meets the transaction's previous decision still being applied on this sidecar
+    waits for it before answering 51 CONCURRENT_TRANSACTIONS (0: answer at once, as a
+    Kafka broker does; the clients then back off 20-100 ms before they retry)."""
     txn_journal_whole_batches: bool = True
     """Journal a transactional batch as one message holding the whole batch (one send
     instead of one per record). Sidecars older than this setting read only the

@@ -36,7 +36,7 @@ from kop_dedup.coordination.transactions.requests import (
     StageOffsets,
 )
 from kop_dedup.coordination.transactions.settings import TxnSettings
-from kop_dedup.coordination.transactions.state import TransactionStateManager
+from kop_dedup.coordination.transactions.state import Decide, TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch
@@ -96,7 +96,7 @@ class TransactionCoordinator:
             copier.instance,
             journaler,
             partitions_of,
-            on_busy=self.applier.ensure,
+            on_busy=self.applier.settled,
             settings=settings,
         )
         self.checkbacks = CheckBacks(self.state, self.applier, copier, self.stats, settings)
@@ -273,11 +273,7 @@ class TransactionCoordinator:
                 tx.known(current, transactional_id), producer_id, epoch, now_ms=now_ms()
             )
 
-        try:
-            await self.state.change(transactional_id, decide)
-        except errors.ConcurrentTransactions:
-            self.applier.ensure(transactional_id)
-            raise
+        await self._changing(transactional_id, decide)
         log.debug("transaction of %r: offsets of group %r to come", transactional_id, group)
 
     # -- transactional produce ------------------------------------------------------------
@@ -377,6 +373,19 @@ class TransactionCoordinator:
                 exc,
             )
 
+    async def _changing(self, transactional_id: str, decide: Decide[Transaction]) -> Transaction:
+        """``state.change``, waiting once for a decision being applied (``busy_wait_s``)."""
+        try:
+            return await self.state.change(transactional_id, decide)
+        except errors.ConcurrentTransactions:
+            if not await self.applier.settled(transactional_id, self.settings.busy_wait_s):
+                raise
+        try:
+            return await self.state.change(transactional_id, decide)
+        except errors.ConcurrentTransactions:
+            self.applier.ensure(transactional_id)
+            raise
+
     # -- end-txn --------------------------------------------------------------------------
 
     async def end(self, request: EndTxn) -> None:
@@ -398,11 +407,7 @@ class TransactionCoordinator:
                 return txn
             return tx.prepare(txn, commit, await self.applier.ends(txn, commit), now_ms=now_ms())
 
-        try:
-            txn = await self.state.change(tid, decide)
-        except errors.ConcurrentTransactions:
-            self.applier.ensure(tid)
-            raise
+        txn = await self._changing(tid, decide)
         if txn.state.preparing:
             self.applier.ensure(tid)
 

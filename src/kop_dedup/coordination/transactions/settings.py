@@ -22,6 +22,9 @@ class TxnSettings:
     """How soon a decision whose application failed (Pulsar away) is tried again."""
     apply_delay_s: float = 0.0
     """Waits between a decision and its application (fault tests use it to crash there)."""
+    busy_wait_s: float = 0.25
+    """How long a call that meets the id's decision being applied on this sidecar waits
+    for it before answering 51 CONCURRENT_TRANSACTIONS."""
     expiry_ms: int = 7 * 86_400_000
     decisions_retention_minutes: int = 1440
     max_message_bytes: int = 5 * 1024 * 1024
