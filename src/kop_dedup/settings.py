@@ -78,8 +78,15 @@ class Settings(BaseSettings):
     reorder_window_ms: int = Field(default=5_000, ge=0)
     """How long a batch that arrives ahead of a sequence gap waits for the gap to fill."""
     strict_fencing: bool = True
-    """Catch up with epochs fenced through other sidecars before every idempotent batch
-    (one coalesced broker round trip); off: only when a producer opens."""
+    """Judge every idempotent batch on a view of the epochs fenced through other sidecars
+    that is at most ``fencing_lease_ms`` old (a coalesced catch-up when it is older);
+    off: caught up only when a producer opens."""
+    fencing_lease_ms: int = Field(default=200, ge=0)
+    """With ``strict_fencing``: the epochs are caught up in the background every third
+    of this, a batch is judged without a catch-up of its own while the last one began
+    less than this ago, and a new epoch (InitProducerId, a producer's first batch of
+    it) is answered only this long after it is stored, so that every sidecar fences the
+    old epoch from then on. 0: a catch-up per batch (one broker round trip)."""
     default_timeout_ms: int = Field(default=30_000, ge=1)
     """A produce request's deadline when it gives no ``timeoutMs``."""
     max_timeout_ms: int = Field(default=300_000, ge=1)
