@@ -81,6 +81,7 @@ def registry_bounds(settings: Settings) -> RegistryBounds:
             max_entries=settings.max_transactional_ids,
         ),
         sweep_interval_s=settings.registry_sweep_seconds,
+        fencing_lease_s=settings.fencing_lease_ms / 1000 if settings.strict_fencing else 0.0,
     )
 
 

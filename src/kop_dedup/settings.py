@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from kop_dedup.settings_security import SecuritySettings
 
 __all__ = ["Settings", "split_address"]
 
@@ -31,7 +33,7 @@ def split_address(value: str, name: str = "address") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class Settings(BaseSettings):
+class Settings(SecuritySettings):
     model_config = SettingsConfigDict(
         env_prefix="KOP_DEDUP_", env_file=".env", extra="ignore", use_attribute_docstrings=True
     )
@@ -78,8 +80,15 @@ class Settings(BaseSettings):
     reorder_window_ms: int = Field(default=5_000, ge=0)
     """How long a batch that arrives ahead of a sequence gap waits for the gap to fill."""
     strict_fencing: bool = True
-    """Catch up with epochs fenced through other sidecars before every idempotent batch
-    (one coalesced broker round trip); off: only when a producer opens."""
+    """Judge every idempotent batch on a view of the epochs fenced through other sidecars
+    that is at most ``fencing_lease_ms`` old (a coalesced catch-up when it is older);
+    off: caught up only when a producer opens."""
+    fencing_lease_ms: int = Field(default=200, ge=0)
+    """With ``strict_fencing``: the epochs are caught up in the background every third
+    of this, a batch is judged without a catch-up of its own while the last one began
+    less than this ago, and a new epoch (InitProducerId, a producer's first batch of
+    it) is answered only this long after it is stored, so that every sidecar fences the
+    old epoch from then on. 0: a catch-up per batch (one broker round trip)."""
     default_timeout_ms: int = Field(default=30_000, ge=1)
     """A produce request's deadline when it gives no ``timeoutMs``."""
     max_timeout_ms: int = Field(default=300_000, ge=1)
@@ -183,6 +192,11 @@ class Settings(BaseSettings):
     txn_apply_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between a decision and applying it (the fault
     tests crash a coordinator there)."""
+    txn_busy_wait_ms: int = Field(default=250, ge=0)
+    """How long AddPartitionsToTxn, AddOffsetsToTxn, a transactional produce or EndTxn
+    that meets the transaction's previous decision still being applied on this sidecar
+    waits for it before answering 51 CONCURRENT_TRANSACTIONS (0: answer at once, as a
+    Kafka broker does; the clients then back off 20-100 ms before they retry)."""
     txn_journal_whole_batches: bool = True
     """Journal a transactional batch as one message holding the whole batch (one send
     instead of one per record). Sidecars older than this setting read only the
@@ -292,31 +306,6 @@ class Settings(BaseSettings):
     http_tls_key: Path | None = None
     """PEM private key of ``http_tls_cert``."""
 
-    # -- security: roles and permissions
-    auth_roles_file: Path | None = None
-    """A file of ``role:token`` lines (``#`` comments): each token authenticates as its
-    role. Re-read when it changes (a removed line is refused at the next request)."""
-    auth_token_secret_key: SecretStr | None = Field(default=None, repr=False)
-    """Pulsar's ``tokenSecretKey``: JWTs signed with it (HS256) authenticate as their
-    ``sub`` claim. As Pulsar: ``file:///path``, ``data:;base64,...``, a path, or the key
-    in base64."""
-    auth_token_public_key: str | None = None
-    """Pulsar's ``tokenPublicKey`` (DER or PEM; ``file:///path``, ``data:;base64,...``, a
-    path, or base64): JWTs signed with the matching private key authenticate."""
-    auth_token_public_alg: str = "RS256"  # noqa: S105 (an algorithm name)
-    """Pulsar's ``tokenPublicAlg``: the signature algorithm of public-key tokens."""
-    auth_token_claim: str = "sub"  # noqa: S105 (a claim name)
-    """Pulsar's ``tokenAuthClaim``: the JWT claim naming the role."""
-    superuser_roles: str = ""
-    """Comma-separated roles that may do everything (Pulsar's ``superUserRoles``); the
-    ``auth_tokens`` always act as a superuser."""
-    auth_permissions_ttl_ms: int = Field(default=10_000, ge=0)
-    """How long Pulsar's permissions (namespace and topic grants, the tenant's admin
-    roles) are reused before they are read again: a grant or a revocation takes effect
-    within this long."""
-    allow_unauthenticated: bool = False
-    """Listen on an address other than loopback with authentication off (no tokens, no
-    roles, no keys); without it the sidecar refuses to start there."""
     log_format: Literal["auto", "json", "console"] = "auto"
     """``auto``: JSON when stdout is not a terminal; one line per batch not stored (46,
     45, 47, ...)."""
@@ -361,43 +350,6 @@ class Settings(BaseSettings):
     ``SASL_SSL`` with tokens) when it and ``kafka_tls_key`` are set."""
     kafka_tls_key: Path | None = None
     """PEM private key of ``kafka_tls_cert``."""
-
-    # -- inputs and limits
-    kafka_max_unauthenticated_bytes: int = Field(default=512 * 1024, ge=1024)
-    """Largest frame before SASL authentication (Kafka's ``sasl.server.max.receive.size``):
-    judged from the size header, the connection closed before the body is read."""
-    kafka_request_read_timeout_ms: int = Field(default=30_000, ge=100)
-    """Once a request's first byte arrives, the whole request must arrive within this
-    long, or the connection closes (a client that sends a size and stops holds nothing)."""
-    kafka_failed_auth_delay_ms: int = Field(default=100, ge=0)
-    """After a failed SASL authentication, the answer is sent and the connection closed
-    this much later (Kafka's ``connection.failed.authentication.delay.ms``)."""
-    kafka_max_connections: int = Field(default=10_000, ge=1)
-    """Kafka connections open at once (Kafka's ``max.connections``); one more is closed
-    as it is accepted."""
-    kafka_max_connections_per_address: int = Field(default=1_000, ge=1)
-    """Kafka connections open at once from one client address (``max.connections.per.ip``)."""
-    kafka_max_auto_create_topics: int = Field(default=100, ge=0)
-    """Topics one Metadata request may create; further missing topics it names are
-    answered 3 UNKNOWN_TOPIC_OR_PARTITION (the next request may create them)."""
-    kafka_fetch_max_bytes: int = Field(default=55 * 1024 * 1024, ge=1024)
-    """The cap on a Fetch's ``max_bytes`` (Kafka's ``fetch.max.bytes``); a larger ask is
-    served as this much."""
-    max_transactional_ids_in_log: int = Field(default=1_000_000, ge=1)
-    """Transactional ids the transaction log holds at once (each until
-    ``transactional_id_expiry_seconds`` after its last change; each log partition holds
-    its share, rounded up); InitProducerId for a new one past it is 89
-    THROTTLING_QUOTA_EXCEEDED. About 1 KiB of memory each on the node that owns it."""
-    max_groups: int = Field(default=100_000, ge=1)
-    """Consumer groups the groups log holds (Kafka's and HTTP's; each log partition holds
-    its share, rounded up); a change that would start a new one past it is 89
-    THROTTLING_QUOTA_EXCEEDED (HTTP 429). A group goes with ``group_retention_ms``."""
-    max_group_members: int = Field(default=1_000, ge=1)
-    """Members one consumer group may have (Kafka's ``group.max.size``), over both
-    transports; one more joining is 81 GROUP_MAX_SIZE_REACHED (HTTP 409)."""
-    max_partitions_per_topic: int = Field(default=1_000, ge=1, le=100_000)
-    """Partitions a topic may have (CreateTopics, CreatePartitions, the HTTP API);
-    more is 37 INVALID_PARTITIONS (HTTP 400)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

@@ -238,3 +238,27 @@ def test_a_topic_whose_dedup_is_turned_off_is_refused_when_a_producer_opens(puls
     wait_until(
         "the retry to be stored", lambda: codes(produce(api, batch(topic, pid, 0, 1))) == [0]
     )
+
+
+@pytest.mark.parametrize("lease_ms", [60_000, 0])
+def test_batches_on_a_fresh_epochs_view_do_not_each_catch_up(pulsar, lease_ms):
+    """Every idempotent batch used to await a catch-up read of the producer epochs (a
+    broker round trip before its send). Within the fencing lease the view is fresh and
+    batches go at once; a raise waits out the lease instead (the fencing tests above
+    and in test_produce_api show it stays exact across sidecars). Lease 0: a catch-up
+    per batch, as before."""
+    with (
+        ThreadSidecar(pulsar, fencing_lease_ms=lease_ms, system_namespace=uniq("sys")) as sc,
+        httpx.Client(base_url=sc.url, timeout=30) as api,
+    ):
+        topic, pid = uniq(), new_pid(api)
+        assert codes(produce(api, batch(topic, pid, 0, 1))) == [0]
+        epochs = sc.runtime.registry.epochs
+        before = epochs.catch_ups
+        for seq in range(1, 21):
+            assert codes(produce(api, batch(topic, pid, seq, 1))) == [0]
+        caught_up = epochs.catch_ups - before
+    if lease_ms:
+        assert caught_up <= 1, caught_up  # at most the background refresh's
+    else:
+        assert caught_up >= 20, caught_up

@@ -141,6 +141,22 @@ class TransactionApplier:
         self._applying[transactional_id] = task
         task.add_done_callback(lambda t: self._applied(transactional_id, t))
 
+    async def settled(self, transactional_id: str, within_s: float) -> bool:
+        """Apply the id's decision (:meth:`ensure`) and wait for it here, ``within_s`` at
+        most (never cancelling it): True once nothing of the id is being applied here.
+
+        A call that met a decision being applied (51 CONCURRENT_TRANSACTIONS) waits here
+        and decides again, instead of sending the client into its retry backoff (20-100
+        ms in the Kafka clients) for an apply that takes a few milliseconds."""
+        self.ensure(transactional_id)
+        task = self._applying.get(transactional_id)
+        if task is None:
+            return True
+        if within_s <= 0:
+            return False
+        done, _ = await asyncio.wait({task}, timeout=within_s)
+        return bool(done)
+
     def _applied(self, transactional_id: str, task: asyncio.Task[None]) -> None:
         if self._applying.get(transactional_id) is task:
             del self._applying[transactional_id]

@@ -37,7 +37,7 @@ from kop_dedup.coordination.transactions.requests import (
     StageOffsets,
 )
 from kop_dedup.coordination.transactions.settings import TxnSettings
-from kop_dedup.coordination.transactions.state import TransactionStateManager
+from kop_dedup.coordination.transactions.state import Decide, TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch
@@ -97,7 +97,7 @@ class TransactionCoordinator:
             copier.instance,
             journaler,
             partitions_of,
-            on_busy=self.applier.ensure,
+            on_busy=self.applier.settled,
             settings=settings,
         )
         self.checkbacks = CheckBacks(self.state, self.applier, copier, self.stats, settings)
@@ -263,7 +263,9 @@ class TransactionCoordinator:
         except errors.InvalidProducerEpoch as exc:
             return dict.fromkeys(keys, errors.ProducerFenced(exc.message))
         except Exception as exc:  # per partition, as Kafka answers AddPartitionsToTxn
-            return dict.fromkeys(keys, _kafka_error(exc))
+            from kop_dedup.pulsar.failures import translate  # noqa: PLC0415 - Kafka's pass
+
+            return dict.fromkeys(keys, translate(exc, "adding partitions to the transaction"))
         return dict.fromkeys(keys)
 
     async def add_offsets(
@@ -277,11 +279,7 @@ class TransactionCoordinator:
                 tx.known(current, transactional_id), producer_id, epoch, now_ms=now_ms()
             )
 
-        try:
-            await self.state.change(transactional_id, decide)
-        except errors.ConcurrentTransactions:
-            self.applier.ensure(transactional_id)
-            raise
+        await self._changing(transactional_id, decide)
         log.debug("transaction of %r: offsets of group %r to come", transactional_id, group)
 
     # -- transactional produce ------------------------------------------------------------
@@ -383,6 +381,19 @@ class TransactionCoordinator:
                 exc,
             )
 
+    async def _changing(self, transactional_id: str, decide: Decide[Transaction]) -> Transaction:
+        """``state.change``, waiting once for a decision being applied (``busy_wait_s``)."""
+        try:
+            return await self.state.change(transactional_id, decide)
+        except errors.ConcurrentTransactions:
+            if not await self.applier.settled(transactional_id, self.settings.busy_wait_s):
+                raise
+        try:
+            return await self.state.change(transactional_id, decide)
+        except errors.ConcurrentTransactions:
+            self.applier.ensure(transactional_id)
+            raise
+
     # -- end-txn --------------------------------------------------------------------------
 
     async def end(self, request: EndTxn) -> None:
@@ -404,11 +415,7 @@ class TransactionCoordinator:
                 return txn
             return tx.prepare(txn, commit, await self.applier.ends(txn, commit), now_ms=now_ms())
 
-        try:
-            txn = await self.state.change(tid, decide)
-        except errors.ConcurrentTransactions:
-            self.applier.ensure(tid)
-            raise
+        txn = await self._changing(tid, decide)
         if txn.state.preparing:
             self.applier.ensure(tid)
 
@@ -490,11 +497,3 @@ class TransactionCoordinator:
             self.checkbacks.ensure(transactional_id)
         else:  # fenced is decided: aborted once applied, as after a fencing init
             self.applier.ensure(transactional_id)
-
-
-def _kafka_error(exc: Exception) -> errors.KafkaError:
-    if isinstance(exc, errors.KafkaError):
-        return exc
-    from kop_dedup.pulsar.failures import translate  # noqa: PLC0415 - one translation
-
-    return translate(exc, "adding partitions to the transaction")

@@ -30,6 +30,9 @@ class TxnSettings:
     """How soon a decision whose application failed (Pulsar away) is tried again."""
     apply_delay_s: float = 0.0
     """Waits between a decision and its application (fault tests use it to crash there)."""
+    busy_wait_s: float = 0.25
+    """How long a call that meets the id's decision being applied on this sidecar waits
+    for it before answering 51 CONCURRENT_TRANSACTIONS."""
     expiry_ms: int = 7 * 86_400_000
     decisions_retention_minutes: int = 1440
     max_message_bytes: int = 5 * 1024 * 1024
@@ -60,6 +63,7 @@ def txn_settings(settings: Settings) -> TxnSettings:
         sweep_interval_s=settings.txn_sweep_interval_ms / 1000,
         handoff_wait_s=settings.cluster_handoff_ms / 1000,
         apply_delay_s=settings.txn_apply_delay_ms / 1000,
+        busy_wait_s=settings.txn_busy_wait_ms / 1000,
         expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
         max_ids=settings.max_transactional_ids_in_log,
         decisions_retention_minutes=settings.journal_retention,
