@@ -53,6 +53,9 @@ public class StreamsCount {
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
+        // what the repartition topic's consumer has committed is deleted (DeleteRecords)
+        // at the first commit after 500 ms, not 30 s: a test's run sees it done
+        props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, 500);
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
