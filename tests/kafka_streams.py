@@ -85,10 +85,11 @@ class StreamsApp:
         sink: str,
         *,
         sleep_ms: int = 0,
+        threads: int = 1,
     ) -> None:
         self.workdir = workdir
         self.application_id = application_id
-        self.args = [bootstrap, application_id, source, sink, "", str(sleep_ms)]
+        self.args = [bootstrap, application_id, source, sink, "", str(sleep_ms), str(threads)]
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "streams.log"
         self.out = workdir / "streams.out"

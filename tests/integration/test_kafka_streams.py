@@ -87,10 +87,20 @@ def count_exactly_once(
         _until_seen(target, app, sink, RECORDS, 90)
     finally:
         code = app.stop()
+    _stopped_cleanly(target, app, code)
+    return _outcome(target, app.application_id, source, sink)
+
+
+def _stopped_cleanly(target: Target, app: StreamsApp, code: int | None) -> None:
     # 143: the JVM's exit after SIGTERM once its shutdown hook (close) has run
     assert code in {0, 143}, f"{target.name}: Streams exited {code}: {app.tail()}"
     assert app.clean(), f"{target.name}: Streams failed: {app.tail()}"
-    consumer = target.consumer(group_id=app.application_id)
+
+
+def _outcome(target: Target, group: str, source: str, sink: str) -> dict[str, list[int]]:
+    """The counts a read_committed reader finds in the output, once the application's
+    group is checked to have committed the whole input."""
+    consumer = target.consumer(group_id=group)
     try:
         committed = consumer.committed(
             [TopicPartition(source, p) for p in range(PARTITIONS)], timeout=30
@@ -100,6 +110,41 @@ def count_exactly_once(
     whole = dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS)
     assert {tp.partition: tp.offset for tp in committed} == whole, f"{target.name}: offsets"
     return counts(target.read(sink, PARTITIONS))
+
+
+def fail_over_exactly_once(target: Target, workdir: Path) -> dict[str, list[int]]:
+    """Two instances of the application share its tasks; one is killed (SIGKILL) once
+    they have counted half the input between them, the other takes its tasks over (after
+    the dead member's session, 6 s) and finishes; the counts a read_committed reader of
+    the output finds afterwards."""
+    source = target.create_topic(partitions=PARTITIONS, stem="streams-in")
+    sink = target.create_topic(partitions=PARTITIONS, stem="streams-out")
+    sent = target.produce(source, _inputs(), enable_idempotence=True)
+    assert not [d for d in sent if d.error], sent
+    group = target.unique("counter")
+    apps = [
+        StreamsApp(workdir / name, target.bootstrap, group, source, sink, sleep_ms=20)
+        for name in ("a", "b")
+    ]
+    try:
+        for app in apps:
+            app.start()
+        for app in apps:
+            app.wait_running(90)
+        deadline = time.monotonic() + 60
+        while sum(app.processed() for app in apps) < RECORDS // 2:
+            for app in apps:
+                assert app.alive(), f"{target.name}: {app.tail()}"
+            assert time.monotonic() < deadline, f"{target.name}: {apps[0].tail()}"
+            time.sleep(0.05)
+        dead, survivor = sorted(apps, key=StreamsApp.processed, reverse=True)
+        dead.kill()
+        print(f"{target.name}: killed an instance after {dead.processed()} counts of {RECORDS}")
+        _until_seen(target, survivor, sink, RECORDS, 90)
+    finally:
+        codes = [app.stop() for app in apps]  # the killed one's: -9
+    _stopped_cleanly(target, survivor, codes[apps.index(survivor)])
+    return _outcome(target, group, source, sink)
 
 
 def _expected() -> dict[str, list[int]]:
@@ -125,3 +170,14 @@ def test_streams_killed_mid_transaction_and_restarted_counts_exactly_once(
     target = dict(zip(("kafka", "sidecar"), conformance, strict=True))[name]
     run = count_exactly_once(target, tmp_path, kill_after=RECORDS // 2, new_state=new_state)
     assert run == _expected()
+
+
+@pytest.mark.parametrize("name", ["kafka", "sidecar"])
+def test_streams_instance_killed_hands_its_tasks_over_and_counts_exactly_once(
+    conformance, tmp_path, name
+):
+    """The killed instance's process id, so its transactional id, is not the survivor's:
+    its open transaction is aborted by its timeout, and the survivor's read_committed
+    reads and stable offset fetches wait for that."""
+    target = dict(zip(("kafka", "sidecar"), conformance, strict=True))[name]
+    assert fail_over_exactly_once(target, tmp_path) == _expected()

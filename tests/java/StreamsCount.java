@@ -3,7 +3,7 @@
 // processing.guarantee=exactly_once_v2.
 //
 //   java -cp '<kafka libs>/*' StreamsCount.java <bootstrap> <application.id> <input>
-//        <output> <state dir> [<ms to sleep per count>]
+//        <output> <state dir> [<ms to sleep per count> [<stream threads>]]
 //
 // (a source-file launch; tests/kafka_streams.py compiles it once with javac instead).
 //
@@ -43,13 +43,14 @@ public class StreamsCount {
         String output = argv[3];
         String stateDir = argv[4];
         long sleepMs = argv.length > 5 ? Long.parseLong(argv[5]) : 0L;
+        int threads = argv.length > 6 ? Integer.parseInt(argv[6]) : 1;
 
         Properties props = new Properties();
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, applicationId);
         props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
-        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, threads);
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
@@ -93,13 +94,14 @@ public class StreamsCount {
         System.exit(streams.state() == KafkaStreams.State.ERROR ? 1 : 0);
     }
 
-    static long processed;
+    static final java.util.concurrent.atomic.AtomicLong processed = new java.util.concurrent.atomic.AtomicLong();
 
     // Every 10 counts, "processed <n>" on stdout (n counts this process's counts,
     // uncommitted ones included); then the sleep.
     static void progress(long ms) {
-        if (++processed % 10 == 0) {
-            System.out.println("processed " + processed);
+        long n = processed.incrementAndGet();
+        if (n % 10 == 0) {
+            System.out.println("processed " + n);
             System.out.flush();
         }
         if (ms <= 0) {
