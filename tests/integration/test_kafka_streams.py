@@ -13,6 +13,7 @@ application id and state directory."""
 from __future__ import annotations
 
 import collections
+import os
 import time
 from pathlib import Path
 
@@ -158,8 +159,25 @@ def test_streams_counts_exactly_once_like_kafka(conformance, tmp_path):
     assert count_exactly_once(sidecar, tmp_path / "sidecar", kill_after=None) == expected
 
 
-@pytest.mark.parametrize("new_state", [False, True], ids=["same-state-dir", "new-state-dir"])
-@pytest.mark.parametrize("name", ["kafka", "sidecar"])
+_ORACLE_ALL = os.environ.get("KOP_DEDUP_STREAMS_ORACLE") == "all"
+"""The reference Kafka runs every scenario with ``KOP_DEDUP_STREAMS_ORACLE=all``; by
+default (CI's budget) only the completion and the same-state kill, which judge the test's
+expected answer against Kafka: the other scenarios' answer is the same function."""
+_KAFKA_TOO = pytest.param(
+    "kafka",
+    marks=pytest.mark.skipif(not _ORACLE_ALL, reason="KOP_DEDUP_STREAMS_ORACLE=all runs it"),
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "new_state"),
+    [
+        pytest.param("kafka", False, id="kafka-same-state-dir"),
+        pytest.param("sidecar", False, id="sidecar-same-state-dir"),
+        pytest.param("kafka", True, id="kafka-new-state-dir", marks=_KAFKA_TOO.marks),
+        pytest.param("sidecar", True, id="sidecar-new-state-dir"),
+    ],
+)
 def test_streams_killed_mid_transaction_and_restarted_counts_exactly_once(
     conformance, tmp_path, name, new_state
 ):
@@ -172,7 +190,7 @@ def test_streams_killed_mid_transaction_and_restarted_counts_exactly_once(
     assert run == _expected()
 
 
-@pytest.mark.parametrize("name", ["kafka", "sidecar"])
+@pytest.mark.parametrize("name", [_KAFKA_TOO, "sidecar"])
 def test_streams_instance_killed_hands_its_tasks_over_and_counts_exactly_once(
     conformance, tmp_path, name
 ):
