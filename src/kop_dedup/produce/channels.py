@@ -238,6 +238,19 @@ class ChannelManager:
                 closed += self._retire(channel)
         return closed
 
+    async def forget_topic(self, topic: str) -> None:
+        """Before a Kafka topic is deleted (``topic``: the partitioned topic's full name):
+        close the producers on its partitions and wait for their close, so that none is
+        disconnected by the delete and reconnects (a broker that creates topics on use
+        would make the partition again under the name); its producers' remembered state
+        goes too (a topic created again starts with none)."""
+        prefix = f"{topic}-partition-"
+        self.retire_moved(lambda key: key[0].startswith(prefix))
+        for key in [k for k in self._remembered if k[0].startswith(prefix)]:
+            self._remembered.pop(key)
+        closing = [t for k, t in self._closing.items() if k[0].startswith(prefix)]
+        await asyncio.gather(*closing, return_exceptions=True)
+
     def open_keys(self) -> list[ChannelKey]:
         """The keys of the open channels."""
         return list(self._channels)
