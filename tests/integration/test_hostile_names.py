@@ -369,7 +369,7 @@ def test_the_kafka_wire_refuses_the_name_everywhere_without_an_admin_call(watche
     _no_admin_call_for(proxy, before)
 
 
-@pytest.mark.parametrize("group", ["bad\ngroup", "x" * 256])
+@pytest.mark.parametrize("group", ["x" * 4097])
 def test_a_group_id_past_the_rules_is_refused_before_anything_is_stored(watched, group):
     from tests.kafka_group_wire import commit
 

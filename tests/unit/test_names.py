@@ -45,8 +45,8 @@ def test_kafkas_legal_topics_pass():
     validate_topics(["orders", "a.b_c-d", "x" * 249, "..."])
 
 
-@pytest.mark.parametrize("bad", ["", "x" * (MAX_ID_LENGTH + 1), "a\nb", "nul\x00", "del\x7f"])
-def test_an_empty_overlong_or_control_character_id_is_refused(bad):
+@pytest.mark.parametrize("bad", ["", "x" * (MAX_ID_LENGTH + 1)])
+def test_an_empty_or_overlong_id_is_refused(bad):
     with pytest.raises(errors.InvalidGroupId):
         validate_group_id(bad)
     with pytest.raises(errors.InvalidRequest):
@@ -54,7 +54,8 @@ def test_an_empty_overlong_or_control_character_id_is_refused(bad):
 
 
 def test_ids_kafka_clients_use_pass():
-    for ok in ("payments", "app-1/sub", "x" * MAX_ID_LENGTH, "ünïcode id"):
+    # Kafka takes any text: control characters too (the metrics escape them)
+    for ok in ("payments", "app-1/sub", "x" * MAX_ID_LENGTH, "ünïcode id", "a\nb", "del\x7f"):
         validate_group_id(ok)
         validate_transactional_id(ok)
 
