@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import httpx
 import pulsar as pulsar_client
 
+from kop_dedup.cluster.placement import place
 from kop_dedup.coordination.partitions import partition_of
 from kop_dedup.protocol.records import SEQ_MODULUS
 
@@ -127,6 +128,35 @@ def same_partition_ids(count: int) -> tuple[str, str]:
         second = uniq("tx")
         if partition_of(second, count) == p:
             return first, second
+
+
+def newcomer_owning(present: int, log: str, count: int, partition: int) -> int:
+    """A node id that, joining a cluster of node ``present`` alone, becomes the owner of
+    ``partition`` of ``log`` (``count`` partitions): a takeover a test can make happen."""
+    candidate = present + 1
+    while place(log, count, [present, candidate])[partition] != candidate:
+        candidate += 1
+    return candidate
+
+
+def newcomer_owning_none(present: int, things: list[tuple[str, int, int]]) -> int:
+    """A node id that, joining a cluster of node ``present`` alone, owns none of
+    ``things`` ((log, partitions, partition) each): what it is sent is forwarded."""
+    candidate = present + 1
+    while any(place(log, n, [present, candidate])[p] == candidate for log, n, p in things):
+        candidate += 1
+    return candidate
+
+
+def topic_led_by(sc: Any, partitions: int = 1) -> str:
+    """A fresh topic name whose partitions ``sc`` (a :class:`tests.sidecar.ThreadSidecar`)
+    leads in its cluster as it stands (so that what the test counts there is counted
+    there, whichever node the client reached)."""
+    cluster = sc.runtime.cluster
+    while True:
+        name = uniq()
+        if all(cluster.is_me(cluster.leader(name, p, partitions)) for p in range(partitions)):
+            return name
 
 
 def log_writers(sc: Any, p: int) -> list[str]:

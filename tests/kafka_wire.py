@@ -12,6 +12,7 @@ import ssl
 import struct
 from typing import Any, Self
 
+from aiokafka.record.util import calc_crc32c
 from kafka.protocol.api_header import ResponseClassRegistry, ResponseHeader
 
 from kop_dedup.protocol.records import KafkaRecord
@@ -131,3 +132,25 @@ def produce_request(
             )
         ],
     )
+
+
+_CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def batch_with_records_bytes(codec: str, payload: bytes, count: int = 1) -> bytes:
+    """A RecordBatch v2 whose compressed records are ``payload`` (any bytes), its CRC
+    right: what a hostile client can send."""
+    body = struct.pack(
+        ">hiqqqhii",
+        _CODEC_IDS[codec],  # attributes
+        count - 1,  # last offset delta
+        0,  # first timestamp
+        0,  # max timestamp
+        -1,  # producer id
+        -1,  # producer epoch
+        -1,  # base sequence
+        count,
+    )
+    crc = calc_crc32c(body + payload)
+    head = struct.pack(">qiibI", 0, 4 + 1 + 4 + len(body) + len(payload), 0, 2, crc)
+    return head + body + payload

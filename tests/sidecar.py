@@ -26,7 +26,14 @@ T = TypeVar("T")
 class ThreadSidecar:
     """uvicorn serving create_app() in a background thread on a free port."""
 
-    def __init__(self, pulsar: Any, **settings: Any) -> None:
+    def __init__(
+        self, pulsar: Any, *, cluster_of: ThreadSidecar | None = None, **settings: Any
+    ) -> None:
+        """``cluster_of``: join that sidecar's cluster (its system namespace); sidecars
+        started without one share the default namespace, and so form one cluster while
+        they run side by side."""
+        if cluster_of is not None:
+            settings.setdefault("system_namespace", cluster_of.settings.system_namespace)
         self.port = free_port()
         settings.setdefault(
             "kafka_listener", "127.0.0.1:0"

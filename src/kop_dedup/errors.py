@@ -16,6 +16,7 @@ The tree::
     +-- RequestTimedOut (7, retriable)
     +-- MessageTooLarge (10)
     +-- OffsetMetadataTooLarge (12)
+    +-- CoordinatorLoadInProgress (14, retriable)
     +-- CoordinatorNotAvailable (15, retriable)
     +-- NotCoordinator (16, retriable)
     +-- InvalidTopic (17)
@@ -28,6 +29,7 @@ The tree::
     +-- InvalidSessionTimeout (26)
     +-- RebalanceInProgress (27)
     +-- TopicAuthorizationFailed (29)
+    +-- GroupAuthorizationFailed (30)
     +-- ClusterAuthorizationFailed (31)
     +-- UnsupportedSaslMechanism (33)
     +-- IllegalSaslState (34)
@@ -58,9 +60,11 @@ The tree::
     +-- UnknownLeaderEpoch (75, retriable)
     +-- UnsupportedCompressionType (76)
     +-- MemberIdRequired (79)
+    +-- GroupMaxSizeReached (81)
     +-- FencedInstanceId (82)
     +-- GroupSubscribedToTopic (86)
     +-- InvalidRecord (87)
+    +-- ThrottlingQuotaExceeded (89)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
     +-- TransactionalIdNotFound (105)
@@ -85,13 +89,16 @@ __all__ = [
     "NONE_NAME",
     "ClusterAuthorizationFailed",
     "ConcurrentTransactions",
+    "CoordinatorLoadInProgress",
     "CoordinatorNotAvailable",
     "CorruptMessage",
     "DuplicateSequenceNumber",
     "FencedInstanceId",
     "FencedLeaderEpoch",
     "FetchSessionIdNotFound",
+    "GroupAuthorizationFailed",
     "GroupIdNotFound",
+    "GroupMaxSizeReached",
     "GroupSubscribedToTopic",
     "IllegalGeneration",
     "IllegalSaslState",
@@ -129,6 +136,7 @@ __all__ = [
     "RebalanceInProgress",
     "RequestTimedOut",
     "SaslAuthenticationFailed",
+    "ThrottlingQuotaExceeded",
     "TopicAlreadyExists",
     "TopicAuthorizationFailed",
     "TransactionAbortable",
@@ -194,6 +202,10 @@ class OffsetMetadataTooLarge(KafkaError):
     errno, name = 12, "OFFSET_METADATA_TOO_LARGE"
 
 
+class CoordinatorLoadInProgress(KafkaError):
+    errno, name, retriable = 14, "COORDINATOR_LOAD_IN_PROGRESS", True
+
+
 class CoordinatorNotAvailable(KafkaError):
     errno, name, retriable = 15, "COORDINATOR_NOT_AVAILABLE", True
 
@@ -240,6 +252,10 @@ class RebalanceInProgress(KafkaError):
 
 class TopicAuthorizationFailed(KafkaError):
     errno, name = 29, "TOPIC_AUTHORIZATION_FAILED"
+
+
+class GroupAuthorizationFailed(KafkaError):
+    errno, name = 30, "GROUP_AUTHORIZATION_FAILED"
 
 
 class ClusterAuthorizationFailed(KafkaError):
@@ -362,6 +378,10 @@ class MemberIdRequired(KafkaError):
     errno, name = 79, "MEMBER_ID_REQUIRED"
 
 
+class GroupMaxSizeReached(KafkaError):
+    errno, name = 81, "GROUP_MAX_SIZE_REACHED"
+
+
 class FencedInstanceId(KafkaError):
     errno, name = 82, "FENCED_INSTANCE_ID"
 
@@ -372,6 +392,10 @@ class GroupSubscribedToTopic(KafkaError):
 
 class InvalidRecord(KafkaError):
     errno, name = 87, "INVALID_RECORD"
+
+
+class ThrottlingQuotaExceeded(KafkaError):
+    errno, name = 89, "THROTTLING_QUOTA_EXCEEDED"
 
 
 class UnstableOffsetCommit(KafkaError):

@@ -14,6 +14,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from kop_dedup.clock import now_ms
+from kop_dedup.cluster.handover import Handover
+from kop_dedup.cluster.members import Membership, default_node_id
+from kop_dedup.cluster.offsets import RoutedOffsets
+from kop_dedup.cluster.ownership import Cluster
+from kop_dedup.cluster.peers import Peers
+from kop_dedup.cluster.placement import GROUP_LOG, TRANSACTION_LOG, Member
 from kop_dedup.coordination.expiry import Bounds
 from kop_dedup.coordination.groups.coordinator import (
     GroupCoordinator,
@@ -30,8 +36,10 @@ from kop_dedup.coordination.transactions.coordinator import TransactionCoordinat
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.local_copy import LocalCopy
-from kop_dedup.coordination.transactions.settings import TxnSettings
+from kop_dedup.coordination.transactions.settings import txn_settings
+from kop_dedup.coordination.transactions.stable import StableOffsets
 from kop_dedup.errors import KafkaError, UnknownTopicOrPartition
+from kop_dedup.observability.reused import READY_TTL_S, Reused
 from kop_dedup.observability.stats import Stats
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.produce.service import ProduceService
@@ -40,7 +48,9 @@ from kop_dedup.protocol.transactions import Partition, Transaction
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import Publisher
 from kop_dedup.pulsar.topic_admin import TopicAdmin
-from kop_dedup.settings import Settings
+from kop_dedup.security.authorizer import Authorizer
+from kop_dedup.security.identity import Authenticator
+from kop_dedup.settings import Settings, split_address
 
 __all__ = ["DeduplicationOff", "Runtime", "registry_bounds", "txn_settings"]
 
@@ -50,6 +60,9 @@ _EXIT_MARGIN_S = 1.0
 """Of the shutdown budget, what is kept for the process to exit after closing."""
 _LAST_CHANCE_S = 0.05
 """What a part gets to close once the shutdown budget is spent (a quick close, no wait)."""
+_LOAD_WAIT_S = 30.0
+"""How long a start waits for this node's state partitions to load before it serves
+anyway (a change to one still loading answers COORDINATOR_LOAD_IN_PROGRESS)."""
 
 
 class DeduplicationOff(RuntimeError):
@@ -68,27 +81,7 @@ def registry_bounds(settings: Settings) -> RegistryBounds:
             max_entries=settings.max_transactional_ids,
         ),
         sweep_interval_s=settings.registry_sweep_seconds,
-    )
-
-
-def txn_settings(settings: Settings) -> TxnSettings:
-    """The transaction coordinator's settings."""
-    return TxnSettings(
-        log_partitions=settings.txn_log_partitions,
-        default_timeout_ms=settings.default_transaction_timeout_ms,
-        max_timeout_ms=settings.max_transaction_timeout_ms,
-        check_back_max=settings.check_back_max,
-        check_back_interval_ms=settings.check_back_interval_ms,
-        check_back_timeout_s=settings.check_back_timeout_ms / 1000,
-        sweep_interval_s=settings.txn_sweep_interval_ms / 1000,
-        adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
-        apply_delay_s=settings.txn_apply_delay_ms / 1000,
-        expiry_ms=int(settings.transactional_id_expiry_seconds * 1000),
-        decisions_retention_minutes=settings.journal_retention,
-        max_message_bytes=settings.pulsar_max_message_bytes,
-        journal_whole_batches=settings.txn_journal_whole_batches,
-        max_batch_records=settings.max_batch_records,
-        max_batch_bytes=settings.max_batch_bytes,
+        fencing_lease_s=settings.fencing_lease_ms / 1000 if settings.strict_fencing else 0.0,
     )
 
 
@@ -97,11 +90,7 @@ class Runtime:
         self.settings = settings
         token = settings.pulsar_token()
         self.naming = Naming(settings.tenant, settings.namespace, settings.producer_name_prefix)
-        verify: bool | str = True
-        if settings.pulsar_tls_trust_certs_file is not None:
-            verify = str(settings.pulsar_tls_trust_certs_file)
-        if settings.pulsar_tls_allow_insecure:
-            verify = False
+        verify = settings.pulsar_admin_verify()
         self.admin = TopicAdmin(
             settings.pulsar_admin_url,
             self.naming,
@@ -137,13 +126,39 @@ class Runtime:
             settings, self.publisher, self.admin, self.registry.epochs, self.stats
         )
         base = f"persistent://{system_ns}"
+        self.membership = Membership(
+            self.publisher.client,
+            self.admin,
+            f"{base}/cluster-members",
+            refresh_s=settings.cluster_refresh_ms / 1000,
+            absent_s=max(
+                settings.cluster_handoff_ms / 1000, 5 * settings.cluster_refresh_ms / 1000
+            ),
+        )
+        self.cluster = Cluster(
+            self.membership, mode=settings.cluster_mode, partitions_of=self._partition_count
+        )
+        self._handover = Handover(
+            self.cluster, self.service.channels, self.naming, journals=f"{base}/txn-journal."
+        )
+        self.auth = Authenticator.from_settings(settings)
+        self._readiness = Reused(self._ask_ready, ttl_s=READY_TTL_S)
+        self.authorizer = Authorizer.build(self.auth, settings, self.admin, self.publisher.client)
+        self.peers = Peers(
+            me=-1,
+            token=self.auth.peer_token(settings),
+            # a forwarded long poll or join waits as long as the client allows
+            timeout_s=max(settings.max_timeout_ms, settings.max_pull_wait_ms) / 1000 + 30,
+        )
         self.offsets = GroupStore(
             self.publisher.client,
             self.admin,
             f"{base}/consumer-groups",
             settings.offsets_partitions,
-            adopt_interval_s=settings.coordinator_adopt_interval_ms / 1000,
             pending_is_live=self._pending_is_live,
+            owner_of=self.cluster.owner_text(GROUP_LOG),
+            handoff_wait_s=settings.cluster_handoff_ms / 1000,
+            max_groups=settings.max_groups,
         )
         self.groups = GroupCoordinator(
             self.offsets,
@@ -162,6 +177,7 @@ class Runtime:
                 max_wait_ms=settings.max_pull_wait_ms,
                 answer_delay_s=settings.group_pull_answer_delay_ms / 1000,
                 kafka_min_session_timeout_ms=settings.kafka_group_min_session_timeout_ms,
+                max_members=settings.max_group_members,
             ),
         )
         # DeleteRecords' log start offsets bound what every reader (Fetch, pulls) finds
@@ -173,6 +189,7 @@ class Runtime:
         )
         self.group_deletion = GroupDeletion(self.groups, self.group_retention)
         self._stopping_at: float | None = None
+        self._leaving: asyncio.Task[None] | None = None
         instance = uuid.uuid4().hex[:16]
         journal = Journal(
             self.admin,
@@ -203,7 +220,7 @@ class Runtime:
                 max_message_bytes=settings.pulsar_max_message_bytes,
                 forget_after_ms=settings.broker_dedup_producer_inactivity_minutes * 60_000,
             ),
-            offsets=self.offsets,
+            offsets=RoutedOffsets(self.offsets, self.cluster, self.peers),
             allocator=self.registry.allocator,
             epochs=self.registry.epochs,
             legacy=self.registry.transactional,
@@ -211,7 +228,16 @@ class Runtime:
             partitions_of=self._partitions_of,
             members=self._check_member,
             settings=txn_settings(settings),
+            owner_of=self.cluster.owner_text(TRANSACTION_LOG),
+            release_journals=self._handover.release_journals,
         )
+        self.cluster.on_data(self._handover.retire_moved)
+        self.stable = StableOffsets(
+            self.publisher.client, self.groups.positions, self.naming, self.transactions.state
+        )
+        """Last stable offsets (ListOffsets READ_COMMITTED, read_committed fetches, the
+        groups' "latest" and lag)."""
+        self.groups.stable = self.stable
 
     async def _journal(
         self, batch: KafkaBatch, deadline: float, ptopic: str, extra: dict[str, str]
@@ -231,6 +257,17 @@ class Runtime:
             await self.groups.check_member(group, member, generation)
         except StaleMember as exc:
             raise exc.error from exc
+
+    async def _partition_count(self, topic: str) -> int:
+        """A topic's partition count, never creating it (leadership is asked of topics a
+        request names: the request answers a missing one itself)."""
+        return await self.admin.partitions(topic, create_with=None)
+
+    async def topic_partitions(self, topic: str) -> int:
+        """A topic's partition count, creating it as produce does (``AUTO_CREATE_TOPICS``):
+        what the HTTP produce path asks before it routes a batch to its leader (a topic's
+        partitions have leaders only once it exists)."""
+        return await self._partitions_of(topic)
 
     async def _partitions_of(self, topic: str) -> int:
         s = self.settings
@@ -303,24 +340,82 @@ class Runtime:
             ),
         )
         await self.transactions.start()
+        self.cluster.register_log(GROUP_LOG, self.offsets.parts)
+        self.cluster.register_log(TRANSACTION_LOG, self.transactions.state.parts)
         log.info("ready: namespace %s has deduplication on", ns)
 
+    async def join_cluster(self, kafka: tuple[str, int] | None) -> Member:
+        """Join this node's cluster (the sidecars sharing its system namespace), as the
+        node advertising ``kafka`` (host, port) to Kafka clients (None: no listener
+        here), and load the state partitions the cluster gives it (waiting at most
+        ``_LOAD_WAIT_S``). NodeIdInUse when a live node has this node's id."""
+        s = self.settings
+        if kafka is None:  # no listener here: what Metadata of other nodes shows for it
+            kafka = (
+                split_address(s.kafka_advertised, "kafka_advertised")
+                if s.kafka_advertised
+                else (s.host, 0)
+            )
+        host, port = kafka
+        peer = s.peer(host)
+        me = Member(
+            node_id=s.node_id if s.node_id is not None else default_node_id(host, port, peer),
+            host=host,
+            port=port,
+            peer_url=peer,
+            instance=uuid.uuid4().hex[:16],
+            started_ms=now_ms(),
+        )
+        self.peers.identify(me.node_id)
+        await self.membership.join(me)
+        self.membership.start()
+        if not await self.cluster.loaded(_LOAD_WAIT_S):
+            log.warning(
+                "cluster: not every state partition of node %d loaded within %.0f s; "
+                "serving (changes to those answer COORDINATOR_LOAD_IN_PROGRESS meanwhile)",
+                me.node_id,
+                _LOAD_WAIT_S,
+            )
+        log.info(
+            "cluster: node %d (%s:%d, peers reach it at %s) in a cluster of %d; owns %s",
+            me.node_id,
+            me.host,
+            me.port,
+            me.peer_url,
+            len(self.cluster.members),
+            self.cluster.owned_partitions(),
+        )
+        return me
+
     async def ready(self) -> tuple[bool, str]:
-        """(ready, reason) for /readyz: the broker answers and dedup is on."""
+        """(ready, reason) for /readyz: the broker answers and dedup is on; asked of the
+        broker at most once per :data:`READY_TTL_S` however often probes come."""
+        return await self._readiness.get()
+
+    async def _ask_ready(self) -> tuple[bool, str]:
         try:
             if not await self.admin.deduplication_enabled(self.naming.namespace_path):
                 return False, "deduplication is off on the namespace"
-        except Exception as exc:  # any failure to ask means not ready
-            return False, f"Pulsar admin unreachable: {exc}"
+        except Exception as exc:  # any failure to ask means not ready; no broker text
+            return False, f"Pulsar admin unreachable ({type(exc).__name__})"
         return True, "ok"
 
     def begin_shutdown(self) -> None:
         """A stop was asked for (SIGTERM): the shutdown budget starts now; nothing new
-        is taken, long polls answer what they have."""
+        is taken, long polls answer what they have, and the node leaves its cluster at
+        once, so that the others take its partitions over while it closes (each waits
+        for it to hand a state partition over: :mod:`kop_dedup.coordination.partitions`)."""
         if self._stopping_at is None:
             self._stopping_at = _clock()
+            self._leaving = asyncio.get_running_loop().create_task(
+                self.membership.leave(), name="leave the cluster"
+            )
         self.service.begin_shutdown()
         self.groups.begin_shutdown()
+
+    async def _left(self) -> None:
+        if self._leaving is not None:
+            await self._leaving
 
     def shutdown_left_s(self) -> float:
         """What is left of the shutdown budget for closing (all of it before a stop
@@ -347,10 +442,19 @@ class Runtime:
             await self.offsets.close(timeout_s=0.5 * (deadline - _clock()))
 
         phases: list[list[tuple[str, Callable[[], Awaitable[None]]]]] = [
-            [("transactions", self.transactions.close), ("consumer groups", groups)],
-            [("produce", self.service.close)],
+            [
+                ("transactions", self.transactions.close),
+                ("consumer groups", groups),
+                ("stable offsets", self.stable.close),
+                ("owners", self.authorizer.close),
+            ],
+            [("produce", self.service.close), ("cluster membership", self._left)],
             [("registry", self.registry.close)],
-            [("Pulsar client", self.publisher.close), ("admin client", self.admin.close)],
+            [
+                ("Pulsar client", self.publisher.close),
+                ("admin client", self.admin.close),
+                ("peer client", self.peers.close),
+            ],
         ]
         for phase in phases:
             await _within(deadline, phase, self.settings.shutdown_timeout_ms)

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from kop_dedup.settings_security import SecuritySettings
 
 __all__ = ["Settings", "split_address"]
 
@@ -31,7 +33,7 @@ def split_address(value: str, name: str = "address") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class Settings(BaseSettings):
+class Settings(SecuritySettings):
     model_config = SettingsConfigDict(
         env_prefix="KOP_DEDUP_", env_file=".env", extra="ignore", use_attribute_docstrings=True
     )
@@ -50,7 +52,7 @@ class Settings(BaseSettings):
     """CA certificates to trust for TLS to Pulsar."""
     pulsar_tls_allow_insecure: bool = False
     """TLS to Pulsar: accept a certificate that does not verify."""
-    pulsar_tls_validate_hostname: bool = False
+    pulsar_tls_validate_hostname: bool = True
     """TLS to Pulsar: check the certificate's host name."""
 
     # -- where data goes
@@ -78,8 +80,15 @@ class Settings(BaseSettings):
     reorder_window_ms: int = Field(default=5_000, ge=0)
     """How long a batch that arrives ahead of a sequence gap waits for the gap to fill."""
     strict_fencing: bool = True
-    """Catch up with epochs fenced through other sidecars before every idempotent batch
-    (one coalesced broker round trip); off: only when a producer opens."""
+    """Judge every idempotent batch on a view of the epochs fenced through other sidecars
+    that is at most ``fencing_lease_ms`` old (a coalesced catch-up when it is older);
+    off: caught up only when a producer opens."""
+    fencing_lease_ms: int = Field(default=200, ge=0)
+    """With ``strict_fencing``: the epochs are caught up in the background every third
+    of this, a batch is judged without a catch-up of its own while the last one began
+    less than this ago, and a new epoch (InitProducerId, a producer's first batch of
+    it) is answered only this long after it is stored, so that every sidecar fences the
+    old epoch from then on. 0: a catch-up per batch (one broker round trip)."""
     default_timeout_ms: int = Field(default=30_000, ge=1)
     """A produce request's deadline when it gives no ``timeoutMs``."""
     max_timeout_ms: int = Field(default=300_000, ge=1)
@@ -168,11 +177,14 @@ class Settings(BaseSettings):
     check_back_interval_ms: int = Field(default=1_000, ge=10)
     """The first wait between check-backs; it doubles each time, up to a minute."""
     check_back_timeout_ms: int = Field(default=5_000, ge=10)
-    """How long one check-back waits for the application's answer."""
+    """One check-back's total deadline: connecting, sending and the whole answer."""
+    check_back_urls: str = ""
+    """Comma-separated URL prefixes a ``checkBackUrl`` may start with
+    (``https://app.internal:8443/txn/``); empty: a ``checkBackUrl`` is refused (400)."""
+    check_back_max_response_bytes: int = Field(default=64 * 1024, ge=16)
+    """The largest check-back answer read; a longer one counts as no answer."""
     txn_sweep_interval_ms: int = Field(default=1_000, ge=10)
     """How often the owner of a log partition looks for timed-out transactions."""
-    coordinator_adopt_interval_ms: int = Field(default=5_000, ge=10)
-    """How often a sidecar looks for coordinator partitions whose owner went away."""
     journal_retention_minutes: int = Field(default=1440, ge=1)
     """How long journals (and the decisions log) keep records: at least twice
     ``max_transaction_timeout_ms`` (the longest transaction plus its recovery), which it
@@ -180,6 +192,11 @@ class Settings(BaseSettings):
     txn_apply_delay_ms: int = Field(default=0, ge=0)
     """Fault injection: wait this long between a decision and applying it (the fault
     tests crash a coordinator there)."""
+    txn_busy_wait_ms: int = Field(default=250, ge=0)
+    """How long AddPartitionsToTxn, AddOffsetsToTxn, a transactional produce or EndTxn
+    that meets the transaction's previous decision still being applied on this sidecar
+    waits for it before answering 51 CONCURRENT_TRANSACTIONS (0: answer at once, as a
+    Kafka broker does; the clients then back off 20-100 ms before they retry)."""
     txn_journal_whole_batches: bool = True
     """Journal a transactional batch as one message holding the whole batch (one send
     instead of one per record). Sidecars older than this setting read only the
@@ -253,6 +270,25 @@ class Settings(BaseSettings):
     acknowledged is lost; what could not be handed over cleanly is recovered by the
     next owner."""
 
+    # -- the cluster (kop_dedup.cluster): sidecars sharing a system namespace are one
+    node_id: int | None = Field(default=None, ge=0, le=2**31 - 2)
+    """This node's Kafka broker id, unique in the cluster (a StatefulSet's pod ordinal,
+    say); default: derived from the advertised Kafka address, stable as long as it is."""
+    peer_url: str | None = None
+    """The URL other nodes reach this node's HTTP API at, for forwarded requests
+    (``http://10.0.0.7:8090``); default: ``http://<host>:<port>``, with the advertised
+    Kafka host when ``host`` binds every address."""
+    cluster_mode: Literal["cluster", "sidecar"] = "cluster"
+    """``cluster``: Kafka clients are told every node and go to the owner of what they
+    use; ``sidecar``: this node's Kafka listener answers as a one-node cluster (clients
+    that can reach only their own sidecar) and forwards what other nodes own."""
+    cluster_refresh_ms: int = Field(default=1_000, ge=10)
+    """How often a node lists the cluster's live members (Pulsar's view): ownership
+    follows a change within about this long."""
+    cluster_handoff_ms: int = Field(default=5_000, ge=0)
+    """How long a new owner waits for the previous one to hand a state partition over
+    (close its writer) before it fences it: bounds a takeover from a node that hangs."""
+
     # -- HTTP
     host: str = "127.0.0.1"
     """Where the HTTP API listens; ``kop-dedup serve --host`` overrides it."""
@@ -264,6 +300,12 @@ class Settings(BaseSettings):
     SASL/PLAIN with a token as the password."""
     auth_tokens_file: Path | None = None
     """A file of bearer tokens, one per line (``#`` comments), added to ``auth_tokens``."""
+    http_tls_cert: Path | None = None
+    """PEM certificate chain: the HTTP API speaks HTTPS when it and ``http_tls_key`` are
+    set (passed to uvicorn)."""
+    http_tls_key: Path | None = None
+    """PEM private key of ``http_tls_cert``."""
+
     log_format: Literal["auto", "json", "console"] = "auto"
     """``auto``: JSON when stdout is not a terminal; one line per batch not stored (46,
     45, 47, ...)."""
@@ -324,6 +366,12 @@ class Settings(BaseSettings):
             )
         if self.max_batch_bytes > self.pulsar_max_message_bytes:
             raise ValueError("max_batch_bytes must not exceed pulsar_max_message_bytes")
+        if max(self.default_partitions, self.kafka_default_partitions) > (
+            self.max_partitions_per_topic
+        ):
+            raise ValueError("default partitions must not exceed max_partitions_per_topic")
+        if (self.http_tls_cert is None) != (self.http_tls_key is None):
+            raise ValueError("http_tls_cert and http_tls_key go together: set both or neither")
         if (self.kafka_tls_cert is None) != (self.kafka_tls_key is None):
             raise ValueError("kafka_tls_cert and kafka_tls_key go together: set both or neither")
         for name in ("kafka_listener", "kafka_advertised"):
@@ -357,11 +405,32 @@ class Settings(BaseSettings):
             )
         return self
 
+    def peer(self, kafka_host: str) -> str:
+        """The URL other nodes forward HTTP requests to (see ``peer_url``)."""
+        if self.peer_url:
+            return self.peer_url.rstrip("/")
+        host = kafka_host if self.host in {"", "0.0.0.0", "::"} else self.host  # noqa: S104
+        scheme = "http" if self.http_tls_cert is None else "https"
+        return f"{scheme}://{host}:{self.port}"
+
     def kafka_address(self) -> tuple[str, int] | None:
         """(host, port) of the Kafka listener; None when it is off."""
         if not self.kafka_listener.strip():
             return None
         return split_address(self.kafka_listener, "kafka_listener")
+
+    def check_back_prefixes(self) -> tuple[str, ...]:
+        """The allowed check-back URL prefixes (``check_back_urls``, comma-separated)."""
+        return tuple(u.strip() for u in self.check_back_urls.split(",") if u.strip())
+
+    def pulsar_admin_verify(self) -> bool | str:
+        """httpx's ``verify`` for the admin API: the trusted CA file, or False when
+        insecure TLS is allowed."""
+        if self.pulsar_tls_allow_insecure:
+            return False
+        if self.pulsar_tls_trust_certs_file is not None:
+            return str(self.pulsar_tls_trust_certs_file)
+        return True
 
     def pulsar_token(self) -> str | None:
         """The Pulsar auth token from the setting or its file, if any."""

@@ -4,8 +4,9 @@
 ``kafka-jars-pom.xml`` once with Maven (through the packaged Maven settings that mirror
 every repository to Central) into ``<cache>/kafka/<version>/libs`` (cache:
 ``$KOP_DEDUP_CACHE`` or ``~/.cache/kop-dedup``): the broker ``org.apache.kafka:kafka_2.13``,
-the tools ``org.apache.kafka:kafka-tools`` and their runtime dependencies, one classpath,
-like the distribution's ``libs/``. Later calls only look at a stamp file.
+the tools ``org.apache.kafka:kafka-tools``, Kafka Streams ``org.apache.kafka:kafka-streams``
+and their runtime dependencies, one classpath, like the distribution's ``libs/``. Later
+calls only look at a stamp file.
 
 Where the classes are (4.1.2, listed from the jars):
 
@@ -19,7 +20,10 @@ Where the classes are (4.1.2, listed from the jars):
   ``kafka_2.13``) and, through its dependencies, Kafka Connect's runtime
   (``org.apache.kafka.connect.cli.ConnectDistributed``);
 * ``connect-file``: Connect's file connectors (``FileStreamSourceConnector``,
-  ``FileStreamSinkConnector``), which the Connect test runs.
+  ``FileStreamSinkConnector``), which the Connect test runs;
+* ``kafka-streams`` (with ``rocksdbjni`` for its state stores): the library of the Kafka
+  Streams application that the exactly-once Streams test runs
+  (``tests/java/StreamsCount.java``).
 
 The stamp file names the pom's digest: a pom that names other jars (a new artifact, a
 new version) is resolved again.
@@ -57,6 +61,7 @@ __all__ = [
     "VERIFIABLE_PRODUCER",
     "classpath",
     "java_command",
+    "java_tool",
     "kafka_jars",
     "libs_dir",
     "pom",
@@ -121,8 +126,9 @@ def _resolved(stamp: Path) -> bool:
 
 
 def kafka_jars(*, quiet: bool = False) -> list[Path]:
-    """The broker, the tools and their runtime dependencies, resolved from Maven Central
-    once per pom (about 55 MB); safe to call from several processes at once."""
+    """The broker, the tools, Kafka Streams and their runtime dependencies, resolved from
+    Maven Central once per pom (about 130 MB, RocksDB's native libraries 70 of them); safe
+    to call from several processes at once."""
     target = libs_dir()
     stamp = target / ".resolved"
     if not _resolved(stamp):
@@ -135,7 +141,7 @@ def kafka_jars(*, quiet: bool = False) -> list[Path]:
 def _resolve(target: Path, *, quiet: bool) -> None:
     if not quiet:
         resources.progress(
-            f"resolving Apache Kafka {KAFKA_VERSION} (broker and tools) with Maven..."
+            f"resolving Apache Kafka {KAFKA_VERSION} (broker, tools, Streams) with Maven..."
         )
     started = time.monotonic()
     tmp = target.with_name(target.name + ".tmp")
@@ -180,21 +186,30 @@ def tools_log_config() -> Path:
     return path
 
 
+def java_tool(name: str) -> str:
+    """The JDK's ``name`` (``java``, ``javac``): ``$JAVA_HOME/bin`` first, then the path."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / name).exists():
+        return str(Path(home) / "bin" / name)
+    found = shutil.which(name)
+    if found is None:
+        raise BrokerError(f"Java 17 or later ({name}) is needed to run Apache Kafka: install it")
+    return found
+
+
 def java_command(
     main_class: str,
     *args: str,
     heap: str = "256m",
     jvm_options: tuple[str, ...] = (),
     log_config: Path | None = None,
+    classes: Path | None = None,
 ) -> list[str]:
-    """``java -Xmx<heap> <options> -Dlog4j2.configurationFile=<config> -cp <jars> <main>
-    <args>``; the log configuration defaults to the tools' (stderr only)."""
-    java = shutil.which("java")
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        java = str(Path(home) / "bin" / "java")
-    if java is None:
-        raise BrokerError("Java (17 or later) is needed to run Apache Kafka; install it first")
+    """``java -Xmx<heap> <options> -Dlog4j2.configurationFile=<config> -cp [<classes>:]<jars>
+    <main> <args>``; the log configuration defaults to the tools' (stderr only);
+    ``classes``, a directory of compiled classes (a test's application), comes first on
+    the classpath."""
+    java = java_tool("java")
     config = log_config if log_config is not None else tools_log_config()
     return [
         java,
@@ -203,7 +218,7 @@ def java_command(
         f"-Dlog4j2.configurationFile={config}",
         *jvm_options,
         "-cp",
-        classpath(),
+        classpath() if classes is None else f"{classes}{os.pathsep}{classpath()}",
         main_class,
         *args,
     ]

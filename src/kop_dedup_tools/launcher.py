@@ -81,6 +81,10 @@ _OVERRIDES = {
     "dbStorage_rocksDB_blockCacheSize": "33554432",
     "numIOThreads": "2",
     "numHttpServerThreads": "4",
+    # a sidecar that hangs (paused, frozen VM) holds its consumer on the membership topic
+    # until the broker's keepalive drops its connection: two missed pings, 10 s here
+    # instead of 60 s, before the cluster moves its partitions (docs/operations/cluster.md)
+    "keepAliveIntervalSeconds": "5",
 }
 
 

@@ -135,10 +135,18 @@ def _cell(text: str, cls: type[BaseModel]) -> str:
 
 
 def rows(cls: type[BaseModel] = Settings) -> dict[str, list[str]]:
-    """Each section's table rows, in the order the class declares its fields."""
+    """Each section's table rows, in the order the class declares its fields, then the
+    fields of its bases (``SecuritySettings``'s sections come after the class's own)."""
     where = sections(cls)
     out: dict[str, list[str]] = {}
-    for name, info in cls.model_fields.items():
+
+    def declared_by(name: str) -> int:
+        return next(
+            i for i, k in enumerate(cls.__mro__) if name in vars(k).get("__annotations__", {})
+        )
+
+    for name in sorted(cls.model_fields, key=declared_by):  # stable: declaration order kept
+        info = cls.model_fields[name]
         var = env_name(cls, name)
         kind = _type(info.annotation)
         limits = _range(info)

@@ -11,6 +11,7 @@ import httpx
 import pulsar as pulsar_client
 import pytest
 
+from tests.helpers import uniq
 from tests.sidecar import ThreadSidecar
 
 
@@ -43,8 +44,10 @@ def data_namespace(pulsar: Any) -> str:
 
 @pytest.fixture(scope="session")
 def sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
-    """One in-process sidecar (uvicorn in a thread) shared by the session."""
-    with ThreadSidecar(pulsar, reorder_window_ms=1500) as sc:
+    """One in-process sidecar (uvicorn in a thread) shared by the session: a cluster of
+    its own (its own system namespace), so that the sidecars a test starts side by side
+    (which share the default one) never move its state partitions."""
+    with ThreadSidecar(pulsar, reorder_window_ms=1500, system_namespace=uniq("sys")) as sc:
         yield sc
 
 
@@ -79,6 +82,7 @@ def groups_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
         group_sweep_interval_ms=100,
         group_cursor_interval_ms=200,
         group_lag_interval_ms=200,
+        system_namespace=uniq("sys"),
     ) as sc:
         yield sc
 
@@ -87,7 +91,10 @@ def groups_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
 def kg(pulsar: Any) -> Iterator[ThreadSidecar]:
     """Kafka groups with sessions from 1 s, swept every 100 ms."""
     with ThreadSidecar(
-        pulsar, kafka_group_min_session_timeout_ms=1000, group_sweep_interval_ms=100
+        pulsar,
+        kafka_group_min_session_timeout_ms=1000,
+        group_sweep_interval_ms=100,
+        system_namespace=uniq("sys"),
     ) as sc:
         yield sc
 

@@ -13,6 +13,7 @@ hand-picked cases use producer ids of their own from the session's shared sideca
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -150,8 +151,15 @@ def served_schema(url: str) -> Any:
 _JSON_OBJECT = {"content": {"application/json": {"schema": {"type": "object"}}}}
 
 
-def fuzz_operation(operation: Any, mode: GenerationMode, examples: int, url: str) -> int:
-    """Run schemathesis' checks on ``examples`` generated cases; how many were sent."""
+def fuzz_operation(
+    operation: Any,
+    mode: GenerationMode,
+    examples: int,
+    url: str,
+    headers: dict[str, str] | None = None,
+) -> int:
+    """Run schemathesis' checks on ``examples`` generated cases (sent with ``headers``);
+    how many were sent."""
     excluded = [positive_data_acceptance, negative_data_rejection, use_after_free]
     sent = 0
 
@@ -165,7 +173,9 @@ def fuzz_operation(operation: Any, mode: GenerationMode, examples: int, url: str
     )
     def call(case: Any) -> None:
         nonlocal sent
-        response = case.call_and_validate(base_url=url, timeout=15, excluded_checks=excluded)
+        response = case.call_and_validate(
+            base_url=url, headers=headers, timeout=15, excluded_checks=excluded
+        )
         assert response.status_code < 500
         sent += 1
 
@@ -198,6 +208,69 @@ def test_served_openapi_fuzzed_never_answers_5xx_and_conforms(fuzz_sidecar):
     }
     print(f"\nschemathesis: {sum(sent.values())} requests: {json.dumps(sent)}")
     assert sum(sent.values()) >= 100
+
+
+FUZZ_TOKEN = "fuzz-bearer-token"
+
+
+@pytest.fixture(scope="module")
+def auth_fuzz_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
+    """As ``fuzz_sidecar``, with authentication on (a bearer token)."""
+    with ThreadSidecar(
+        pulsar,
+        namespace=uniq("kafka-fuzz-auth"),
+        system_namespace=uniq("sys"),
+        reorder_window_ms=300,
+        default_timeout_ms=5000,
+        auth_tokens=[FUZZ_TOKEN],
+    ) as sc:
+        yield sc
+
+
+def test_served_openapi_fuzzed_with_authentication_on(auth_fuzz_sidecar):
+    """With tokens: every operation fuzzed with the token as before (fewer examples);
+    without a token (401), or with a wrong one (403), every ``/v1`` operation is
+    refused whatever it is sent (nothing decoded, nothing done) and the open ones never
+    answer a 5xx."""
+    url = auth_fuzz_sidecar.url
+    schema = served_schema(url)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    good = {"Authorization": f"Bearer {FUZZ_TOKEN}"}
+    started = time.monotonic()
+    sent = sum(
+        fuzz_operation(op, mode, examples, url, headers=good)
+        for op in operations
+        for mode, examples in ((GenerationMode.POSITIVE, 3), (GenerationMode.NEGATIVE, 2))
+    )
+    assert sent >= 30
+    fuzzed_s = time.monotonic() - started
+    refused = 0
+
+    def unauthenticated(op: Any, headers: dict[str, str]) -> None:
+        @given(case=op.as_strategy(generation_mode=GenerationMode.POSITIVE))
+        @settings(
+            max_examples=2,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def call(case: Any) -> None:
+            nonlocal refused
+            response = case.call(base_url=url, headers=headers, timeout=15)
+            if case.path.startswith(("/v1/", "/metrics")):
+                assert response.status_code in (401, 403), (case.path, response.text)
+                refused += 1
+            else:
+                assert response.status_code < 500, (case.path, response.text)
+
+        call()
+
+    for op in operations:
+        for headers in ({}, {"Authorization": "Bearer not-the-token"}):
+            unauthenticated(op, headers)
+    assert refused >= 20
+    print(f"\nwith the token: {sent} requests in {fuzzed_s:.1f} s; without: {refused} refused")
 
 
 def test_produce_documents_its_422(sidecar):

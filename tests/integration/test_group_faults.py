@@ -15,9 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
+from kop_dedup.cluster.placement import GROUP_LOG
 from kop_dedup.coordination.partitions import partition_of
 from kop_dedup.settings import Settings
-from tests.helpers import uniq
+from tests.helpers import newcomer_owning, uniq
 from tests.integration.groups import commit, configure, join, offsets, poll, produce, pull
 from tests.sidecar import ProcessSidecar, ThreadSidecar
 
@@ -126,6 +127,14 @@ def test_a_sidecar_killed_mid_stream_loses_nothing_and_repeats_only_uncommitted_
     assert 0 <= duplicates <= uncommitted_at_kills
 
 
+def _coordinator_of(other: ThreadSidecar, group: str) -> int:
+    """A node id that, joining ``other``'s cluster, becomes the group's coordinator (so
+    the sidecar the test kills is the one that serves the group)."""
+    count = other.settings.offsets_partitions
+    mine = other.runtime.cluster.me.node_id
+    return newcomer_owning(mine, GROUP_LOG, count, partition_of(group, count))
+
+
 def test_a_sidecar_killed_after_recording_a_pull_and_before_answering_sends_it_again(
     pulsar, tmp_path
 ):
@@ -140,7 +149,13 @@ def test_a_sidecar_killed_after_recording_a_pull_and_before_answering_sends_it_a
         member = join(api, group, [topic])["memberId"]
         start = [{"topic": topic, "partition": 0, "offset": 0}]
         assert commit(api, group, member, offsets=start).status_code == 200
-        victim = ProcessSidecar(pulsar, tmp_path, group_pull_answer_delay_ms=30_000, **FAST)
+        victim = ProcessSidecar(
+            pulsar,
+            tmp_path,
+            group_pull_answer_delay_ms=30_000,
+            node_id=_coordinator_of(other, group),  # it joins and takes the group over
+            **FAST,
+        )
         failed: list[BaseException] = []
         try:
             victim.start()
@@ -233,8 +248,8 @@ def test_a_reset_applied_before_a_crash_is_where_the_next_owner_sends_deliveries
     sidecar that served it all is killed: the next owner sends the uncommitted
     deliveries back to the reset's target (0), not to the 100 committed before it."""
     topic, group = uniq("gf"), uniq("g")
-    victim = ProcessSidecar(pulsar, tmp_path, **FAST)
     with ThreadSidecar(pulsar, **FAST) as other, httpx.Client(base_url=other.url, timeout=60) as b:
+        victim = ProcessSidecar(pulsar, tmp_path, node_id=_coordinator_of(other, group), **FAST)
         try:
             victim.start()
             with httpx.Client(base_url=victim.url, timeout=60) as api:

@@ -79,7 +79,7 @@ class Group:
 @pytest.fixture(scope="module")
 def group(pulsar: Any) -> Iterator[Group]:
     with (
-        ThreadSidecar(pulsar) as sc,
+        ThreadSidecar(pulsar, system_namespace=uniq("sys")) as sc,
         httpx.Client(base_url=sc.url, timeout=httpx.Timeout(15.0)) as api,
     ):
         yield Group(api)

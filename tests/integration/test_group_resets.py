@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from kop_dedup_tools.topics import create_topic
-from tests.helpers import gauges, uniq
+from tests.helpers import gauges, uniq, wait_until
 from tests.integration.groups import (
     commit,
     configure,
@@ -57,13 +57,25 @@ class PullInFlight:
 def test_a_pull_in_flight_when_a_reset_lands_answers_nothing_from_before_the_reset(
     pulsar, g, groups_sidecar, via
 ):
-    topic, group = uniq("gt"), uniq("g")
+    topic = uniq("gt")
     produce(g, topic, 10, per_batch=2)
-    configure(g, group)
-    member = join(g, group, [topic])["memberId"]
-    assert offsets(pull(g, group, member, 100)) == list(range(10))
-    assert commit(g, group, member).json()["committed"][0]["offset"] == 10
-    with ThreadSidecar(pulsar) as other, httpx.Client(base_url=other.url, timeout=60) as h:
+    with (
+        ThreadSidecar(pulsar, cluster_of=groups_sidecar) as other,
+        httpx.Client(base_url=other.url, timeout=60) as h,
+    ):
+        here = groups_sidecar.runtime.cluster
+        wait_until("both nodes to list each other", lambda: len(here.members) == 2)
+        # a group groups_sidecar coordinates (the long poll waits there, the reset goes
+        # there directly or through the other node)
+        group = next(
+            name
+            for name in (uniq("g") for _ in range(1000))
+            if here.is_me(here.group_coordinator(name))
+        )
+        configure(g, group)
+        member = join(g, group, [topic])["memberId"]
+        assert offsets(pull(g, group, member, 100)) == list(range(10))
+        assert commit(g, group, member).json()["committed"][0]["offset"] == 10
         waiting = PullInFlight(groups_sidecar.url, group, member, wait_ms=8_000)
         poll("the long poll to wait", lambda: gauges(g)["kop_dedup_group_pulls_in_flight"] == 1)
         api = g if via == "the same sidecar" else h

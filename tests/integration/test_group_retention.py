@@ -32,7 +32,7 @@ FAST = {
 @pytest.fixture(scope="module")
 def short(pulsar: Any) -> Iterator[ThreadSidecar]:
     """A sidecar whose groups are forgotten 2 s after their last member and commit."""
-    with ThreadSidecar(pulsar, **FAST) as sc:
+    with ThreadSidecar(pulsar, system_namespace=uniq("sys"), **FAST) as sc:
         yield sc
 
 

@@ -1,5 +1,9 @@
 """The group store against the real broker: writes travel while the next change runs
-(not under the partition's lock), and a write that failed is never taken for stored."""
+(not under the partition's lock), and a write that failed is never taken for stored.
+
+The stores here stand for the nodes of a cluster: :func:`take` is the cluster naming one
+of them the partition's owner (with no hand-off wait: a takeover from a live owner, as
+when two nodes' views of the members differ for a moment)."""
 
 from __future__ import annotations
 
@@ -48,11 +52,20 @@ async def _stores(pulsar: Any, topic: str, n: int) -> list[tuple[Any, PulsarAdmi
             pulsar.service_url, logger=pulsar_client.ConsoleLogger(pulsar_client.LoggerLevel.Error)
         )
         admin = PulsarAdmin(pulsar.admin_url, Naming("public", "kafka", "kop"))
-        store = GroupStore(client, admin, topic, 1, adopt_interval_s=3600)
-        if not out:  # creates the topic; the others adopt nothing behind the test's back
+        store = GroupStore(client, admin, topic, 1, handoff_wait_s=0)
+        if not out:  # creates the topic
             await store.start()
         out.append((client, admin, store))
     return out
+
+
+async def take(store: GroupStore) -> None:
+    """The cluster names ``store``'s node the owner of partition 0 (after a view in which
+    it was not: the node lets go of whatever it held): it loads it, fencing a previous
+    owner at once, and this returns once it has."""
+    store.parts.assign(set())
+    store.parts.assign({0})
+    assert await store.parts.loaded(30), "the partition did not load"
 
 
 async def _close(stores: list[tuple[Any, PulsarAdmin, GroupStore]]) -> None:
@@ -67,9 +80,10 @@ def test_writes_fenced_after_the_view_had_them_are_read_again_from_the_log(
     pulsar, namespace, failed_before_the_change_ends
 ):
     """Sidecar A's change writes a key twice after sidecar B took the partition (and wrote
-    the key once): A's writes fail (while the change runs, or after), and A's retry sees
-    B's record, not its own versions that were never stored (they are newer than B's,
-    so catching up alone keeps them)."""
+    the key once): A's writes fail (while the change runs, or after), the change answers
+    NOT_COORDINATOR, and once A owns the partition again it sees B's record, not its own
+    versions that were never stored (they are newer than B's, so catching up alone
+    would keep them)."""
     topic = f"persistent://{namespace}/groups-{uuid.uuid4().hex[:8]}"
     k = key("o", "g", "t", 0)
 
@@ -77,25 +91,32 @@ def test_writes_fenced_after_the_view_had_them_are_read_again_from_the_log(
         stores = await _stores(pulsar, topic, 3)
         (_, _, a), (_, _, b), (_, _, c) = stores
         try:
+            await take(a)
             await a.owned("g", lambda p: a.write(p, k, {"by": "a"}))
             runs = []
 
             async def change(p: int) -> Any:
                 runs.append(a.view_doc(p, k))
-                if len(runs) == 1:
-                    await b.owned("g", lambda q: b.write(q, k, {"by": "b"}))
-                    await a.write(p, k, {"by": "a-not-stored-1"})
-                    await a.write(p, k, {"by": "a-not-stored-2"})
-                    deadline = asyncio.get_running_loop().time() + 30
-                    while failed_before_the_change_ends and a.parts.owned(p):
-                        assert asyncio.get_running_loop().time() < deadline, "never fenced"
-                        await asyncio.sleep(0.01)
+                await take(b)
+                await b.owned("g", lambda q: b.write(q, k, {"by": "b"}))
+                await a.write(p, k, {"by": "a-not-stored-1"})
+                await a.write(p, k, {"by": "a-not-stored-2"})
+                deadline = asyncio.get_running_loop().time() + 30
+                while failed_before_the_change_ends and a.parts.owned(p):
+                    assert asyncio.get_running_loop().time() < deadline, "never fenced"
+                    await asyncio.sleep(0.01)
                 return a.view_doc(p, k)
 
-            seen = await asyncio.wait_for(a.owned("g", change), 60)
-            assert runs[0] == {"by": "a", "v": 1}
-            assert seen == {"by": "b", "v": 2}, "the retry decided on writes never stored"
-            assert len(runs) == 2
+            with pytest.raises(errors.NotCoordinator):
+                await asyncio.wait_for(a.owned("g", change), 60)
+            assert runs == [{"by": "a", "v": 1}]
+            await take(a)  # the cluster names A again: it decides on what is stored
+
+            async def look(p: int) -> Any:
+                return a.view_doc(p, k)
+
+            seen = await a.owned("g", look)
+            assert seen == {"by": "b", "v": 2}, "A decided on writes never stored"
             await c.read("g")
             assert c.doc("g", "o", "t", 0) == {"by": "b", "v": 2}
             await a.owned("g", lambda p: a.write(p, k, {"by": "a-again"}))
@@ -116,6 +137,7 @@ def test_changes_of_one_partition_answer_once_their_writes_are_stored(pulsar, na
         stores = await _stores(pulsar, topic, 2)
         (_, _, a), (_, _, b) = stores
         try:
+            await take(a)
 
             async def bump(m: int, i: int) -> None:
                 await a.owned("g", lambda p: a.write(p, key("d", "g", f"m{m}", "t", 0), {"i": i}))
@@ -149,12 +171,15 @@ def test_replaying_a_committed_transaction_never_writes_its_offsets_again(pulsar
         stores = await _stores(pulsar, topic, 2)
         (_, _, a), (_, _, b) = stores
         try:
+            await take(a)
             await a.mark_pending("g", [("in", 0)], "tx", 1)
             assert await a.commit_transaction("g", "tx", 1, [t1]) == [t1]
             assert await a.commit_transaction("g", "tx", 1, [t1]) == []  # replayed at once
             assert await _committed(a, "g") == {("in", 0): (10, 0)}
-            await b.mark_pending("g", [("in", 0)], "tx", 2)  # the next transaction, elsewhere
+            await take(b)  # the next transaction, on the group's next coordinator
+            await b.mark_pending("g", [("in", 0)], "tx", 2)
             assert await b.commit_transaction("g", "tx", 2, [t2]) == [t2]
+            await take(a)
             assert await a.commit_transaction("g", "tx", 1, [t1]) == []  # a late replay
             for store in (a, b):
                 assert await _committed(store, "g") == {("in", 0): (20, 0)}
@@ -175,6 +200,7 @@ def test_a_plain_commit_keeps_a_pending_transaction_marker_and_wins_over_it(puls
         stores = await _stores(pulsar, topic, 1)
         ((_, _, a),) = stores
         try:
+            await take(a)
             await a.commit("g", [StagedOffset("in", 0, 1)])
             await a.mark_pending("g", [("in", 0), ("in", 1)], "tx", 1)
             await a.commit("g", [StagedOffset("in", 0, 5)])
@@ -199,6 +225,7 @@ def test_ending_a_transaction_removes_only_its_own_markers(pulsar, namespace):
         stores = await _stores(pulsar, topic, 1)
         ((_, _, a),) = stores
         try:
+            await take(a)
             await a.mark_pending("g", [("in", 0)], "tx-a", 1)
             await a.mark_pending("g", [("in", 1)], "tx-b", 4)
             await a.mark_pending("g", [("in", 2)], "tx-a", 2)
@@ -228,11 +255,14 @@ def test_the_abort_of_one_transaction_keeps_the_offsets_another_staged(pulsar, n
         stores = await _stores(pulsar, topic, 2)
         (_, _, a), (_, _, b) = stores
         try:
+            await take(a)
             await a.commit("g", [StagedOffset("in", 0, 10)])
             await a.mark_pending("g", [("in", 0)], "t1", 1)
-            await b.mark_pending("g", [("in", 0)], "t2", 7)  # through another sidecar
+            await take(b)  # the group's coordinator moved
+            await b.mark_pending("g", [("in", 0)], "t2", 7)
             await b.abort_transaction("g", [("in", 0)], "t2", 7)
             assert await _committed(a, "g") == {("in", 0): (-1, 88)}
+            await take(a)
             assert await a.commit_transaction("g", "t1", 1, [StagedOffset("in", 0, 100)])
             for store in (a, b):
                 assert await _committed(store, "g") == {("in", 0): (100, 0)}
@@ -266,6 +296,7 @@ def test_of_transactions_staging_one_partition_the_last_written_commit_stays(
         stores = await _stores(pulsar, topic, 1)
         ((_, _, a),) = stores
         try:
+            await take(a)
             await a.mark_pending("g", [("in", 0)], "t1", 1)
             await a.mark_pending("g", [("in", 0)], "t2", 1)
             for end in ends:
@@ -301,13 +332,16 @@ def test_markers_an_earlier_version_wrote_are_read_applied_and_swept(pulsar, nam
         (_, _, a), (_, _, b) = stores
         a.pending.pending_is_live = is_live
         try:
+            await take(a)
             await write_old(a, 0, old_marker("old", 3, 0))
             await write_old(a, 1, old_marker("aborted", 2, 0))
             await write_old(a, 2, old_marker("ended", 5, 0))
             assert await _committed(b, "g") == {("in", i): (-1, 88) for i in range(3)}
+            await take(b)
             await b.mark_pending("g", [("in", 0)], "new", 1)  # staged after "old"
             assert await b.commit_transaction("g", "old", 3, [StagedOffset("in", 0, 30)])
             assert (await _committed(a, "g"))[("in", 0)] == (-1, 88)  # "new" is pending
+            await take(a)
             assert await a.commit_transaction("g", "new", 1, [StagedOffset("in", 0, 40)])
             await a.abort_transaction("g", [("in", 1)], "aborted", 2)
             assert await a.sweep() is None
@@ -335,6 +369,7 @@ def test_markers_whose_transaction_ended_are_swept_and_live_ones_stay(pulsar, na
         (_, _, a), (_, _, b) = stores
         a.pending.pending_is_live = is_live
         try:
+            await take(a)
             before = int(time.time() * 1000)
             await a.mark_pending("g", [("in", 0)], "live", 1)
             await a.mark_pending("g", [("in", 1)], "leaked", 3)
@@ -366,7 +401,9 @@ def test_a_read_after_a_fenced_write_answers_the_log_and_takes_nothing(pulsar, n
         stores = await _stores(pulsar, topic, 2)
         (_, _, a), (_, admin, b) = stores
         try:
+            await take(a)
             await a.owned("g", lambda p: a.write(p, k, {"offset": 1}))
+            await take(b)
             await b.owned("g", lambda p: b.write(p, k, {"offset": 2}))
             with pytest.raises(errors.NotCoordinator):  # A has not read B's takeover yet
                 await a.owned(
@@ -401,7 +438,9 @@ def test_a_read_meeting_a_fenced_write_in_flight_answers_the_log(pulsar, namespa
         stores = await _stores(pulsar, topic, 2)
         (_, _, a), (_, _, b) = stores
         try:
+            await take(a)
             await a.owned("g", lambda p: a.write(p, k, {"offset": 1}))
+            await take(b)
             await b.owned("g", lambda p: b.write(p, k, {"offset": 2}))
             async with a.parts.lock(0):  # A has not noticed: its writer still thinks it owns
                 await a.write(0, k, {"offset": 99})  # sent, not yet answered

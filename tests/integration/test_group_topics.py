@@ -60,7 +60,7 @@ def test_produce_still_creates_a_missing_topic(api, pulsar):
 @pytest.fixture(scope="module")
 def creating(pulsar: Any) -> Iterator[httpx.Client]:
     with (
-        ThreadSidecar(pulsar, group_auto_create_topics=True) as sc,
+        ThreadSidecar(pulsar, group_auto_create_topics=True, system_namespace=uniq("sys")) as sc,
         httpx.Client(base_url=sc.url, timeout=60) as client,
     ):
         yield client

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kop_dedup_tools.topics import create_topic
-from tests.helpers import uniq
+from tests.helpers import uniq, wait_until
 from tests.integration.groups import (
     commit,
     configure,
@@ -83,13 +83,18 @@ def test_an_empty_body_commit_after_a_partial_pull_commits_only_what_was_deliver
     assert values(pull(g, group, other, 10)) == ["2", "3", "4", "5"]
 
 
-def test_a_member_alternating_between_two_sidecars_sees_no_gap_and_no_duplicate(pulsar, g):
+def test_a_member_alternating_between_two_sidecars_sees_no_gap_and_no_duplicate(
+    pulsar, g, groups_sidecar
+):
     topic, group = uniq("gt"), uniq("g")
     produce(g, topic, 30, per_batch=3)
     configure(g, group)
     member = join(g, group, [topic])["memberId"]
     seen: list[str] = []
-    with ThreadSidecar(pulsar) as other, httpx.Client(base_url=other.url, timeout=60) as h:
+    with (
+        ThreadSidecar(pulsar, cluster_of=groups_sidecar) as other,
+        httpx.Client(base_url=other.url, timeout=60) as h,
+    ):
         for i in range(6):
             api = g if i % 2 == 0 else h
             answer = pull(api, group, member, 5)
@@ -121,7 +126,9 @@ def test_reset_by_offset_out_of_range_is_400_with_a_readable_message(g):
     assert "outside 0..3" in r.json()["errorMessage"]
 
 
-def test_a_reset_is_applied_at_the_next_pull_and_a_stale_commit_cannot_undo_it(pulsar, g):
+def test_a_reset_is_applied_at_the_next_pull_and_a_stale_commit_cannot_undo_it(
+    pulsar, g, groups_sidecar
+):
     topic, group = uniq("gt"), uniq("g")
     produce(g, topic, 10, per_batch=5)
     configure(g, group)
@@ -137,7 +144,10 @@ def test_a_reset_is_applied_at_the_next_pull_and_a_stale_commit_cannot_undo_it(p
     assert stale.status_code == 409
     assert "reset" in stale.json()["errorMessage"]
     # the next pull (through another sidecar) starts at the reset and says so
-    with ThreadSidecar(pulsar) as other, httpx.Client(base_url=other.url, timeout=60) as h:
+    with (
+        ThreadSidecar(pulsar, cluster_of=groups_sidecar) as other,
+        httpx.Client(base_url=other.url, timeout=60) as h,
+    ):
         after = pull(h, group, member, 2)
     assert values(after) == ["3", "4"]
     assert after["resetApplied"][0]["offset"] == 3
@@ -276,20 +286,35 @@ def test_an_empty_commit_racing_the_next_pull_commits_only_what_was_answered(pul
 
 
 def test_a_pull_not_answered_is_not_left_committed_by_a_commit_through_another_sidecar(pulsar, g):
-    """The same race through two sidecars: the commit through the other sidecar cannot
-    know the pull was not answered; when the pull's client is gone, its records stay
-    ready and the committed offset goes back to what was answered."""
-    topic, group = uniq("gt"), uniq("g")
+    """The same race through two sidecars of one cluster: the pull's client is on one,
+    the commit comes through the other, and the group's coordinator (either of them)
+    serves both (b, here: the pull sent to a is forwarded). The pull's client hangs up on
+    a: the forwarded pull is cut with it, so its records stay ready and the committed
+    offset goes back to what was answered."""
+    topic = uniq("gt")
     produce(g, topic, 20, per_batch=5)
-    configure(g, group)
-    member = join(g, group, [topic])["memberId"]
-    assert offsets(pull(g, group, member, 10)) == list(range(10))
-    with ThreadSidecar(pulsar, group_pull_answer_delay_ms=6_000) as slow:
-        with PullInFlight(slow.url, group, member, 10) as racing:
-            poll("the pull to be recorded", lambda: recorded(g, group, topic, 20))
-            assert commit(g, group, member).status_code == 200
+    with (
+        ThreadSidecar(pulsar, group_pull_answer_delay_ms=6_000, system_namespace=uniq("sys")) as a,
+        ThreadSidecar(pulsar, group_pull_answer_delay_ms=6_000, cluster_of=a) as b,
+        httpx.Client(base_url=a.url, timeout=60) as ha,
+        httpx.Client(base_url=b.url, timeout=60) as hb,
+    ):
+        wait_until("both nodes to list each other", lambda: len(a.runtime.cluster.members) == 2)
+        b_id = b.runtime.cluster.me.node_id
+        # a group b coordinates: the pull sent to a is forwarded to b
+        group = next(
+            name
+            for name in (uniq("g") for _ in range(1000))
+            if a.runtime.cluster.group_coordinator(name).node_id == b_id
+        )
+        configure(ha, group)
+        member = join(ha, group, [topic])["memberId"]
+        assert offsets(pull(ha, group, member, 10)) == list(range(10))
+        with PullInFlight(a.url, group, member, 10) as racing:
+            poll("the pull to be recorded", lambda: recorded(hb, group, topic, 20))
+            assert commit(hb, group, member).status_code == 200
             racing.hang_up()
-            poll("the pull to be put back", lambda: recorded(g, group, topic, 10))
-    assert committed(g, group, topic) == 10
-    join(g, group, [topic], member=member)  # a rewind: back to the committed offset
-    assert offsets(pull(g, group, member, 10)) == list(range(10, 20))
+            poll("the pull to be put back", lambda: recorded(hb, group, topic, 10))
+        assert committed(hb, group, topic) == 10
+        join(hb, group, [topic], member=member)  # a rewind: back to the committed offset
+        assert offsets(pull(hb, group, member, 10)) == list(range(10, 20))

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from tests.helpers import uniq
 from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
 
@@ -55,7 +56,13 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def secured(pulsar, cert) -> Iterator[ThreadSidecar]:
     crt, key = cert
-    with ThreadSidecar(pulsar, auth_tokens=[TOKEN], kafka_tls_cert=crt, kafka_tls_key=key) as sc:
+    with ThreadSidecar(
+        pulsar,
+        auth_tokens=[TOKEN],
+        kafka_tls_cert=crt,
+        kafka_tls_key=key,
+        system_namespace=uniq("sys"),  # a cluster of its own: its tokens are its own
+    ) as sc:
         yield sc
 
 
@@ -98,12 +105,12 @@ def test_a_wrong_password_is_an_authentication_failure_not_a_hang(secured, cert)
     assert any("uthenticat" in e.str() for e in errors), [e.str() for e in errors]
 
 
-def test_a_request_before_authentication_is_answered_with_an_auth_error_and_closed(secured, cert):
+def test_a_request_before_authentication_is_closed_without_being_decoded(secured, cert):
     with WireClient(secured.kafka_bootstrap, tls=_tls(cert)) as c:
         topics = [MetadataRequest.MetadataRequestTopic(name="t")]
-        answer = c.call(MetadataRequest(topics=topics, allow_auto_topic_creation=False), 9)
-        assert answer.topics[0].error_code == 58  # SASL_AUTHENTICATION_FAILED
-        assert c.closed_by_peer()
+        c.send(MetadataRequest(topics=topics, allow_auto_topic_creation=False), 9)
+        with pytest.raises((ConnectionError, ssl.SSLError)):  # as Kafka: closed, no answer
+            c.receive_frame()
 
 
 def test_sasl_handshake_then_plain_token_authenticates_on_the_wire(secured, cert):
@@ -130,4 +137,5 @@ def test_sasl_handshake_v0_takes_a_bare_token(secured, cert):
         token = b"\0me\0" + TOKEN.encode()
         c.send_bytes(struct.pack(">i", len(token)) + token)
         assert c.receive_frame() == b""  # the empty server token: authenticated
-        assert c.call(MetadataRequest(topics=[]), 1).brokers[0].node_id == 0
+        brokers = c.call(MetadataRequest(topics=[]), 1).brokers
+        assert [b.node_id for b in brokers] == [secured.runtime.cluster.me.node_id]

@@ -85,7 +85,7 @@ def test_unknown_api_key_closes_that_connection_only(sidecar_kafka):
     with WireClient(sidecar_kafka) as other, WireClient(sidecar_kafka) as c:
         c.send_bytes(struct.pack(">ihhih", 10, 999, 0, 1, -1))
         assert c.closed_by_peer()
-        assert other.call(MetadataRequest(topics=[]), 1).brokers[0].node_id == 0
+        assert len(other.call(MetadataRequest(topics=[]), 1).brokers) == 1  # still served
 
 
 def test_produce_below_v3_closes_the_connection_as_kafka_4_does(sidecar_kafka):

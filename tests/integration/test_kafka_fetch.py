@@ -450,3 +450,23 @@ def test_a_topic_deleted_and_created_again_is_read_from_its_new_offsets(sidecar_
     fresh, _ = _fetch(sidecar_kafka, fetch_request(topic, {0: 0}))
     records = [r for b in batches(_part(fresh).records) for r in b]
     assert [(r.offset, r.value) for r in records] == [(i, f"new-v{i}".encode()) for i in range(3)]
+
+
+def test_a_deleted_topic_stays_deleted_while_its_producers_were_open(sidecar_kafka, pulsar):
+    """DeleteTopics closes the sidecar's producers on the topic's partitions before it
+    deletes it: the broker disconnects a producer still open on a deleted partition,
+    the client reconnects, and a broker that creates topics on use makes the partition
+    again under the name (non-partitioned), so the topic could not be created again
+    (TOPIC_ALREADY_EXISTS) until the producer went idle (seen once in CI)."""
+    import httpx
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = create(sidecar_kafka, 2)
+    produce(sidecar_kafka, topic, _records(2, 10))
+    admin = AdminClient({"bootstrap.servers": sidecar_kafka})
+    admin.delete_topics([topic])[topic].result(30)
+    time.sleep(3)  # the client's reconnect comes within a second or two
+    listed = httpx.get(f"{pulsar.admin_url}/admin/v2/persistent/public/kafka", timeout=30)
+    again = [t for t in listed.json() if t.rsplit("/", 1)[-1].startswith(f"{topic}-partition-")]
+    assert again == [], again
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)

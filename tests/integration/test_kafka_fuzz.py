@@ -21,9 +21,10 @@ import psutil
 import pytest
 from confluent_kafka import Producer
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.protocol.records import rec
-from tests.helpers import wait_until
+from tests.helpers import uniq, wait_until
 from tests.kafka_wire import WireClient, produce_request
 from tests.sidecar import ThreadSidecar
 
@@ -34,6 +35,7 @@ RANDOM_FRAMES = 300
 TRUNCATED_FRAMES = 200
 RANDOM_BODIES = 400
 MUTATED_BATCHES = 300
+AUTH_SHARE = 2  # with authentication on, half as many of each (the suite's time budget)
 # APIs whose random bodies cannot change what other tests see (no topic creation or
 # deletion, no config, partition or log start change): auto-creation is off on the
 # fuzzed sidecar; Create/DeleteTopics, the alters, CreatePartitions and DeleteRecords are
@@ -42,12 +44,63 @@ MUTATED_BATCHES = 300
 _SAFE_KEYS = (0, 1, 2, 3, 10, 17, 18, 22, 23, 24, 25, 26, 28, 32, 36, 60, 61, 65, 66)
 
 
-@pytest.fixture(scope="module")
-def fuzzed(pulsar) -> Iterator[ThreadSidecar]:
+TOKEN = "fuzz-token"
+AUTH = b"\0fuzz\0" + TOKEN.encode()
+
+
+@pytest.fixture(scope="module", params=["auth-off", "auth-on"])
+def fuzzed(pulsar, request) -> Iterator[ThreadSidecar]:
+    """The listener without authentication, and with it: then half of each kind of
+    input comes before authentication (closed unread past 512 KiB, undecoded unless
+    ApiVersions or SASL) and half after it (decoded as with authentication off)."""
+    tokens = [TOKEN] if request.param == "auth-on" else []
     with ThreadSidecar(
-        pulsar, kafka_auto_create_topics=False, kafka_max_request_bytes=1 << 20
+        pulsar,
+        system_namespace=uniq("sys"),
+        kafka_auto_create_topics=False,
+        kafka_max_request_bytes=1 << 20,
+        kafka_request_read_timeout_ms=2_000,
+        auth_tokens=tokens,
     ) as sc:
         yield sc
+
+
+def _auth_on(sc: ThreadSidecar) -> bool:
+    return bool(sc.settings.http_tokens())
+
+
+def _sasl_frames() -> bytes:
+    """SaslHandshake v1 and SaslAuthenticate v1 with the token, framed."""
+    out = b""
+    for i, (request, version) in enumerate(
+        (
+            (SaslHandshakeRequest(mechanism="PLAIN"), 1),
+            (SaslAuthenticateRequest(auth_bytes=AUTH), 1),
+        )
+    ):
+        request.API_VERSION = version
+        request.with_header(correlation_id=1_000_000 + i, client_id="fuzz")
+        out += bytes(request.encode(header=True, framed=True))
+    return out
+
+
+def _authenticated(sock: socket.socket) -> bool:
+    """Authenticate ``sock``; whether the listener said yes."""
+    sock.sendall(_sasl_frames())
+    for _ in range(2):  # the two answers; the second carries the verdict
+        head = _recv_exactly(sock, 4)
+        body = _recv_exactly(sock, struct.unpack(">i", head)[0])
+    return body[4:6] == b"\x00\x00"  # SaslAuthenticate v1: correlation id, error code
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
 
 
 def _tasks(sc: ThreadSidecar) -> int:
@@ -57,11 +110,14 @@ def _tasks(sc: ThreadSidecar) -> int:
     return asyncio.run_coroutine_threadsafe(count(), sc.kafka.loop).result(10)
 
 
-def _send_and_close(address: str, data: bytes, read: bool) -> None:
-    """Send ``data``; with ``read``, wait for one answer frame or the close (0.2 s at
-    most: a frame the listener still waits the rest of gets no answer), then leave."""
+def _send_and_close(address: str, data: bytes, read: bool, authenticate: bool = False) -> None:
+    """Send ``data`` (after SASL, with ``authenticate``); with ``read``, wait for one
+    answer frame or the close (0.2 s at most: a frame the listener still waits the rest
+    of gets no answer), then leave."""
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
+        if authenticate:
+            assert _authenticated(s)
         try:
             s.sendall(data)
             if read:
@@ -88,8 +144,16 @@ def _valid_frames(topic: str) -> list[bytes]:
     return out
 
 
-def _well_behaved(address: str, topic: str) -> None:
-    with WireClient(address) as c:
+def _client(sc: ThreadSidecar) -> WireClient:
+    c = WireClient(sc.kafka_bootstrap)
+    if _auth_on(sc):
+        assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+        assert c.call(SaslAuthenticateRequest(auth_bytes=AUTH), 1).error_code == 0
+    return c
+
+
+def _well_behaved(sc: ThreadSidecar, topic: str) -> None:
+    with _client(sc) as c:
         assert (
             c.call(
                 ApiVersionsRequest(client_software_name="ok", client_software_version="1"), 3
@@ -104,8 +168,18 @@ def test_random_truncated_and_mutated_input_harms_nothing(fuzzed, caplog):
     caplog.set_level(logging.INFO, logger="kop_dedup.kafka")
     rng = random.Random(SEED)
     address = fuzzed.kafka_bootstrap
+    auth = _auth_on(fuzzed)
+    n = {
+        k: v // (AUTH_SHARE if auth else 1)
+        for k, v in {
+            "RANDOM_FRAMES": RANDOM_FRAMES,
+            "TRUNCATED_FRAMES": TRUNCATED_FRAMES,
+            "RANDOM_BODIES": RANDOM_BODIES,
+            "MUTATED_BATCHES": MUTATED_BATCHES,
+        }.items()
+    }
     topic = f"kf-{uuid.uuid4().hex[:8]}"
-    with WireClient(address) as c:
+    with _client(fuzzed) as c:
         from kafka.protocol.admin import CreateTopicsRequest
 
         t = CreateTopicsRequest.CreatableTopic(
@@ -117,13 +191,13 @@ def test_random_truncated_and_mutated_input_harms_nothing(fuzzed, caplog):
             .error_code
             == 0
         )
-    _well_behaved(address, topic)
+    _well_behaved(fuzzed, topic)
     process = psutil.Process()
     fds, tasks = process.num_fds(), _tasks(fuzzed)
     valid = _valid_frames(topic)
     counts = dict.fromkeys(("random", "truncated", "bodies", "batches"), 0)
 
-    for i in range(RANDOM_FRAMES):  # anything at all, a size prefix or not
+    for i in range(n["RANDOM_FRAMES"]):  # anything at all, a size prefix or not
         size = rng.choice(
             [rng.randrange(0, 64), rng.randrange(0, 4096), rng.randrange(-5, 1 << 24)]
         )
@@ -133,17 +207,18 @@ def test_random_truncated_and_mutated_input_harms_nothing(fuzzed, caplog):
             if rng.random() < 0.7
             else rng.randbytes(rng.randrange(1, 64))
         )
-        _send_and_close(address, data, read=i % 3 == 0)
+        _send_and_close(address, data, read=i % 3 == 0, authenticate=auth and i % 2 == 1)
         counts["random"] += 1
-    _well_behaved(address, topic)
+    _well_behaved(fuzzed, topic)
 
-    for i in range(TRUNCATED_FRAMES):  # a valid request cut anywhere, then the client leaves
+    for i in range(n["TRUNCATED_FRAMES"]):  # a valid request cut anywhere, then the client leaves
         frame = rng.choice(valid)
-        _send_and_close(address, frame[: rng.randrange(1, len(frame))], read=i % 2 == 0)
+        cut = frame[: rng.randrange(1, len(frame))]
+        _send_and_close(address, cut, read=i % 2 == 0, authenticate=auth and i % 4 >= 2)
         counts["truncated"] += 1
-    _well_behaved(address, topic)
+    _well_behaved(fuzzed, topic)
 
-    for _ in range(RANDOM_BODIES):  # a valid header of a served API, then random bytes
+    for i in range(n["RANDOM_BODIES"]):  # a valid header of a served API, then random bytes
         key = rng.choice(_SAFE_KEYS)
         version = rng.randrange(0, 13)
         header = struct.pack(">hhih", key, version, rng.randrange(1 << 31), 4) + b"fuzz"
@@ -151,12 +226,13 @@ def test_random_truncated_and_mutated_input_harms_nothing(fuzzed, caplog):
             header += b"\x00"  # an empty tagged-fields section (flexible header)
         body = rng.randbytes(rng.randrange(0, 512))
         frame = header + body
-        _send_and_close(address, struct.pack(">i", len(frame)) + frame, read=True)
+        framed = struct.pack(">i", len(frame)) + frame
+        _send_and_close(address, framed, read=True, authenticate=auth and i % 2 == 1)
         counts["bodies"] += 1
-    _well_behaved(address, topic)
+    _well_behaved(fuzzed, topic)
 
-    with WireClient(address) as c:  # one connection, many bad batches: each is answered
-        for _ in range(MUTATED_BATCHES):
+    with _client(fuzzed) as c:  # one connection, many bad batches: each is answered
+        for _ in range(n["MUTATED_BATCHES"]):
             raw = bytearray(
                 produce_request(
                     topic,
@@ -174,22 +250,30 @@ def test_random_truncated_and_mutated_input_harms_nothing(fuzzed, caplog):
             code = answer.responses[0].partition_responses[0].error_code
             assert code in {0, 2, 3, 10, 45, 46, 47, 53, 76, 87}, code
             counts["batches"] += 1
-    _well_behaved(address, topic)
+    _well_behaved(fuzzed, topic)
 
     wait_until("every fuzzing connection is closed", lambda: fuzzed.kafka.connections == 0)
     wait_until("no file descriptor leaked", lambda: process.num_fds() <= fds + 2)
     wait_until("no task leaked", lambda: _tasks(fuzzed) <= tasks)
     assert counts == {
-        "random": RANDOM_FRAMES,
-        "truncated": TRUNCATED_FRAMES,
-        "bodies": RANDOM_BODIES,
-        "batches": MUTATED_BATCHES,
+        "random": n["RANDOM_FRAMES"],
+        "truncated": n["TRUNCATED_FRAMES"],
+        "bodies": n["RANDOM_BODIES"],
+        "batches": n["MUTATED_BATCHES"],
     }
     # bad input is logged once, at INFO; an ERROR would be a handler that broke on it
     broken = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert broken == []
     assert any("kafka connection closed" in r.getMessage() for r in caplog.records)
-    producer = Producer({"bootstrap.servers": address, "enable.idempotence": True})
+    config = {"bootstrap.servers": address, "enable.idempotence": True}
+    if auth:
+        config |= {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "fuzz",
+            "sasl.password": TOKEN,
+        }
+    producer = Producer(config)
     done: list = []
     producer.produce(topic, b"after-the-fuzz", on_delivery=lambda e, m: done.append(e))
     assert producer.flush(60) == 0

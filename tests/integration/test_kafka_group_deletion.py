@@ -108,9 +108,9 @@ def test_offset_delete_answers_as_kafka(conformance):
 
 
 @pytest.fixture(scope="module")
-def other(pulsar: Any) -> Iterator[ThreadSidecar]:
-    """A second sidecar on the same broker (the group store is shared)."""
-    with ThreadSidecar(pulsar) as sc:
+def other(pulsar: Any, sidecar: ThreadSidecar) -> Iterator[ThreadSidecar]:
+    """A second node of the session sidecar's cluster (the group store is shared)."""
+    with ThreadSidecar(pulsar, cluster_of=sidecar) as sc:
         yield sc
 
 
@@ -136,7 +136,13 @@ def test_admin_clients_delete_groups_and_offsets_seen_from_another_sidecar(
 ):
     here, there = sidecar.kafka_bootstrap, other.kafka_bootstrap
     topic = create(here, 2, "gdel")
-    deleted, trimmed = f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    cluster = other.runtime.cluster  # the raw OffsetFetch below goes to the coordinator
+    deleted = next(
+        g
+        for g in (f"g-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+        if cluster.is_me(cluster.group_coordinator(g))
+    )
+    trimmed = f"g-{uuid.uuid4().hex[:8]}"
     for group in (deleted, trimmed):
         _consume_and_commit(here, topic, group)
         assert _committed(there, topic, group) == [5, 5]
@@ -158,7 +164,12 @@ def test_admin_clients_delete_groups_and_offsets_seen_from_another_sidecar(
 
 
 def test_an_http_group_is_deleted_once_its_members_left(sidecar: ThreadSidecar):
-    group = f"h-{uuid.uuid4().hex[:8]}"
+    cluster = sidecar.runtime.cluster  # the wire requests go to the group's coordinator
+    group = next(
+        g
+        for g in (f"h-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+        if cluster.is_me(cluster.group_coordinator(g))
+    )
     topic = create(sidecar.kafka_bootstrap, 1, "gdh")
     with (
         httpx.Client(base_url=sidecar.url, timeout=60) as http,

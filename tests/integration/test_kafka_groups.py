@@ -20,6 +20,8 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 
+from kop_dedup.cluster.placement import GROUP_LOG, place
+from kop_dedup.coordination.partitions import partition_of
 from tests.integration.kafka_consume import create, produce
 from tests.integration.kafka_members import Member, killable_member, split, wait_until
 from tests.kafka_group_wire import commit, join
@@ -144,15 +146,54 @@ def test_a_killed_member_is_expired_and_its_partitions_move(kg: ThreadSidecar):
     assert _committed(bootstrap, topic, group) == _ends(produced)
 
 
-def test_a_member_keeps_its_membership_on_another_sidecar(kg: ThreadSidecar, pulsar: Any):
-    group = f"g-{uuid.uuid4().hex[:8]}"
-    with ThreadSidecar(pulsar) as other:
+def test_a_member_keeps_its_membership_when_its_coordinator_moves_to_a_node_that_joins(
+    kg: ThreadSidecar, pulsar: Any
+):
+    """The group's coordinator is kg alone; a node joins the cluster and takes the group's
+    state partition over: the member finds it there with its membership intact, and the
+    old coordinator sends it on (16)."""
+    mine = kg.runtime.cluster.me.node_id
+    newcomer = mine + 1
+    owners = place(GROUP_LOG, kg.settings.offsets_partitions, [mine, newcomer])
+    group = next(
+        g
+        for g in (f"g-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+        if owners[partition_of(g, kg.settings.offsets_partitions)] == newcomer
+    )
+    with WireClient(kg.kafka_bootstrap) as c:
+        joined = new_member(c, group, session_ms=30_000, retry=False)
+        assert (joined.generation_id, joined.leader) == (1, joined.member_id)
+        assert _sync(c, group, joined.member_id) == (0, b"mine")
+    with ThreadSidecar(pulsar, cluster_of=kg, node_id=newcomer) as other:
+        p = partition_of(group, kg.settings.offsets_partitions)
+        wait_until(
+            lambda: (
+                p in other.runtime.cluster.owned_partitions()[GROUP_LOG]
+                and p not in kg.runtime.cluster.owned_partitions()[GROUP_LOG]
+            ),
+            what="the newcomer to load the group's partition",
+        )
         with WireClient(kg.kafka_bootstrap) as c:
-            joined = new_member(c, group, session_ms=30_000, retry=False)
-            assert (joined.generation_id, joined.leader) == (1, joined.member_id)
-            assert _sync(c, group, joined.member_id) == (0, b"mine")
+            beat = c.call(
+                HeartbeatRequest(
+                    group_id=group,
+                    generation_id=1,
+                    member_id=joined.member_id,
+                    group_instance_id=None,
+                ),
+                3,
+            )
+            assert beat.error_code == 16  # NOT_COORDINATOR: find the coordinator again
         with WireClient(other.kafka_bootstrap) as c2:
             _moved(other, c2, group, joined.member_id)
+    # kg is the module's one-node cluster again before the next test asks it anything
+    # (until then the newcomer's share answered 16 there)
+    wait_until(
+        lambda: (
+            len(kg.runtime.cluster.owned_partitions()[GROUP_LOG]) == kg.settings.offsets_partitions
+        ),
+        what="kg to own every group partition again",
+    )
 
 
 def _sync(c: WireClient, group: str, member: str) -> tuple[int, bytes]:

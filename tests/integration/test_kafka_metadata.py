@@ -15,16 +15,17 @@ def _topic() -> str:
     return f"kw-{uuid.uuid4().hex[:10]}"
 
 
-def test_librdkafka_learns_the_broker_and_an_auto_created_topic(sidecar_kafka):
+def test_librdkafka_learns_the_broker_and_an_auto_created_topic(sidecar, sidecar_kafka):
     topic = _topic()
     producer = Producer({"bootstrap.servers": sidecar_kafka})
     meta = producer.list_topics(topic, timeout=30)
-    assert list(meta.brokers) == [0]
-    broker = meta.brokers[0]
+    node = sidecar.runtime.cluster.me.node_id  # a one-node cluster: this node leads all
+    assert list(meta.brokers) == [node]
+    broker = meta.brokers[node]
     assert f"{broker.host}:{broker.port}" == sidecar_kafka
     assert meta.topics[topic].error is None
     assert sorted(meta.topics[topic].partitions) == [0]
-    assert meta.topics[topic].partitions[0].leader == 0
+    assert meta.topics[topic].partitions[0].leader == node
 
 
 def test_a_topic_listing_shows_topics_of_the_kafka_namespace(sidecar_kafka):

@@ -27,6 +27,7 @@ from confluent_kafka.admin import OffsetSpec
 from kop_dedup.coordination.topics import RetentionTooShort, TopicManager
 from kop_dedup.protocol.retention import Retention, Verdict
 from kop_dedup.settings import Settings
+from tests.helpers import uniq
 from tests.kafka_admin_wire import configs_of, create_topic, describe_configs
 from tests.kafka_conformance import Target
 from tests.kafka_wire import WireClient
@@ -48,7 +49,9 @@ def namespace(pulsar: Any) -> str:
 
 @pytest.fixture(scope="module")
 def retention_sidecar(pulsar: Any, namespace: str) -> Iterator[ThreadSidecar]:
-    with ThreadSidecar(pulsar, namespace=namespace.split("/")[1]) as sc:
+    with ThreadSidecar(
+        pulsar, namespace=namespace.split("/")[1], system_namespace=uniq("sys")
+    ) as sc:
         yield sc
 
 

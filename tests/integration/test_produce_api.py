@@ -162,7 +162,7 @@ def test_epoch_bump_without_init_must_start_at_zero(api, pulsar_reader_client):
 
 
 def test_two_sidecars_never_hand_out_the_same_producer_id(pulsar, sidecar):
-    with ThreadSidecar(pulsar) as other:
+    with ThreadSidecar(pulsar, cluster_of=sidecar) as other:
         urls = [sidecar.url, other.url] * 30
 
         def init(url: str) -> int:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kop_dedup.pulsar.wire import PROP_SEQUENCE
-from tests.helpers import b64, batch, new_pid, read_all, uniq, wait_until
+from tests.helpers import b64, batch, new_pid, read_all, topic_led_by, uniq, wait_until
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -47,10 +47,11 @@ def in_background(call: Callable[[], Any]) -> Callable[[], Any]:
     return join
 
 
-@pytest.fixture(scope="module")
-def other(pulsar: Any) -> Iterator[ThreadSidecar]:
-    """A second sidecar on the same broker (clients behind a load balancer)."""
-    with ThreadSidecar(pulsar, reorder_window_ms=1500) as sc:
+@pytest.fixture
+def other(pulsar: Any, sidecar: ThreadSidecar) -> Iterator[ThreadSidecar]:
+    """A second node of the session sidecar's cluster (clients behind a load balancer),
+    for one test: the others count what the session sidecar does alone."""
+    with ThreadSidecar(pulsar, reorder_window_ms=1500, cluster_of=sidecar) as sc:
         yield sc
 
 
@@ -71,8 +72,10 @@ def test_a_batch_fenced_while_it_waited_behind_a_gap_is_refused_and_never_writte
 ):
     """Kafka checks the epoch under the partition lock at append. A batch of epoch e held
     behind a gap, while epoch e + 1 is recorded through another sidecar, is refused 47
-    when its turn comes (it used to be judged on arrival only, and answered 45)."""
-    topic, txn = uniq(), uniq("txn")
+    when its turn comes (it used to be judged on arrival only, and answered 45). The topic
+    is one the session sidecar leads: the batch waits there."""
+    wait_until("both nodes listed", lambda: len(sidecar.runtime.cluster.members) == 2)
+    topic, txn = topic_led_by(sidecar), uniq("txn")
     pid, epoch = init(sidecar.url, txn)
     assert codes(produce(api, batch(topic, pid, 0, 1, epoch=epoch))) == [0]
     service = sidecar.runtime.service
@@ -114,6 +117,7 @@ def small(pulsar: Any) -> Iterator[ThreadSidecar]:
     message limit, so the bounds show with few records."""
     with ThreadSidecar(
         pulsar,
+        system_namespace=uniq("sys"),  # a cluster of its own: it outlives this module's tests
         max_batch_records=50,
         max_inflight_batches=2,
         max_batch_bytes=64 * 1024,
@@ -188,8 +192,9 @@ def test_a_retry_the_broker_stores_again_is_answered_but_loud(
 ):
     """The broker lost its dedup state for the name (here: dedup switched off and on):
     a retry of a batch older than the last five is stored again. The answer stays 0,
-    but it is logged at ERROR and counted."""
-    topic, pid = uniq(), new_pid(api)
+    but it is logged at ERROR and counted (by the partition's leader: the session
+    sidecar, which leads the topic chosen)."""
+    topic, pid = topic_led_by(sidecar), new_pid(api)
     assert codes(produce(api, *(batch(topic, pid, i, 1) for i in range(6)))) == [0] * 6
     before = metric(sidecar.url, "kop_dedup_dedup_state_lost_total")
     forget_dedup_state(pulsar, topic)
@@ -233,3 +238,27 @@ def test_a_topic_whose_dedup_is_turned_off_is_refused_when_a_producer_opens(puls
     wait_until(
         "the retry to be stored", lambda: codes(produce(api, batch(topic, pid, 0, 1))) == [0]
     )
+
+
+@pytest.mark.parametrize("lease_ms", [60_000, 0])
+def test_batches_on_a_fresh_epochs_view_do_not_each_catch_up(pulsar, lease_ms):
+    """Every idempotent batch used to await a catch-up read of the producer epochs (a
+    broker round trip before its send). Within the fencing lease the view is fresh and
+    batches go at once; a raise waits out the lease instead (the fencing tests above
+    and in test_produce_api show it stays exact across sidecars). Lease 0: a catch-up
+    per batch, as before."""
+    with (
+        ThreadSidecar(pulsar, fencing_lease_ms=lease_ms, system_namespace=uniq("sys")) as sc,
+        httpx.Client(base_url=sc.url, timeout=30) as api,
+    ):
+        topic, pid = uniq(), new_pid(api)
+        assert codes(produce(api, batch(topic, pid, 0, 1))) == [0]
+        epochs = sc.runtime.registry.epochs
+        before = epochs.catch_ups
+        for seq in range(1, 21):
+            assert codes(produce(api, batch(topic, pid, seq, 1))) == [0]
+        caught_up = epochs.catch_ups - before
+    if lease_ms:
+        assert caught_up <= 1, caught_up  # at most the background refresh's
+    else:
+        assert caught_up >= 20, caught_up

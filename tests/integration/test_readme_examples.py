@@ -191,7 +191,10 @@ curl() {  # the real curl; each answer kept as $ANSWERS/<n>.body and <n>.status
 
 @pytest.fixture(scope="module")
 def readme_sidecar(pulsar: Any) -> Any:
-    with ThreadSidecar(pulsar) as sc:
+    # the pages' check-back URL is one their operator allowed (docs/http/produce.md)
+    with ThreadSidecar(
+        pulsar, system_namespace=uniq("sys"), check_back_urls="http://app:8000/"
+    ) as sc:
         yield sc
 
 

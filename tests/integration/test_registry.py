@@ -95,6 +95,7 @@ def test_the_runtime_has_the_broker_compact_the_system_namespace(pulsar):
         runtime = Runtime(settings)
         try:
             await runtime.start()
+            await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         finally:
             await runtime.close()
 

@@ -38,6 +38,7 @@ def test_a_producer_creation_that_outlives_its_batch_is_adopted_not_orphaned(
             Settings(pulsar_service_url=pulsar.service_url, pulsar_admin_url=pulsar.admin_url)
         )
         await runtime.start()
+        await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         try:
             service = runtime.service
             pid = await runtime.registry.allocator.allocate()

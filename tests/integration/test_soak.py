@@ -6,8 +6,8 @@ lands (sidecar SIGKILL, sidecar SIGTERM, broker SIGSTOP, takeover: the broker's 
 alone would take 20-40 s of the suite's budget; the long schedules of ``kop-dedup soak``
 have it); the tests below judge the run's report, one property each. Transactions of
 100 records in batches of 2 make each copy land as about 50 entries per partition, so a
-read_committed end inside one is seen in every run while there is no LSO. It needs the launcher's
-broker (it kills it): with ``PULSAR_SERVICE_URL`` set it skips. A failure prints the
+read_committed end inside one would be seen in every run without the last stable offset.
+It needs the launcher's broker (it kills it): with ``PULSAR_SERVICE_URL`` set it skips. A failure prints the
 report, whose first lines name the seed and the command that replays the schedule; the
 logs are under pytest's basetemp (``soak-*``).
 """
@@ -77,13 +77,6 @@ def test_no_copy_is_duplicated_lost_reordered_or_aborted(report: SoakReport) -> 
     assert failing(report, "duplicates", "lost", "order", "aborted", "offsets") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 25: no last stable offset yet. Copies land batch by batch after EndTxn "
-    "is answered and ListOffsets(READ_COMMITTED)/Fetch answer the high watermark, so a "
-    "read_committed end lands inside a transaction being copied; remove this mark when "
-    "the LSO lands",
-)
 def test_no_read_committed_end_lies_inside_a_transaction(report: SoakReport) -> None:
     assert report.check("lso")
     assert failing(report, "lso") == []

@@ -49,6 +49,10 @@ OUR_FAMILIES = {
     "kop_dedup_kafka_connections_closed",
     "kop_dedup_kafka_connections_opened",
     "kop_dedup_kafka_connections",
+    "kop_dedup_cluster_nodes",
+    "kop_dedup_cluster_ownership_moves",
+    "kop_dedup_cluster_forwarded",
+    "kop_dedup_cluster_refused",
 }
 
 

@@ -151,3 +151,25 @@ def test_bench_kafka_groups_smoke_drains_commits_and_copies_through_the_listener
     assert copied["cells"]["listener"]["extra"]["transactions"] >= 1
     assert copied["cells"]["listener"]["extra"]["committed_ok"]  # offsets committed with them
     assert (tmp_path / "kafka-groups.png").stat().st_size > 0
+
+
+def test_bench_kafka_nodes_measures_a_cluster_of_each_size_whose_second_node_leads(
+    pulsar, tmp_path
+):
+    """``--nodes 1 2``: the produce cells also run through a cluster of one and of two
+    sidecars of their own (one partition per node), beside the listener's own cells; the
+    two-node cells' clients reached both nodes (each led a partition)."""
+    proc = run_cli(
+        *("bench", "--kafka", "--kafka-measures", "produce", "--nodes", "1", "2"),
+        *("--kafka-producers", "2", "--reps", "1", "--seconds", "0.5", "--out", str(tmp_path)),
+        *("--service-url", pulsar.service_url, "--admin-url", pulsar.admin_url),
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "kafka.json").read_text())
+    assert results["setup"]["nodes"] == [1, 2]
+    [row] = [r for r in results["summary"] if r["workload"]["kind"] == "produce"]
+    for side in ("listener", "1 node", "2 nodes"):
+        assert row["cells"][side]["records"] > 0, (side, row["cells"])
+    logs = [log.read_text() for log in tmp_path.glob("sidecar-*.log")]
+    assert len(logs) == 3  # the listener's sidecar, then the cluster of one, grown to two
+    assert sum("in a cluster of 2;" in log for log in logs) == 1  # the second joined the first

@@ -162,6 +162,7 @@ def test_replaying_an_applied_commit_never_writes_its_older_offsets_over_newer_o
     async def scenario() -> int:
         runtime = Runtime(settings(pulsar, txn_apply_delay_ms=600_000))
         await runtime.start()
+        await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         try:
             coordinator = runtime.transactions
             ids = await coordinator.init_producer_id(InitProducerId(tid))
@@ -203,6 +204,7 @@ def test_a_staging_that_fails_after_marking_leaves_no_pending_marker(pulsar):
     async def scenario() -> tuple[Any, Any]:
         runtime = Runtime(settings(pulsar))
         await runtime.start()
+        await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         try:
             coordinator = runtime.transactions
             ids = await coordinator.init_producer_id(InitProducerId(tid))
@@ -258,6 +260,7 @@ def test_a_marker_a_failed_staging_left_is_removed_once_its_transaction_cannot_s
     async def scenario() -> tuple[Any, Any, Any]:
         runtime = Runtime(settings(pulsar))
         await runtime.start()
+        await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         try:
             c = runtime.transactions
             ids = await c.init_producer_id(InitProducerId(tid))

@@ -1,6 +1,5 @@
 """The coordinator's memory stays flat however many transactional ids pass through a
-sidecar, including transactions it journaled that another sidecar completed (real
-broker, two sidecars)."""
+sidecar, their requests arriving through either of two sidecars (real broker)."""
 
 from __future__ import annotations
 
@@ -25,10 +24,21 @@ def call(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     return r.json()
 
 
-def one_transaction(journaler: str, decider: str) -> None:
-    """A transaction of a new id on a new topic: journaled through ``journaler``,
-    committed through ``decider`` (which takes the id over and copies from the journal)."""
-    tid, topic = uniq("tx"), uniq("a")
+def coordinated_by(sc: ThreadSidecar) -> str:
+    """A new transactional id whose coordinator is ``sc``: it journals and copies every
+    transaction of the id, whichever sidecar the requests reach (the other forwards)."""
+    cluster = sc.runtime.cluster
+    return next(
+        tid
+        for tid in (uniq("tx") for _ in range(1000))
+        if cluster.is_me(cluster.txn_coordinator(tid))
+    )
+
+
+def one_transaction(journaler: str, decider: str, tid: str) -> None:
+    """A transaction of ``tid`` on a new topic: produced through ``journaler``, begun and
+    committed through ``decider``."""
+    topic = uniq("a")
     body = call(decider, "/v1/init-producer-id", {"transactionalId": tid})
     pid, epoch = body["producerId"], body["producerEpoch"]
     produced = call(
@@ -73,7 +83,7 @@ def test_memory_stays_flat_over_many_transactional_ids_completed_elsewhere(pulsa
         rounds = []
         for _ in range(2):
             for _ in range(2 * CAP):  # twice the cap per round
-                one_transaction(a.url, b.url)
+                one_transaction(b.url, a.url, coordinated_by(a))
             # what is kept only while a transaction needs it drains: local copies of
             # transactions completed elsewhere within a few sweeps, a copy producer (the
             # journaling sidecar may apply a decision after taking the id back) once

@@ -32,7 +32,7 @@ NS = "persistent://public/kafka"
 
 @pytest.fixture(scope="module")
 def copies_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
-    with ThreadSidecar(pulsar, txn_sweep_interval_ms=100) as sc:
+    with ThreadSidecar(pulsar, txn_sweep_interval_ms=100, system_namespace=uniq("sys")) as sc:
         yield sc
 
 
@@ -128,6 +128,7 @@ def test_a_copy_cut_short_and_finished_from_the_journal_by_another_sidecar_lands
     async def scenario() -> tuple[int, int, int]:
         runtime = Runtime(settings)
         await runtime.start()
+        await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         try:
             coordinator = runtime.transactions
             copier = coordinator._copier

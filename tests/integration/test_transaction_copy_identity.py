@@ -60,6 +60,7 @@ def run(settings: Settings, scenario: Callable[[Runtime], Awaitable[Any]]) -> An
     async def main() -> Any:
         runtime = Runtime(settings)
         await runtime.start()
+        await runtime.join_cluster(None)  # a node of its cluster: it owns partitions
         try:
             return await scenario(runtime)
         finally:
@@ -297,7 +298,7 @@ def test_a_journal_whose_end_lookup_names_an_empty_ledger_commits_the_whole_tran
         assert part.batches == 3
         assert part.journal_end is not None
         assert decode_entry_position(part.journal_end)[1] >= 0
-        await runtime.admin._request("PUT", f"/admin/v2/persistent/{ptopic[13:]}/unload")
+        await runtime.admin.unload(ptopic)
         applier = runtime.transactions.applier
         await applier.apply_once(txn)
         done = await runtime.transactions.describe(tid)
@@ -325,7 +326,7 @@ async def decide_without_local_copy(
     txn = await coordinator.describe(tid)
     assert txn is not None
     coordinator._copier.local.drop(tid, txn.ordinal)
-    await runtime.admin._request("PUT", f"/admin/v2/persistent/{ptopic[13:]}/unload")
+    await runtime.admin.unload(ptopic)
     before_end()
     await coordinator.end(EndTxn(tid, pid, epoch, commit=True))
     decided = await coordinator.describe(tid)

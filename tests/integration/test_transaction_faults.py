@@ -2,7 +2,9 @@
 
 The coordinator is a sidecar process that delays applying a decision
 (``txn_apply_delay_ms``), so a test can kill or pause it between the durable
-decision and the copy; another sidecar (or the restarted one) must finish it.
+decision and the copy; another sidecar of its cluster (or the restarted one) must
+finish it. Each test has its own cluster (system namespace); the coordinator's node id
+is chosen so that placement names it the owner of the transactional id's partition.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import batch, read_all, uniq, wait_until
+from kop_dedup.cluster.placement import TRANSACTION_LOG
+from kop_dedup.coordination.partitions import partition_of
+from tests.helpers import batch, newcomer_owning, read_all, uniq, wait_until
 from tests.sidecar import ProcessSidecar, ThreadSidecar
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 NS = "persistent://public/kafka"
-FAST = {"coordinator_adopt_interval_ms": 300, "txn_sweep_interval_ms": 100}
+FAST = {"txn_sweep_interval_ms": 100}
 LOUD = {**FAST, "log_level": "INFO"}  # a process sidecar's log says what it did
 
 
@@ -63,12 +67,40 @@ def visible_once(client: Any, topics: list[str], pid: int, epoch: int) -> None:
         assert values == [f"{pid}:{epoch}:{i}" for i in range(5)], (t, values)
 
 
+def coordinator_beside(
+    pulsar: Any, tmp_path: Any, other: ThreadSidecar, tid: str, **settings: Any
+) -> ProcessSidecar:
+    """A sidecar process joining ``other``'s cluster as the coordinator of ``tid``."""
+    count = other.settings.txn_log_partitions
+    node = newcomer_owning(
+        other.runtime.cluster.me.node_id, TRANSACTION_LOG, count, partition_of(tid, count)
+    )
+    sc = ProcessSidecar(
+        pulsar,
+        tmp_path,
+        node_id=node,
+        system_namespace=other.settings.system_namespace,
+        **settings,
+    ).start()
+    wait_until(
+        "the new sidecar to coordinate the transactional id",
+        lambda: (
+            other.runtime.cluster.txn_coordinator(tid) is not None
+            and other.runtime.cluster.txn_coordinator(tid).node_id == node
+        ),  # type: ignore[union-attr]
+        timeout=60,
+    )
+    return sc
+
+
 def test_a_coordinator_killed_after_the_decision_has_its_commit_finished_by_another(
     pulsar, tmp_path, pulsar_reader_client
 ):
     tid, topics = uniq("tx"), [uniq("a"), uniq("b")]
-    with ThreadSidecar(pulsar, **FAST) as other:
-        coordinator = ProcessSidecar(pulsar, tmp_path, txn_apply_delay_ms=60_000, **LOUD).start()
+    with ThreadSidecar(pulsar, system_namespace=uniq("sys"), **FAST) as other:
+        coordinator = coordinator_beside(
+            pulsar, tmp_path, other, tid, txn_apply_delay_ms=60_000, **LOUD
+        )
         try:
             pid, epoch = journal_a_transaction(coordinator.url, tid, topics)
             assert end(coordinator.url, tid, pid, epoch)["errorCode"] == 0  # decided, durable
@@ -86,7 +118,9 @@ def test_a_coordinator_killed_after_the_decision_has_its_commit_finished_by_anot
 
 def test_a_restarted_coordinator_finishes_its_own_decision(pulsar, tmp_path, pulsar_reader_client):
     tid, topics = uniq("tx"), [uniq("a")]
-    coordinator = ProcessSidecar(pulsar, tmp_path, txn_apply_delay_ms=60_000, **LOUD).start()
+    coordinator = ProcessSidecar(
+        pulsar, tmp_path, system_namespace=uniq("sys"), txn_apply_delay_ms=60_000, **LOUD
+    ).start()
     try:
         pid, epoch = journal_a_transaction(coordinator.url, tid, topics)
         assert end(coordinator.url, tid, pid, epoch)["errorCode"] == 0
@@ -127,16 +161,27 @@ def test_a_paused_old_coordinator_that_resumes_applies_nothing_twice(
     pulsar, tmp_path, pulsar_reader_client
 ):
     tid, topics = uniq("tx"), [uniq("a"), uniq("b")]
-    old = ProcessSidecar(pulsar, tmp_path, txn_apply_delay_ms=4_000, **LOUD).start()
-    try:
-        with ThreadSidecar(pulsar, **FAST) as new:
+    with ThreadSidecar(pulsar, system_namespace=uniq("sys"), **FAST) as new:
+        old = coordinator_beside(pulsar, tmp_path, new, tid, txn_apply_delay_ms=4_000, **LOUD)
+        try:
             pid, epoch = journal_a_transaction(old.url, tid, topics)
             assert end(old.url, tid, pid, epoch)["errorCode"] == 0
             assert old.proc is not None
             os.kill(old.proc.pid, signal.SIGSTOP)
             try:
-                # the client retries end-txn through another sidecar: it takes the log
-                # partition over (fencing the paused one) and applies the decision
+                # the broker's keep-alive drops the paused one (about 10 s on the test
+                # broker); the cluster then names the other the coordinator, which loads
+                # the log partition (fencing the paused one's writer) and applies the
+                # decision
+                old_node = old.env["KOP_DEDUP_NODE_ID"]
+                wait_until(
+                    "the cluster to drop the paused coordinator",
+                    lambda: (
+                        str(new.runtime.cluster.txn_coordinator(tid).node_id)  # type: ignore[union-attr]
+                        != old_node
+                    ),
+                    timeout=90,
+                )
                 again = end(new.url, tid, pid, epoch)
                 assert again["errorCode"] in {0, 51}, again
                 wait_until(
@@ -146,8 +191,9 @@ def test_a_paused_old_coordinator_that_resumes_applies_nothing_twice(
                 )
             finally:
                 os.kill(old.proc.pid, signal.SIGCONT)
-            # the old one wakes up with its apply due: its writes are fenced (it says
-            # so), its copy is a duplicate the broker drops
+            # the old one wakes up with its apply due: it finds its log writer fenced
+            # (it says so) and gives the partition up; its copy is a duplicate the
+            # broker drops
             wait_until(
                 "the old coordinator to find itself fenced",
                 lambda: "moved to another sidecar" in old.log_path.read_text(),
@@ -155,6 +201,14 @@ def test_a_paused_old_coordinator_that_resumes_applies_nothing_twice(
             )
             assert described(new.url, tid)["state"] == "CompleteCommit"
             assert end(new.url, tid, pid, epoch)["errorCode"] == 0
-    finally:
-        old.stop()
+            # back in the cluster it is named the coordinator again: it loads the log
+            # partition again (never answering from what it read before the pause)
+            wait_until(
+                "the old coordinator to answer from the log again",
+                lambda: described(old.url, tid)["state"] == "CompleteCommit",
+                timeout=60,
+            )
+            assert end(old.url, tid, pid, epoch)["errorCode"] == 0
+        finally:
+            old.stop()
     visible_once(pulsar_reader_client, topics, pid, epoch)

@@ -20,7 +20,7 @@ NS = "persistent://public/kafka"
 
 @pytest.fixture(scope="module")
 def limits_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
-    with ThreadSidecar(pulsar, txn_sweep_interval_ms=100) as sc:
+    with ThreadSidecar(pulsar, txn_sweep_interval_ms=100, system_namespace=uniq("sys")) as sc:
         yield sc
 
 

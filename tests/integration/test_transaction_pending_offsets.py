@@ -11,36 +11,40 @@ from typing import Any
 import httpx
 import pytest
 
-from kop_dedup.coordination.partitions import partition_of
-from kop_dedup.settings import Settings
 from tests.helpers import init_txn, uniq, wait_until
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
-Pair = tuple[httpx.Client, httpx.Client, ThreadSidecar]
+Pair = tuple[httpx.Client, httpx.Client, ThreadSidecar, ThreadSidecar]
 
 
 @pytest.fixture(scope="module")
 def pair(pulsar: Any) -> Iterator[Pair]:
-    """Clients of sidecar A, which applies decisions 3 s late, and sidecar B (at once)."""
+    """Clients of sidecar A, which applies decisions 3 s late, and sidecar B (at once), two
+    nodes of one cluster of their own."""
     with (
-        ThreadSidecar(pulsar, txn_apply_delay_ms=3000) as a,
-        ThreadSidecar(pulsar) as b,
+        ThreadSidecar(pulsar, txn_apply_delay_ms=3000, system_namespace=uniq("sys")) as a,
+        ThreadSidecar(pulsar, cluster_of=a) as b,
         httpx.Client(base_url=a.url, timeout=60) as api_a,
         httpx.Client(base_url=b.url, timeout=60) as api_b,
     ):
-        yield api_a, api_b, b
+        wait_until("A and B to list each other", lambda: len(a.runtime.cluster.members) == 2)
+        yield api_a, api_b, a, b
 
 
-def other_partition_ids(count: int) -> tuple[str, str]:
-    """Two fresh transactional ids of different transaction-log partitions (a change
-    through one sidecar never moves the other id's partition)."""
-    first = uniq("tx")
-    while True:
-        second = uniq("tx")
-        if partition_of(second, count) != partition_of(first, count):
-            return first, second
+def ids_coordinated_by(first: ThreadSidecar, second: ThreadSidecar) -> tuple[str, str]:
+    """Two fresh transactional ids, the first coordinated by ``first``, the second by
+    ``second`` (so each decision is applied where the test expects it)."""
+    cluster = first.runtime.cluster
+
+    def by(node: ThreadSidecar) -> str:
+        me = node.runtime.cluster.me.node_id
+        return next(
+            t for t in (uniq("tx") for _ in range(1000)) if cluster.txn_coordinator(t).node_id == me
+        )
+
+    return by(first), by(second)
 
 
 def stage(api: httpx.Client, tid: str, pid: int, epoch: int, group: str, tp: Any, at: int) -> None:
@@ -79,13 +83,14 @@ def fetched(api: httpx.Client, group: str, tp: Any) -> tuple[int, int]:
 
 @pytest.mark.parametrize(("first_commits", "kept"), [(True, 100), (False, 50)])
 def test_the_end_of_one_transaction_never_undoes_another_s_offsets(pair, first_commits, kept):
-    """T1 stages (G, p) = 100 and ends (its application delayed on sidecar A); T2 stages
-    (G, p) = 50 through sidecar B and ends the other way, applied at once. The partition
-    stays unstable (88) until T1's decision is applied too, then holds what the
-    committed one staged: T1's 100 (T2 aborted), or T2's 50 (T1 aborted)."""
-    tid1, tid2 = other_partition_ids(Settings().txn_log_partitions)
+    """T1 stages (G, p) = 100 and ends (coordinated by sidecar A, which applies it late);
+    T2 stages (G, p) = 50 and ends the other way (coordinated by sidecar B, applied at
+    once). The partition stays unstable (88) until T1's decision is applied too, then
+    holds what the committed one staged: T1's 100 (T2 aborted), or T2's 50 (T1
+    aborted)."""
+    api_a, api_b, a, b = pair
+    tid1, tid2 = ids_coordinated_by(a, b)
     group, tp = uniq("g"), (uniq("src"), 0)
-    api_a, api_b, _ = pair
     r = api_a.post(
         f"/v1/groups/{group}/offsets",
         json={"offsets": [{"topic": tp[0], "partition": tp[1], "offset": 10}]},
@@ -112,9 +117,13 @@ def test_offset_delete_drops_the_pending_offsets_of_every_transaction(pair):
     """OffsetDelete of a partition two transactions staged removes both markers (the
     partition is stable and listed no more), and the commit of either one afterwards
     leaves the partition alone (Kafka's tombstone drops pending offsets too)."""
-    tid1, tid2 = other_partition_ids(Settings().txn_log_partitions)
-    group, tp = uniq("g"), (uniq("src"), 0)
-    _, api, sc = pair
+    _, api, _, sc = pair
+    tid1, tid2 = ids_coordinated_by(sc, sc)
+    cluster = sc.runtime.cluster  # the deletion runs on sc: the group's coordinator
+    group = next(
+        g for g in (uniq("g") for _ in range(1000)) if cluster.is_me(cluster.group_coordinator(g))
+    )
+    tp = (uniq("src"), 0)
     pid1, epoch1 = init_txn(api, tid1)
     pid2, epoch2 = init_txn(api, tid2)
     stage(api, tid1, pid1, epoch1, group, tp, 100)

@@ -1,7 +1,8 @@
 """Late requests never decide the next transaction (``transactionToken``: KIP-890's
 protection over HTTP), and transactional offsets are fenced like a member's commit
 (KIP-447: ``memberId`` and ``generation``). Real broker; the late requests through a
-second sidecar that was paused while it held them."""
+second sidecar of the cluster (one that coordinates neither: it forwards them) that was
+paused while it held them."""
 
 from __future__ import annotations
 
@@ -15,14 +16,16 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from kop_dedup.cluster.placement import GROUP_LOG, TRANSACTION_LOG
+from kop_dedup.coordination.partitions import partition_of
 from kop_dedup_tools.topics import create_topic
-from tests.helpers import batch, read_all, uniq, wait_until
+from tests.helpers import batch, newcomer_owning_none, read_all, uniq, wait_until
 from tests.sidecar import ProcessSidecar, ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
 NS = "persistent://public/kafka"
-FAST = {"coordinator_adopt_interval_ms": 300, "txn_sweep_interval_ms": 100}
+FAST = {"txn_sweep_interval_ms": 100}
 LOUD = {**FAST, "log_level": "INFO"}
 
 
@@ -53,6 +56,17 @@ def stable_offsets(url: str, group: str) -> dict[tuple[str, int], dict[str, Any]
     return {(o["topic"], o["partition"]): o for o in r.json()["offsets"]}
 
 
+def _forwarding(b: ThreadSidecar, tid: str, group: str | None = None) -> int:
+    """A node id for the sidecar that holds the late requests: one of b's cluster that
+    coordinates neither the transactional id nor the group (it forwards them to b; a
+    frozen coordinator would hold b's own requests until the broker dropped it)."""
+    s = b.settings
+    things = [(TRANSACTION_LOG, s.txn_log_partitions, partition_of(tid, s.txn_log_partitions))]
+    if group is not None:
+        things.append((GROUP_LOG, s.offsets_partitions, partition_of(group, s.offsets_partitions)))
+    return newcomer_owning_none(b.runtime.cluster.me.node_id, things)
+
+
 class Late:
     """A request handed to a sidecar (its bytes in the sidecar's socket) whose answer is
     read later: what a client that timed out leaves behind."""
@@ -80,7 +94,7 @@ def test_a_late_end_txn_never_decides_the_next_transaction(pulsar, tmp_path, pul
     transaction 1's decision (0, then 48) and transaction 2 stays open."""
     tid, topic = uniq("tx"), uniq("a")
     with ThreadSidecar(pulsar, **FAST) as b:
-        a = ProcessSidecar(pulsar, tmp_path, **LOUD).start()
+        a = ProcessSidecar(pulsar, tmp_path, node_id=_forwarding(b, tid), **LOUD).start()
         try:
             pid, epoch = init(b.url, tid)
             ids = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch}
@@ -128,7 +142,7 @@ def test_a_late_txn_offset_commit_never_stages_into_the_next_transaction(pulsar,
     its transaction is complete) and transaction 2 commits 20, not 10."""
     tid, topic, group, source = uniq("tx"), uniq("a"), uniq("g"), uniq("src")
     with ThreadSidecar(pulsar, **FAST) as b:
-        a = ProcessSidecar(pulsar, tmp_path, **LOUD).start()
+        a = ProcessSidecar(pulsar, tmp_path, node_id=_forwarding(b, tid, group), **LOUD).start()
         try:
             pid, epoch = init(b.url, tid)
             ids = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch}

@@ -21,7 +21,11 @@ NS = "persistent://public/kafka"
 @pytest.fixture(scope="module")
 def txn_sidecar(pulsar: Any) -> Iterator[ThreadSidecar]:
     with ThreadSidecar(
-        pulsar, reorder_window_ms=1500, txn_sweep_interval_ms=100, coordinator_adopt_interval_ms=500
+        pulsar,
+        system_namespace=uniq("sys"),
+        reorder_window_ms=1500,
+        txn_sweep_interval_ms=100,
+        coordinator_adopt_interval_ms=500,
     ) as sc:
         yield sc
 
@@ -322,7 +326,11 @@ def check_back(pulsar: Any) -> Iterator[tuple[CheckBackApp, str, ThreadSidecar]]
     with (
         serve_check_back(app) as url,
         ThreadSidecar(
-            pulsar, txn_sweep_interval_ms=100, check_back_interval_ms=50, check_back_max=3
+            pulsar,
+            txn_sweep_interval_ms=100,
+            check_back_interval_ms=50,
+            check_back_max=3,
+            check_back_urls=url,
         ) as sc,
     ):
         yield app, url, sc

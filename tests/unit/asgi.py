@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 
 from kop_dedup import errors
+from kop_dedup.cluster.members import Membership
+from kop_dedup.cluster.ownership import Cluster
 from kop_dedup.coordination.transactions.requests import InitProducerId, ProducerIdAndEpoch
 from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.observability.stats import Stats
@@ -85,12 +87,23 @@ class StubTransactions:
         return ProducerIdAndEpoch(4242, self.epochs[tid])
 
 
+def unjoined_cluster() -> Cluster:
+    """A node that has not joined a cluster: it answers as a one-node cluster and
+    forwards nothing (the unit tests' runtimes have no Pulsar to list members on)."""
+
+    async def no_topics(topic: str) -> int:
+        raise errors.UnknownTopicOrPartition(topic)
+
+    return Cluster(Membership(None, None, "unit-members"), partitions_of=no_topics)  # type: ignore[arg-type]
+
+
 class StubRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings, self.service, self.stats = settings, StubService(), Stats()
         self.kafka_stats = WireStats()
         self.registry = StubRegistry()
         self.transactions = StubTransactions(settings)
+        self.cluster = unjoined_cluster()
 
 
 class Client:

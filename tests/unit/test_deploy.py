@@ -19,8 +19,13 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S_VERSION = "1.29.0"
 
 
-def k8s_docs() -> list[dict]:
-    return list(yaml.safe_load_all((DEPLOY / "kubernetes" / "sidecar.yaml").read_text()))
+def k8s_docs(name: str = "sidecar.yaml") -> list[dict]:
+    return list(yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()))
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    """The container's env entries by name (value or valueFrom)."""
+    return {e["name"]: e for e in container["env"]}
 
 
 def sidecar_container(docs: list[dict]) -> dict:
@@ -37,6 +42,85 @@ def test_kubernetes_manifest_validates_strictly(version):
     assert {d["kind"] for d in docs} == {"ConfigMap", "Secret", "Deployment"}
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", [K8S_VERSION, kubernetes_validate.latest_version()])
+def test_cluster_manifest_validates_strictly(version):
+    docs = k8s_docs("cluster.yaml")
+    assert sorted(d["kind"] for d in docs) == [
+        "ConfigMap",
+        "PodDisruptionBudget",
+        "Secret",
+        "Service",
+        "Service",
+        "StatefulSet",
+    ]
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_per_pod_sidecar_is_a_node_in_sidecar_mode_reached_at_its_pod_ip():
+    """Sidecar mode, the Kafka listener on loopback (the application only), the HTTP API
+    on the pod's addresses with the peer URL naming the pod IP, no fixed node id (a
+    Deployment has no ordinals: each derives its own from its addresses)."""
+    docs = k8s_docs()
+    [config] = [d for d in docs if d["kind"] == "ConfigMap"]
+    data = config["data"]
+    assert data["KOP_DEDUP_CLUSTER_MODE"] == "sidecar"
+    assert data["KOP_DEDUP_KAFKA_LISTENER"].startswith("127.0.0.1:")
+    assert data["KOP_DEDUP_HOST"] == "0.0.0.0"
+    env = env_of(sidecar_container(docs))
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["KOP_DEDUP_PEER_URL"]["value"] == f"http://$(POD_IP):{data['KOP_DEDUP_PORT']}"
+    names = [e["name"] for e in sidecar_container(docs)["env"]]
+    assert names.index("POD_IP") < names.index("KOP_DEDUP_PEER_URL")  # $(POD_IP) expands
+    assert "KOP_DEDUP_NODE_ID" not in env
+    assert "KOP_DEDUP_NODE_ID" not in data
+
+
+def test_the_shared_tier_gives_each_pod_its_ordinal_and_its_dns_name():
+    """A StatefulSet behind a headless Service (pod DNS names, published before ready)
+    and a bootstrap Service; node id from the pod-index label; the advertised Kafka
+    address and the peer URL are the pod's DNS name under the headless Service; Kafka
+    and HTTP listen on every address, on the ports the Services and the pod name."""
+    docs = k8s_docs("cluster.yaml")
+    [config] = [d for d in docs if d["kind"] == "ConfigMap"]
+    [sts] = [d for d in docs if d["kind"] == "StatefulSet"]
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    headless = services[sts["spec"]["serviceName"]]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    [bootstrap] = [s for name, s in services.items() if name != headless["metadata"]["name"]]
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    for service in (headless, bootstrap):
+        assert service["spec"]["selector"].items() <= labels.items()
+    data = config["data"]
+    assert data["KOP_DEDUP_CLUSTER_MODE"] == "cluster"
+    assert data["KOP_DEDUP_HOST"] == "0.0.0.0"
+    host, _, kafka_port = data["KOP_DEDUP_KAFKA_LISTENER"].rpartition(":")
+    assert host == "0.0.0.0"
+    [container] = sts["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": int(data["KOP_DEDUP_PORT"]), "kafka": int(kafka_port)}
+    for service in (headless, bootstrap):
+        assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
+            "http": "http",
+            "kafka": "kafka",
+        }
+    env = env_of(container)
+    node_id = env["KOP_DEDUP_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert node_id == "metadata.labels['apps.kubernetes.io/pod-index']"
+    dns = f"$(POD_NAME).{headless['metadata']['name']}.$(POD_NAMESPACE).svc.cluster.local"
+    assert env["KOP_DEDUP_KAFKA_ADVERTISED"]["value"] == f"{dns}:{kafka_port}"
+    assert env["KOP_DEDUP_PEER_URL"]["value"] == f"http://{dns}:{data['KOP_DEDUP_PORT']}"
+    names = [e["name"] for e in container["env"]]
+    for used in ("POD_NAME", "POD_NAMESPACE"):
+        assert names.index(used) < names.index("KOP_DEDUP_KAFKA_ADVERTISED")
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 30
+    shutdown_s = int(data["KOP_DEDUP_SHUTDOWN_TIMEOUT_MS"]) / 1000
+    assert sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > shutdown_s
 
 
 def test_the_validator_bites_on_a_broken_manifest():
@@ -85,6 +169,26 @@ def test_compose_file_validates_against_the_compose_spec():
     broken = copy.deepcopy(compose)
     broken["services"]["kop-dedup"]["depends_on"]["pulsar"]["condition"] = "whenever"
     assert list(compose_validator().iter_errors(broken))
+
+
+def test_the_compose_cluster_profile_runs_three_nodes_of_one_cluster():
+    """Node 0 always, nodes 1 and 2 with ``--profile cluster``: distinct node ids and
+    Kafka ports, each advertising the host port it is published on, peers at their
+    service names, the same Pulsar and system namespace."""
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    nodes = {name: s for name, s in services.items() if name.startswith("kop-dedup")}
+    assert sorted(nodes) == ["kop-dedup", "kop-dedup-1", "kop-dedup-2"]
+    assert [nodes[n].get("profiles") for n in sorted(nodes)] == [None, ["cluster"], ["cluster"]]
+    ids = set()
+    for name, node in nodes.items():
+        env = node["environment"]
+        ids.add(env["KOP_DEDUP_NODE_ID"])
+        listen = env["KOP_DEDUP_KAFKA_LISTENER"].rpartition(":")[2]
+        advertised = env["KOP_DEDUP_KAFKA_ADVERTISED"]
+        assert f"{advertised}:{listen}" in node["ports"], name
+        assert env["KOP_DEDUP_PEER_URL"] == f"http://{name}:8090"
+        assert env["KOP_DEDUP_PULSAR_SERVICE_URL"] == "pulsar://pulsar:6650"
+    assert len(ids) == 3
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:

@@ -13,7 +13,9 @@ import pulsar
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kop_dedup.pulsar.fetching import RECORD_OVERHEAD, EntryReader, _Raw, _read_available
+from kop_dedup.protocol.stable import CopyHead, CopyMark
+from kop_dedup.pulsar.fetching import EntryReader
+from kop_dedup.pulsar.stored import RECORD_OVERHEAD, RawEntry, read_available
 from kop_dedup.pulsar.wire import PROP_EPOCH, PROP_PRODUCER_ID, PROP_SEQUENCE, PROP_TIMESTAMP
 
 # -- stand-ins for the client's messages and reader ------------------------------------------
@@ -95,11 +97,11 @@ def _messages(sizes: list[int], value: int = 10) -> list[_Msg]:
 def test_entries_are_grouped_and_a_read_ends_on_an_entry_boundary():
     reader = _Reader(_messages([3, 2, 4]))
     per_record = 10 + RECORD_OVERHEAD
-    raw, held, drained = _read_available(reader, None, 1)  # one byte: the first entry whole
+    raw, held, drained = read_available(reader, None, 1)  # one byte: the first entry whole
     assert [(r.entry, len(r.records)) for r in raw] == [(0, 3)]
     assert held is not None
     assert (held.at.entry, drained) == (1, False)
-    raw, held, drained = _read_available(reader, held, 10_000)
+    raw, held, drained = read_available(reader, held, 10_000)
     assert [(r.entry, len(r.records), r.sequence) for r in raw] == [(1, 2, 3), (2, 4, 5)]
     assert (held, drained) == (None, True)
     assert raw[0].size == 61 + 2 * per_record
@@ -109,7 +111,7 @@ def test_entries_are_grouped_and_a_read_ends_on_an_entry_boundary():
 
 def test_the_broker_is_asked_only_when_the_clients_queue_is_empty():
     reader = _Reader(_messages([50]))
-    raw, _, drained = _read_available(reader, None, 1 << 20)
+    raw, _, drained = read_available(reader, None, 1 << 20)
     assert (len(raw[0].records), drained) == (50, True)
     assert reader.calls.count("has") == 1  # at the end, not per message
     assert reader.calls.count("read_next(0)") == 51
@@ -117,7 +119,7 @@ def test_the_broker_is_asked_only_when_the_clients_queue_is_empty():
 
 def test_a_message_the_broker_has_but_the_client_has_not_yet_ends_the_read_undrained():
     reader = _Reader([], more=True)
-    raw, held, drained = _read_available(reader, None, 1 << 20)
+    raw, held, drained = read_available(reader, None, 1 << 20)
     assert (raw, held, drained) == ([], None, False)
 
 
@@ -151,13 +153,13 @@ class _Positions:
         return self.index[position[:2]][0] + max(position[2], 0)
 
 
-def _raws(index, keys, start_batch: int) -> list[_Raw]:
+def _raws(index, keys, start_batch: int) -> list[RawEntry]:
     out = []
     for i, (ledger, entry) in enumerate(keys):
         first = start_batch if i == 0 else 0
         n = index[(ledger, entry)][1] - first
         out.append(
-            _Raw(ledger, entry, first, 7, 0, 0, 0, [object()] * n, 0)  # type: ignore[list-item]
+            RawEntry(ledger, entry, first, 7, 0, 0, 0, [object()] * n, 0, None)  # type: ignore[list-item]
         )
     return out
 
@@ -197,9 +199,11 @@ def test_every_entry_read_whole_is_learnt_as_the_broker_indexes_it(layout, data,
     raw = raws[cut]
     if len(raw.records) > 1:
         at = data.draw(st.integers(1, len(raw.records) - 1))
-        rest = _Raw(raw.ledger, raw.entry, raw.batch_index + at, 7, 0, 0, 0, raw.records[at:], 0)
+        rest = RawEntry(
+            raw.ledger, raw.entry, raw.batch_index + at, 7, 0, 0, 0, raw.records[at:], 0, None
+        )
         raws[cut : cut + 1] = [
-            _Raw(raw.ledger, raw.entry, raw.batch_index, 7, 0, 0, 0, raw.records[:at], 0),
+            RawEntry(raw.ledger, raw.entry, raw.batch_index, 7, 0, 0, 0, raw.records[:at], 0, None),
             rest,
         ]
     cuts = (
@@ -279,3 +283,43 @@ def test_an_entry_sent_again_from_its_start_after_a_read_that_ended_inside_it_gi
     assert got[0].position == (10, 1, 1)
     assert reader.skipped_from is None
     assert reader.next_offset == 9
+
+
+# -- read_committed: the last stable offset of what a reader counted ----------------------------
+
+
+def _marked(ledger, entry, first, n, mark):  # type: ignore[no-untyped-def]
+    return RawEntry(ledger, entry, first, 7, 0, 0, 0, [object()] * n, 0, mark)  # type: ignore[list-item]
+
+
+def test_a_read_committed_reader_hands_out_only_what_lies_before_a_copy_not_whole_yet():
+    index = _index([[2, 1, 1, 1]])
+    reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    copy = lambda batch: CopyMark(7, 1, CopyHead("app", batch, 2))  # noqa: E731
+    got = asyncio.run(
+        reader._counted(
+            [
+                _marked(10, 0, 0, 2, None),  # plain
+                _marked(10, 1, 0, 1, copy(0)),  # the copy's first batch of two
+                _marked(10, 2, 0, 1, None),  # plain, after the copy's first record
+            ]
+        )
+    )
+    reader._unread.extend(got)  # as a read ahead keeps them
+    assert reader.stable.lso == 2
+    assert [e.base_offset for e in reader._pop(1 << 20, reader._stable_unread())] == [0]
+    assert reader.next_offset == 2  # kept for the next fetch at the copy's first record
+    reader._unread.extend(asyncio.run(reader._counted([_marked(10, 3, 0, 1, copy(1))])))
+    assert [e.base_offset for e in reader._pop(1 << 20, reader._stable_unread())] == [2, 3, 4]
+
+
+def test_an_entry_sent_again_from_its_start_counts_its_batch_once():
+    """A read ended inside a copied batch; the reader's connection dropped and the broker
+    sent the entry again from its first record: its rest counts, its head not twice."""
+    index = _index([[4]])
+    reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    mark = CopyMark(7, 1, CopyHead("app", 0, 5))  # 5 records: one more batch to come
+    asyncio.run(reader._counted([_marked(10, 0, 0, 2, mark)]))
+    asyncio.run(reader._counted([_marked(10, 0, 0, 4, mark)]))  # again, from its start
+    [copy] = reader.stable.open_copies()
+    assert copy.seen == 4  # not 6: the rest's two records, the head counted once

@@ -80,3 +80,29 @@ def test_listener_addresses_parse_and_an_empty_listener_is_off():
         Settings(kafka_advertised="nohost")
     with pytest.raises(ValueError, match="together"):
         Settings(kafka_tls_cert="/tmp/c.pem")
+
+
+def test_an_answer_that_overtakes_the_entry_before_waits_for_it_instead_of_asking():
+    """Several producers on one partition: the receipt of entry 2 can come back before
+    the one of entry 1 (both ours). Entry 2 used to ask the broker (an admin round trip
+    on the produce answer's path); it now waits for entry 1's answer and derives."""
+    broker = Broker({(5, 0): 2, (5, 1): 3, (5, 2): 4})
+    offsets = ProducedOffsets(broker, wait_s=5.0)  # type: ignore[arg-type]
+
+    async def main() -> list[int]:
+        first = await offsets.base_offset("t", "5:0:0:0", 2)
+        later = asyncio.ensure_future(offsets.base_offset("t", "5:2:0:0", 4))
+        await asyncio.sleep(0.01)  # entry 2's answer is waiting for entry 1's
+        assert not later.done()
+        return [first, await offsets.base_offset("t", "5:1:0:0", 3), await later]
+
+    assert asyncio.run(main()) == [0, 2, 5]
+    assert broker.asked == [(5, 0)]
+    assert (offsets.looked_up, offsets.derived) == (1, 2)
+
+
+def test_an_entry_before_that_never_answers_is_asked_after_the_wait():
+    broker = Broker({(5, 0): 2, (5, 1): 3})
+    offsets = ProducedOffsets(broker, wait_s=0.01)  # type: ignore[arg-type]
+    assert _run(offsets, [("5:1:0:0", 3)]) == [2]
+    assert broker.asked == [(5, 1)]

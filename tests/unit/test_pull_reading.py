@@ -11,15 +11,16 @@ from tests.unit.test_fetch_reading import _messages, _Reader
 
 def test_the_broker_is_asked_only_when_the_clients_queue_is_empty():
     reader = _Reader(_messages([50]))
-    raw = _read_available(reader, 100, None)
-    assert len(raw) == 50
+    raw, drained = _read_available(reader, 100, None)
+    assert (len(raw), drained) == (50, True)
     assert reader.calls.count("has") == 1  # at the end, not per message
     assert [r.position for r in raw[:2]] == [(5, 0, 0), (5, 0, 1)]
 
 
 def test_a_pull_stops_at_its_limit_without_asking_the_broker():
     reader = _Reader(_messages([50]))
-    assert len(_read_available(reader, 10, None)) == 10
+    raw, drained = _read_available(reader, 10, None)
+    assert (len(raw), drained) == (10, False)
     assert reader.calls.count("has") == 0
 
 
@@ -35,5 +36,5 @@ def test_a_message_the_broker_has_but_the_client_has_not_yet_is_waited_for():
         return real(timeout_ms)
 
     reader.read_next = arrives  # type: ignore[method-assign]
-    raw = _read_available(reader, 10, None)
+    raw, _ = _read_available(reader, 10, None)
     assert len(raw) == 1

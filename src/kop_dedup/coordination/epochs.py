@@ -12,7 +12,14 @@ What the produce path may rely on:
 - ``await barrier()`` returns once every epoch written before the call, by any
   sidecar, is applied here (one coalesced catch-up serves concurrent callers);
 - ``await raise_to(pid, epoch)`` returns once the epoch is durable in Pulsar,
-  and applies it here at once.
+  and applies it here at once;
+- with a fencing lease ``L`` (``FENCING_LEASE_MS``): ``fresh(now)`` is true while
+  the last catch-up began less than ``L`` ago, a catch-up runs in the background
+  every ``L / 3``, and ``raise_to`` returns only ``L`` after its epoch is durable.
+  So every decision taken on a fresh view after a raise has returned (by any
+  sidecar) read a catch-up that began after the raise was stored: the produce path
+  fences as exactly as with a catch-up per batch, without one (the raise, once per
+  new epoch, waits instead of every batch).
 
 Bounded (:class:`~kop_dedup.coordination.expiry.Bounds`): an entry expires a
 configurable time after its epoch was last raised (the publish time of its
@@ -160,10 +167,14 @@ class EpochRegistry:
         sweeper_name: str | None = None,
         compact: CompactTopic | None = None,
         clock: Callable[[], float] = time.time,
+        lease_s: float = 0.0,
     ) -> None:
         """``sweeper_name``: the name mutex under which one sidecar at a time writes the
-        tombstones of expired entries (None: this registry writes none)."""
+        tombstones of expired entries (None: this registry writes none). ``lease_s``:
+        the fencing lease (see the module docstring; 0: none, a catch-up per decision)."""
         self.topic = topic
+        self.lease_s = lease_s
+        self._refreshing: asyncio.Task[None] | None = None
         self._map = EpochMap(bounds)
         self._clock = clock
         self._table = KeyedTable(client, topic, self._apply, compact=compact)
@@ -215,13 +226,36 @@ class EpochRegistry:
             future.add_done_callback(lambda _f: self._repair_soon())
         return future
 
+    def fresh(self, now: float) -> bool:
+        """Whether ``highest`` may be trusted at ``now`` (monotonic) without a catch-up:
+        the last one began within the lease."""
+        began = self._table.caught_up_from
+        return self.lease_s > 0 and began is not None and now - began < self.lease_s
+
+    def start_refreshing(self) -> None:
+        """Catch up every third of the lease in the background, so the produce path
+        finds the view fresh (a failed catch-up only makes the next batches catch up)."""
+        if self.lease_s > 0 and self._refreshing is None:
+            self._refreshing = asyncio.create_task(self._refresh(), name="epochs-refresh")
+
+    async def _refresh(self) -> None:
+        while True:
+            try:
+                await self.barrier()
+            except Exception as exc:
+                log.debug("refreshing %s failed: %r", self.topic, exc)
+            await asyncio.sleep(self.lease_s / 3)
+
     async def raise_to(self, producer_id: int, epoch: int) -> None:
-        """Record ``epoch`` for ``producer_id`` durably before anything relies on it."""
+        """Record ``epoch`` for ``producer_id`` durably before anything relies on it;
+        with a lease, return only once every sidecar's fresh view holds it."""
         current = self._map.highest(producer_id)
         if current is not None and epoch <= current:
             return
         await self._writer.send(str(producer_id), str(epoch).encode())
         self._map.raised(producer_id, epoch, self._now_ms())
+        if self.lease_s > 0:
+            await asyncio.sleep(self.lease_s)
 
     async def sweep(self) -> Swept:
         """Drop expired and over-cap entries (logged at INFO when any), then tombstone
@@ -265,6 +299,11 @@ class EpochRegistry:
                 self._map.suspect(pid)
 
     @property
+    def catch_ups(self) -> int:
+        """Catch-ups of the topic since this registry was created."""
+        return self._table.catch_ups
+
+    @property
     def records_read(self) -> int:
         """Records read from the topic since this registry was created."""
         return self._table.records_read
@@ -273,9 +312,10 @@ class EpochRegistry:
         return len(self._map)
 
     async def close(self) -> None:
-        if self._repairing is not None:
-            self._repairing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._repairing
+        for task in (self._refreshing, self._repairing):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self._table.close()
         await self._writer.close()

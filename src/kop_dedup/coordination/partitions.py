@@ -1,45 +1,50 @@
-"""State partitions: one writer each, any reader, owned on demand or adopted as orphans.
+"""State partitions: one writer each, any reader, owned by the node the cluster names.
 
 A coordinator keeps its state in a partitioned, compacted log topic (the transaction
-log, the consumer offsets). Each partition is a keyed table that every sidecar can read
+log, the consumer groups). Each partition is a keyed table that every sidecar can read
 (:meth:`StatePartitions.read`: a coalesced catch-up, so a read sees every write made
 before it, by any sidecar) and that exactly one sidecar writes: its *owner*, holding
 the partition's fenced writer.
 
-Ownership moves in two ways:
+**Who owns a partition is decided by the cluster**, not by whoever asks first: every
+node computes the same owner from the live members Pulsar lists
+(:mod:`kop_dedup.cluster.placement`) and hands its own share to :meth:`StatePartitions.assign`
+after every listing. Kafka's ``onElection``/``onResignation``:
 
-* **on demand** (:meth:`StatePartitions.own`): a sidecar asked to change a key takes
-  the partition with fencing. The previous owner's next write fails (it learns it lost
-  the partition then), so two sidecars never both write. Any sidecar serves any key,
-  whichever sidecar a load balancer picks; sidecars never talk to each other (as
-  sidecars they often listen on loopback only), Pulsar is the only thing they share.
-  The price is a takeover (a producer creation and a catch-up, milliseconds) whenever
-  two sidecars take turns on one partition.
-* **as orphans** (:meth:`StatePartitions.adopt_orphans`, every few seconds): a
-  partition with no writer at the broker (its owner crashed, stopped or shut down) is
-  taken by a sidecar, which recovers it (``on_acquired``), so decided work is finished
-  and timeouts fire with no client asking. (Pulsar's ``WaitForExclusive`` would hand
-  it over at once, but a waiting creation times out with the client's operation
-  timeout and logs a warning each time, for every partition of every sidecar.)
+* a partition newly assigned is **loaded**: once the broker lists no writer on it (the
+  previous owner released it; waited for at most ``handoff_wait_s``, then taken anyway:
+  a node that hangs is fenced), this node opens the partition's writer with fencing,
+  writes an ownership marker and reads until it reads it back (everything the previous
+  owner stored is then applied), and runs ``on_acquired(partition, orphan)``
+  (``orphan``: no writer was listed, the previous owner went away);
+* a partition no longer assigned is **released**: ``on_release`` runs under its lock
+  (the groups store marks it closed cleanly there), then the writer closes, so the new
+  owner takes it without waiting;
+* a change asks :meth:`StatePartitions.ready` first: NOT_COORDINATOR (16) on a node the
+  cluster does not name (the transports forward or refuse before it gets here),
+  COORDINATOR_LOAD_IN_PROGRESS (14) when the load takes longer than the caller waits.
 
-After taking a partition, the new owner writes an ownership marker and catches up
-until it reads it back: everything the previous owner stored is applied by then.
-``apply`` sees the table's records (markers excluded) in topic order; it must accept
-seeing a record twice (a coordinator applies its own writes at once and reads them
-again later) and ignore stale ones (records carry a version).
+The fenced writer stays as the safety net: two nodes whose views of the members differ
+for a moment (within one listing of each other) may both load a partition; the later
+one fences the earlier, whose next write fails (NOT_COORDINATOR, nothing stored), and
+once their views agree only the owner takes it again. A non-owner never takes a
+partition.
+
+``apply`` sees the table's records (markers excluded) in topic order, some twice (a
+coordinator applies its own writes at once and reads them again later): it ignores
+stale ones (records carry a version).
 
 **A write that failed** (one rule for every coordinator). A write that fails with
 anything but a fencing (a timeout, the broker away) may still have been stored, now or
 later: the partition is *in doubt* (:meth:`StatePartitions.in_doubt`). Before its
-next change the owner gives its writer up (nothing of it can land afterwards), takes
-the partition again with a fresh writer and reads it to a new ownership marker, so the
-view holds exactly what is stored, and runs ``on_acquired`` (a coordinator recovers
-the partition there: a decision whose write "failed" but was stored is driven like
-one found after a takeover). A coordinator whose view may hold writes that were never
-stored (it puts a change in its view before the write is durable) passes ``reset``:
-the partition is then read again from its start. :meth:`StatePartitions.own` applies
-the rule; :meth:`StatePartitions.settle_doubt` lets a sweep apply it with no change
-pending.
+next change the owner gives its writer up (nothing of it can land afterwards), opens
+a fresh writer and reads the partition to a new ownership marker, so the view holds
+exactly what is stored, and runs ``on_acquired`` (a coordinator recovers the partition
+there: a decision whose write "failed" but was stored is driven like one found after a
+takeover). A coordinator whose view may hold writes that were never stored (it puts a
+change in its view before the write is durable) passes ``reset``: the partition is then
+read again from its start. :meth:`StatePartitions.own` applies the rule;
+:meth:`StatePartitions.settle_doubt` lets a sweep apply it with no change pending.
 """
 
 from __future__ import annotations
@@ -51,69 +56,31 @@ import json
 import logging
 import time
 import uuid
-import zlib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from kop_dedup import errors
-from kop_dedup.pulsar.exclusive import FencedWriter, OwnershipLost
-from kop_dedup.pulsar.tables import KeyedTable, PulsarClient, TableRecord
+from kop_dedup.coordination.partition_slot import (
+    OWNER_KEY,
+    Acquired,
+    Apply,
+    Lost,
+    OwnerOf,
+    Released,
+    Slot,
+    Writers,
+    handed_off,
+    partition_of,
+)
+from kop_dedup.pulsar.exclusive import OwnershipLost
+from kop_dedup.pulsar.tables import PulsarClient
 
 __all__ = ["OWNER_KEY", "StatePartitions", "partition_of"]
 
 log = logging.getLogger(__name__)
-_ORPHAN = "it had no owner"
-"""How an adopted partition was taken (logged at DEBUG; the round logs one INFO line)."""
 
-OWNER_KEY = "__owner__"
-"""The key of ownership markers; never a coordinator key."""
-
-_STANDBY_RETRY_S = 1.0
-
-
-def partition_of(key: str, partitions: int) -> int:
-    """The partition of a key: stable across sidecars, processes and versions (CRC-32)."""
-    return zlib.crc32(key.encode("utf-8")) % partitions
-
-
-Apply = Callable[[int, TableRecord], None]
-Acquired = Callable[[int], Coroutine[Any, Any, None]]
-Lost = Callable[[int], None]
-Writers = Callable[[], Awaitable[dict[int, list[str]]]]
-"""Names of the producers the broker has on each partition (the admin API's stats)."""
-
-
-class _Partition:
-    __slots__ = (
-        "index",
-        "last_marker",
-        "lock",
-        "marker",
-        "marker_seen",
-        "table",
-        "topic",
-        "writer",
-    )
-
-    def __init__(self, client: PulsarClient, topic: str, index: int, apply: Apply) -> None:
-        self.index, self.topic = index, topic
-        self.marker: str | None = None
-        self.last_marker: str | None = None
-        """The latest ownership marker read from the partition (anyone's)."""
-        self.marker_seen = asyncio.Event()
-
-        def apply_record(record: TableRecord) -> None:
-            if record.key == OWNER_KEY:
-                if record.value is not None:
-                    self.last_marker = record.value.decode()
-                    if self.last_marker == self.marker:
-                        self.marker_seen.set()
-                return
-            apply(index, record)
-
-        self.table = KeyedTable(client, topic, apply_record)
-        self.writer = FencedWriter(client, topic)
-        self.lock = asyncio.Lock()
+_HANDOFF_POLL_S = 0.05
+_LOAD_RETRY_S = 1.0
 
 
 class StatePartitions:
@@ -131,26 +98,39 @@ class StatePartitions:
         writers: Writers,
         name: str,
         reset: Callable[[int], None] | None = None,
+        on_release: Released | None = None,
+        on_taken: Callable[[int, bool], None] | None = None,
+        owner_of: OwnerOf | None = None,
+        handoff_wait_s: float = 5.0,
     ) -> None:
         self.topic, self.count, self.name = topic, partitions, name
         self._reset = reset
-        self._doubt: dict[int, BaseException] = {}
-        """Partitions a write of ours may have reached without our knowing (how it failed)."""
+        self._doubt: dict[int, BaseException] = {}  # a failed write of ours may be stored
         self._identity = uuid.uuid4().hex[:12]
-        self._on_acquired, self._on_lost = on_acquired, on_lost
-        self._parts = [
-            _Partition(client, f"{topic}-partition-{i}", i, apply) for i in range(partitions)
-        ]
+        self._on_acquired, self._on_lost, self._on_release = on_acquired, on_lost, on_release
+        self._on_taken = on_taken  # (partition, orphan), before any change can run on it
+        self._owner_of = owner_of or (lambda _p: "another node")
+        self._handoff_wait_s = handoff_wait_s
+        self._parts = [Slot(client, f"{topic}-partition-{i}", i, apply) for i in range(partitions)]
         self._writers = writers
-        self._watcher: asyncio.Task[None] | None = None
-        self._recovering: set[asyncio.Task[None]] = set()
+        self._assigned: frozenset[int] = frozenset()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._checking: set[int] = set()  # loaded partitions whose writer is checked now
         self._closed = False
+        self.moves = 0  # partitions loaded or released on this node since it started
 
     def partition_of(self, key: str) -> int:
         return partition_of(key, self.count)
 
+    @property
+    def assigned(self) -> frozenset[int]:
+        """The partitions the cluster names this node the owner of."""
+        return self._assigned
+
     def owned(self, partition: int) -> bool:
-        return self._parts[partition].writer.owned
+        """Assigned to this node, loaded, and not (yet known to be) fenced."""
+        part = self._parts[partition]
+        return partition in self._assigned and part.loaded.is_set() and part.writer.owned
 
     def lock(self, partition: int) -> asyncio.Lock:
         """Held around a read-modify-write of the partition's state on this sidecar."""
@@ -165,47 +145,243 @@ class StatePartitions:
     async def read_all(self) -> None:
         await asyncio.gather(*(p.table.barrier() for p in self._parts))
 
+    # -- the cluster's decision --------------------------------------------------------
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """The partitions this node owns from now on: load those it does not hold, release
+        those it holds and no longer owns (both in the background; idempotent, so the
+        cluster calls it after every listing: a partition lost to a fencing while still
+        assigned is loaded again)."""
+        if self._closed:
+            return
+        wanted = frozenset(partitions)
+        dropped = self._assigned - wanted
+        self._assigned = wanted
+        released: dict[int, asyncio.Task[None]] = {}
+        for p in sorted(dropped):
+            part = self._parts[p]
+            was_loaded = part.loaded.is_set()
+            part.loaded.clear()  # at once: nothing new starts on it, a new assign loads it
+            task = self._spawn(self._release(p, was_loaded), f"release {self.name} {p}")
+            if was_loaded:
+                released[p] = task
+        loading: dict[int, asyncio.Task[None]] = {}
+        for p in sorted(wanted):
+            part = self._parts[p]
+            if part.loaded.is_set() and part.writer.owned:
+                if not part.writer.connected and p not in self._checking:
+                    self._checking.add(p)
+                    self._spawn(self._check(p), f"check {self.name} {p}")
+                continue
+            if part.acquiring is None or part.acquiring.done():
+                part.acquiring = self._spawn(self._acquire(p), f"load {self.name} {p}")
+                loading[p] = part.acquiring
+        if released or loading:
+            self._spawn(self._summarize(loading, released), f"moves of {self.name}")
+
+    async def _check(self, partition: int) -> None:
+        """A loaded partition whose writer the client does not have connected: fenced
+        while this node was away (paused, cut off: the broker dropped it and another
+        node took the partition) or only reconnecting (a broker restart). Unless the
+        broker lists our writer on it, give it up; the next listing loads it again (after
+        the other node's hand-off) if it is still ours. A silently fenced owner would
+        otherwise answer from what it last read until its next write failed."""
+        part = self._parts[partition]
+        try:
+            listed = (await self._writers()).get(partition, [])
+            async with part.lock:
+                name = part.writer.name
+                if part.loaded.is_set() and not part.writer.connected and name not in listed:
+                    log.info(
+                        "%s: partition %d: our writer %s is gone (written by %s): loading it again",
+                        self.name,
+                        partition,
+                        name,
+                        ",".join(listed) or "no one",
+                    )
+                    await self._fenced(part)
+        except Exception as exc:  # the broker away: the next listing checks again
+            log.debug("%s: checking partition %d: %r", self.name, partition, exc)
+        finally:
+            self._checking.discard(partition)
+
+    async def _summarize(
+        self, loading: dict[int, asyncio.Task[None]], released: dict[int, asyncio.Task[None]]
+    ) -> None:
+        """One INFO line per round of moves (the partitions' own lines are DEBUG)."""
+        await asyncio.gather(*loading.values(), *released.values(), return_exceptions=True)
+        took = [p for p in loading if self._parts[p].loaded.is_set()]
+        for what, parts in (("took", took), ("released", sorted(released))):
+            if parts:
+                log.info(
+                    "%s: %s %d of %d partitions of %s: %s",
+                    self.name,
+                    what,
+                    len(parts),
+                    self.count,
+                    self.topic,
+                    ",".join(map(str, parts)),
+                )
+
+    async def loaded(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until every partition assigned *now* is loaded (one
+        assigned when the wait began and moved on since is not waited for)."""
+        deadline = time.monotonic() + timeout_s
+        while any(not self._parts[p].loaded.is_set() for p in self._assigned):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_HANDOFF_POLL_S)
+        return True
+
+    async def ready(self, partition: int, wait_s: float = 10.0) -> None:
+        """Before a change: NOT_COORDINATOR when the cluster names another node the
+        owner; wait (at most ``wait_s``) while this node loads it, then
+        COORDINATOR_LOAD_IN_PROGRESS."""
+        part = self._parts[partition]
+        if partition not in self._assigned:
+            raise errors.NotCoordinator(
+                f"{self.name}: partition {partition} is owned by {self._owner_of(partition)}"
+            )
+        if part.loaded.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(part.loaded.wait(), wait_s)
+        if partition not in self._assigned:
+            raise errors.NotCoordinator(
+                f"{self.name}: partition {partition} moved to {self._owner_of(partition)}"
+            )
+        if not part.loaded.is_set():
+            raise errors.CoordinatorLoadInProgress(
+                f"{self.name}: partition {partition} is still being loaded here; retry"
+            )
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # once closing, a recovery cut short is the next owner's to redo
+            level = logging.INFO if self._closed else logging.ERROR
+            log.log(level, "%s: %s failed: %r", self.name, task.get_name(), exc)
+
+    async def _acquire(self, partition: int) -> None:
+        """Load an assigned partition: wait for the previous owner to release it, take it
+        with fencing, read it to our marker, recover it. Tried again (every
+        ``_LOAD_RETRY_S``) while it stays assigned and the broker is away."""
+        part = self._parts[partition]
+        while partition in self._assigned and not self._closed:
+            try:
+                orphan = await handed_off(
+                    part, self._writers, self._handoff_wait_s, self.name, _HANDOFF_POLL_S
+                )
+                async with part.lock:
+                    if partition not in self._assigned or self._closed:
+                        return
+                    if part.loaded.is_set() and part.writer.owned:
+                        return
+                    part.loaded.clear()
+                    await part.writer.open()
+                    self._doubt.pop(partition, None)
+                    await self._settle(part, orphan=orphan)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker away, or fenced at once: try again
+                log.info("%s: loading partition %d: %r; retrying", self.name, partition, exc)
+                await asyncio.sleep(_LOAD_RETRY_S)
+            else:
+                return
+
+    async def _release(self, partition: int, was_loaded: bool) -> None:
+        """No longer assigned: hand the partition over (``on_release``, then the writer
+        closes, so the new owner can take it at once)."""
+        part = self._parts[partition]
+        acquiring = part.acquiring
+        if partition not in self._assigned and acquiring is not None and not acquiring.done():
+            acquiring.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await acquiring
+        async with part.lock:
+            if was_loaded and part.writer.owned and self._on_release is not None:
+                try:
+                    await self._on_release(partition)
+                except Exception as exc:  # the next owner recovers what was not handed over
+                    log.info("%s: handing partition %d over: %r", self.name, partition, exc)
+            if partition not in self._assigned:  # else assigned again meanwhile: it reloads
+                await part.writer.close()
+                self._doubt.pop(partition, None)
+        if was_loaded:
+            self.moves += 1
+            owner = self._owner_of(partition)
+            log.debug("%s: released partition %d to %s", self.name, partition, owner)
+            self._on_lost(partition)
+
     # -- owning ------------------------------------------------------------------------
 
     async def own(self, partition: int) -> None:
-        """Make this sidecar the partition's writer (fencing the current one) and catch
-        up with everything it stored. A partition in doubt is taken again first (see the
-        module docstring). Call with :meth:`lock` held."""
+        """As the owner, before a change (call with :meth:`lock` held, after
+        :meth:`ready`): the failed-write rule (a partition in doubt is taken again by this
+        node with a fresh writer and read again). NOT_COORDINATOR when this node is not
+        the owner (any more), COORDINATOR_LOAD_IN_PROGRESS while it loads it."""
         part = self._parts[partition]
-        doubt = self._doubt.get(partition)
-        if doubt is not None:
-            log.warning(
-                "%s: a write to partition %d failed (%r): taking it again",
-                self.name,
-                partition,
-                doubt,
+        if partition not in self._assigned:
+            raise errors.NotCoordinator(
+                f"{self.name}: partition {partition} is owned by {self._owner_of(partition)}"
             )
-            if self._reset is not None:
-                await self.restart(partition, functools.partial(self._reset, partition))
-            else:
-                await part.writer.lost()
-        elif await self.still_owned(partition):
+        doubt = self._doubt.get(partition)
+        if doubt is None:
+            if part.loaded.is_set() and part.writer.owned:
+                return
+            raise errors.CoordinatorLoadInProgress(
+                f"{self.name}: partition {partition} is being loaded here; retry"
+            )
+        log.warning(
+            "%s: a write to partition %d failed (%r): taking it again",
+            self.name,
+            partition,
+            doubt,
+        )
+        if self._reset is not None:
+            await self.retake(partition, functools.partial(self._reset, partition))
             return
+        part.loaded.clear()
+        await part.writer.lost()
         await part.writer.open()
         self._doubt.pop(partition, None)
-        await self._settle(part, "fenced in" if doubt is None else "after a failed write")
+        await self._settle(part, orphan=False, how="after a failed write")
+
+    async def retake(self, partition: int, reset: Callable[[], None]) -> None:
+        """Read the partition again from its start (``reset`` drops the caller's state of
+        it first) and own it again with a fresh writer, as the owner the cluster names:
+        for an owner whose state may hold a write that failed. NOT_COORDINATOR when this
+        node is not the owner. Call with :meth:`lock` held."""
+        if partition not in self._assigned:
+            raise errors.NotCoordinator(
+                f"{self.name}: partition {partition} is owned by {self._owner_of(partition)}"
+            )
+        part = self._parts[partition]
+        part.loaded.clear()
+        await self.restart(partition, reset)
+        await part.writer.open()
+        self._doubt.pop(partition, None)
+        await self._settle(part, orphan=False, how="read again after a failed write")
 
     def in_doubt(self, partition: int) -> bool:
-        """Whether a write of ours to the partition failed in a way that may have stored
-        it (the partition is taken again before its next change)."""
+        """Whether a write of ours failed in a way that may have stored it."""
         return partition in self._doubt
 
     async def settle_doubt(self) -> int:
-        """Apply the failed-write rule now to every partition in doubt that this sidecar
-        still owns (a sweep: no change may come to drive it); how many were taken again.
-        One another sidecar took since is left to it (it read the log as it took it): a
-        sweep never takes a partition back."""
+        """Apply the failed-write rule now to every partition in doubt that this node
+        still owns (a sweep: no change may come to drive it); how many were taken again."""
         settled = 0
         for partition in list(self._doubt):
             async with self.lock(partition):
                 if partition not in self._doubt:
                     continue
-                if not await self.still_owned(partition):
+                if partition not in self._assigned or not await self.still_owned(partition):
                     self._doubt.pop(partition, None)  # someone else's now: it read the log
                     continue
                 await self.own(partition)
@@ -213,25 +389,26 @@ class StatePartitions:
         return settled
 
     async def still_owned(self, partition: int, *, caught_up: bool = False) -> bool:
-        """Whether this sidecar still owns the partition, having read everything written
-        to it (call with :meth:`lock` held). Another sidecar may have fenced this one
-        while it was idle (the client learns that at its next write, after a reconnection:
-        about 150 ms): its ownership marker, read here, says so at once.
-
-        ``caught_up``: the caller ran :meth:`read` since its request began, before taking
-        the lock (so that concurrent callers share one catch-up). A takeover that lands
-        in between is not seen here; it fenced this writer, so the change's first write
-        fails (NOT_COORDINATOR, and the caller takes the partition back)."""
+        """Whether this node still owns the partition, having read everything written to
+        it (lock held): a node that fenced this one while it was idle wrote its marker,
+        read here. ``caught_up``: the caller ran :meth:`read` since its request began (a
+        takeover since then fenced this writer: the change's first write fails)."""
         part = self._parts[partition]
-        if not part.writer.owned:
+        if not self.owned(partition):
             return False
         if not caught_up:
             await part.table.barrier()  # a decision is then not taken on a stale view
         if part.last_marker == part.marker:
             return True
+        await self._fenced(part)
+        return False
+
+    async def _fenced(self, part: Slot) -> None:
+        """Another node took the partition (its view of the members differed from ours
+        for a moment): give it up; the next assignment takes it again if it is ours."""
+        part.loaded.clear()
         await part.writer.lost()
         self._on_lost(part.index)
-        return False
 
     async def restart(self, partition: int, reset: Callable[[], None]) -> None:
         """Give the partition's writer up and read the partition again from its start
@@ -242,7 +419,7 @@ class StatePartitions:
         await part.table.restart(reset)
         part.last_marker = None
 
-    async def _settle(self, part: _Partition, how: str) -> None:
+    async def _settle(self, part: Slot, *, orphan: bool, how: str = "") -> None:
         """Write a marker and read until it comes back: the table is then complete."""
         part.marker = json.dumps({"owner": self._identity, "at": time.time_ns()})
         part.marker_seen.clear()
@@ -251,25 +428,24 @@ class StatePartitions:
             await part.table.catch_up()
             if not part.marker_seen.is_set():
                 await asyncio.sleep(0.005)
-        # adoptions are summed up by adopt_orphans (one INFO line a round, for a start's
-        # every partition); a takeover for a request is worth a line of its own
-        level = logging.DEBUG if how == _ORPHAN else logging.INFO
-        log.log(level, "%s: owns partition %d of %s (%s)", self.name, part.index, part.topic, how)
-        task = asyncio.create_task(self._on_acquired(part.index), name=f"recover {part.topic}")
-        self._recovering.add(task)
-        task.add_done_callback(self._recovered)
-
-    def _recovered(self, task: asyncio.Task[None]) -> None:
-        self._recovering.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("%s: recovering a partition failed: %r", self.name, exc)
+        if self._on_taken is not None:
+            self._on_taken(part.index, orphan)
+        part.loaded.set()
+        self.moves += 1
+        log.log(
+            logging.INFO if how else logging.DEBUG,  # a round of loads is summed up
+            "%s: owns partition %d of %s (%s)",
+            self.name,
+            part.index,
+            part.topic,
+            how or ("its previous owner was gone" if orphan else "handed over"),
+        )
+        self._spawn(self._on_acquired(part.index, orphan), f"recover {part.topic}")
 
     async def write(self, partition: int, key: str, value: bytes) -> None:
         """Store ``key -> value`` as the partition's owner; durable when it returns.
 
-        Raises NOT_COORDINATOR (retriable) when another sidecar took the partition
-        over: the caller's retry takes it back.
-        """
+        Raises NOT_COORDINATOR (retriable) when another node took the partition over."""
         await self._write(partition, self._parts[partition].writer.send(key, value))
 
     async def tombstone(self, partition: int, key: str) -> None:
@@ -281,89 +457,26 @@ class StatePartitions:
         try:
             await sending
         except OwnershipLost as exc:
-            self._on_lost(partition)
+            part = self._parts[partition]
+            if part.loaded.is_set():
+                part.loaded.clear()
+                self._on_lost(partition)
             raise errors.NotCoordinator(
-                f"{self.name}: another sidecar took partition {partition} over; retry"
+                f"{self.name}: another node took partition {partition} over; retry"
             ) from exc
         except BaseException as exc:
             self._doubt.setdefault(partition, exc)
             raise
 
-    # -- adopting orphans -------------------------------------------------------------
-
-    def start(self, interval_s: float) -> None:
-        """Adopt partitions that have no writer (their owner went away: crash, stop,
-        shutdown) now and every ``interval_s``, so decided work is finished and
-        timeouts fire with no client asking."""
-        self._watcher = asyncio.create_task(self._watch(interval_s), name=f"adopt {self.topic}")
-
-    async def adopt_orphans(self) -> int:
-        """Take every partition that has no writer at the broker; how many were taken.
-        A partition this sidecar believes it owns but the broker does not list it for
-        is given up first (it was fenced while idle).
-
-        Two sidecars adopting the same orphan at once both open with fencing: the later
-        one wins, the earlier one's marker write fails and it leaves the partition."""
-        asked_at = time.monotonic()
-        live = await self._writers()
-        taken: list[int] = []
-        for part in self._parts:
-            names = live.get(part.index, [])
-            if part.writer.owned:
-                if part.writer.name in names or part.writer.opened_at >= asked_at:
-                    continue  # ours, as the broker sees it (or taken since it was asked)
-                if not part.writer.connected:
-                    continue  # reconnecting (a broker restart): the next round tells
-                # fenced while idle (another sidecar took it, maybe gone since): we
-                # would only have learnt it at our next write
-                async with part.lock:
-                    await part.writer.lost()
-                self._on_lost(part.index)
-            if names:
-                continue
-            async with part.lock:
-                if part.writer.owned:
-                    continue
-                # ask once more right before taking it: another sidecar may have taken it
-                # since the first answer (fencing it now would only start a tug of war)
-                if (await self._writers()).get(part.index):
-                    continue
-                try:
-                    await part.writer.open()
-                    await self._settle(part, _ORPHAN)
-                except OwnershipLost:
-                    log.info("%s: another sidecar adopted %s first", self.name, part.topic)
-                    continue
-            taken.append(part.index)
-        if taken:
-            log.info(
-                "%s: took %d of %d partitions of %s that had no owner: %s",
-                self.name,
-                len(taken),
-                self.count,
-                self.topic,
-                ",".join(map(str, taken)),
-            )
-        return len(taken)
-
-    async def _watch(self, interval_s: float) -> None:
-        while not self._closed:
-            try:
-                await self.adopt_orphans()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # broker or admin away: try again next round
-                log.debug("%s: adopting orphan partitions: %r", self.name, exc)
-            await asyncio.sleep(interval_s)
-
     async def close(self) -> None:
         self._closed = True
-        tasks = [*self._recovering, *([self._watcher] if self._watcher else [])]
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for part in self._parts:
+            part.loaded.clear()
             await part.writer.close()
             await part.table.close()

@@ -41,6 +41,8 @@ class RegistryBounds:
     epochs: Bounds = DEFAULT_EPOCH_BOUNDS
     transactional_ids: Bounds = DEFAULT_TRANSACTIONAL_ID_BOUNDS
     sweep_interval_s: float = 60.0
+    fencing_lease_s: float = 0.0
+    """The epochs' fencing lease (:mod:`.epochs`; 0: a catch-up per decision)."""
 
 
 class Registry:
@@ -72,6 +74,7 @@ class Registry:
             sweeper_name=f"{prefix}-epoch-sweeper",
             compact=compact,
             clock=clock,
+            lease_s=self.bounds.fencing_lease_s,
         )
         self.transactional = TransactionalIds(
             client,
@@ -89,6 +92,7 @@ class Registry:
         """Replay the epochs (the produce path trusts ``epochs.highest`` from here on),
         then sweep now and every ``sweep_interval_s`` in the background."""
         await self.epochs.load()
+        self.epochs.start_refreshing()
         self._sweeping = asyncio.create_task(self._sweep_forever(), name="registry-sweeper")
 
     async def sweep(self) -> None:

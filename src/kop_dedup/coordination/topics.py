@@ -148,9 +148,10 @@ class TopicManager:
         except AdminError as exc:
             if exc.status != _REFUSED or policy.retention is None:
                 raise
+            log.warning("Pulsar refused the retention of %s: %s", topic, exc)
             raise errors.InvalidConfig(
-                f"Pulsar refused the retention of {topic} ({policy.retention.describe()}): "
-                f"{exc}; retention.bytes must exceed the topic's backlog quota "
+                f"Pulsar refused the retention of {topic} ({policy.retention.describe()}); "
+                "retention.bytes must exceed the topic's backlog quota "
                 "(backlogQuotaDefaultLimitGB, 10 GB by default)"
             ) from exc
 
@@ -167,6 +168,7 @@ class TopicManager:
         """Create a topic with its config overrides stored and applied; its configs as
         DescribeConfigs would answer them. TopicAlreadyExists, InvalidConfig,
         InvalidRequest as Kafka answers them."""
+        self._within_cap(partitions)
         defaults = await self.current_defaults()
         overrides = tc.for_create(configs, defaults)
         try:
@@ -194,9 +196,18 @@ class TopicManager:
                 raise
         return tc.describe(overrides, defaults)
 
+    def _within_cap(self, partitions: int) -> None:
+        cap = self._settings.max_partitions_per_topic
+        if partitions > cap:
+            raise errors.InvalidPartitions(
+                f"{partitions} partitions asked; a topic may have at most {cap} "
+                "(KOP_DEDUP_MAX_PARTITIONS_PER_TOPIC)"
+            )
+
     async def grow(self, topic: str, count: int, *, validate_only: bool) -> None:
         """CreatePartitions: ``count`` partitions for a topic that has fewer (Kafka's
         messages for the same count, a lower one, a missing topic)."""
+        self._within_cap(count)
         await self._admin.properties(topic, fresh=True)  # reads the count afresh too
         have = await self._admin.partitions(topic, create_with=None)
         if count == have:

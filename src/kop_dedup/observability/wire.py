@@ -30,6 +30,8 @@ CLOSE_REASONS = (
     "acks0_error",  # a Produce with acks=0 that failed (Kafka closes to tell the client)
     "shutdown",  # the sidecar stopped
     "idle",  # no request for too long
+    "timeout",  # a request begun and not complete within KAFKA_REQUEST_READ_TIMEOUT_MS
+    "limit",  # over KAFKA_MAX_CONNECTIONS or KAFKA_MAX_CONNECTIONS_PER_ADDRESS
 )
 
 

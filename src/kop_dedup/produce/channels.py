@@ -69,6 +69,7 @@ class Channel:
         "key",
         "last_used",
         "lock",
+        "moved",
         "opening",
         "producer",
         "state",
@@ -92,6 +93,10 @@ class Channel:
         """Base sequences of the batches inside the sidecar for this channel, from arrival
         to answer: a gap whose next batch has arrived is not a gap, only a wait."""
         self.closed = False
+        self.moved = False
+        """Its partition is led by another node now (or, for a journal, its producer id's
+        transactions are coordinated elsewhere): closed as soon as it is idle, so that
+        the new owner can open the name."""
         self.last_used = time.monotonic()
         self.lock = asyncio.Lock()
         """Held while the producer is opened or resynced."""
@@ -219,6 +224,36 @@ class ChannelManager:
     def release(self, channel: Channel) -> None:
         channel.users -= 1
         channel.last_used = time.monotonic()
+        if channel.moved:
+            self._retire(channel)
+
+    def retire_moved(self, moved: Callable[[ChannelKey], bool]) -> int:
+        """Close the channels ``moved`` names (another node owns their partition or name
+        now): the idle ones at once, the others once their last batch is answered. How
+        many were closed now."""
+        closed = 0
+        for key, channel in list(self._channels.items()):
+            if not channel.moved and moved(key):
+                channel.moved = True
+                closed += self._retire(channel)
+        return closed
+
+    async def forget_topic(self, topic: str) -> None:
+        """Before a Kafka topic is deleted (``topic``: the partitioned topic's full name):
+        close the producers on its partitions and wait for their close, so that none is
+        disconnected by the delete and reconnects (a broker that creates topics on use
+        would make the partition again under the name); its producers' remembered state
+        goes too (a topic created again starts with none)."""
+        prefix = f"{topic}-partition-"
+        self.retire_moved(lambda key: key[0].startswith(prefix))
+        for key in [k for k in self._remembered if k[0].startswith(prefix)]:
+            self._remembered.pop(key)
+        closing = [t for k, t in self._closing.items() if k[0].startswith(prefix)]
+        await asyncio.gather(*closing, return_exceptions=True)
+
+    def open_keys(self) -> list[ChannelKey]:
+        """The keys of the open channels."""
+        return list(self._channels)
 
     def __len__(self) -> int:
         return len(self._channels)

@@ -247,7 +247,7 @@ class ProduceService:
                     deadline=deadline,
                     arrived=channel.arrived,
                     recorded_epoch=self.epochs.highest(pid),
-                    epochs_fresh=fresh,
+                    epochs_fresh=fresh or self.epochs.fresh(now),
                     older_epoch_with_state=self.channels.epoch_with_state(ptopic, pid),
                     max_in_flight=self.settings.max_inflight_batches,
                     queue_room=0 if producer is None else producer.room,

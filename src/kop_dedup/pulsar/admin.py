@@ -20,13 +20,15 @@ import httpx
 
 from kop_dedup import errors
 from kop_dedup.pulsar.message_ids import EntryPosition
-from kop_dedup.pulsar.naming import Naming, validate_topic
+from kop_dedup.pulsar.naming import Naming, check_admin_path, validate_topic
 
 __all__ = ["DEDUP_POLICY_TTL_S", "AdminError", "PulsarAdmin"]
 
 log = logging.getLogger(__name__)
 
-_PARTITIONS_TTL_S = 30.0
+_PARTITIONS_TTL_S = 5.0
+"""How long a topic's partition count is reused: a topic grown elsewhere (CreatePartitions)
+is seen, and its partitions' leaders agree on every node again, within it."""
 DEDUP_POLICY_TTL_S = 10.0
 """How long an "on" deduplication answer is reused (KOP_DEDUP_DEDUP_POLICY_TTL_SECONDS).
 
@@ -37,7 +39,11 @@ request per topic per period when channels open. An "off" answer is never
 reused: it refuses produce, so turning dedup back on must count at once.
 """
 _DEDUP_CACHE_TOPICS = 10_000  # answers kept; the oldest go first
+_CREATED_WAIT_S = 10.0  # for another's creation of a partitioned topic to show its count
 _BROKER_RUNTIME_CONFIG = "/admin/v2/brokers/configuration/runtime"
+
+
+_REDIRECTS = 3
 
 
 class AdminError(Exception):
@@ -72,8 +78,30 @@ class PulsarAdmin:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _path(self, topic: str) -> str:
+        """``tenant/namespace/topic`` of a Kafka topic for an admin path: the name
+        checked (InvalidTopic) and quoted."""
+        validate_topic(topic)
+        return f"{self._naming.namespace_path}/{quote(topic, safe='')}"
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One admin call (``/admin/v2/...``); AdminError for a 4xx or 5xx answer.
+        InvalidTopic, and no call, for a path that could step out of the resource its
+        caller meant (a ``.`` or ``..`` segment, an empty one, an encoded ``/``, ``.``
+        or ``%``, a backslash): names are checked before they get here, this is the
+        last guard."""
+        try:
+            check_admin_path(path)
+        except errors.InvalidTopic:
+            log.warning("refused to call the Pulsar admin API at %r", path)
+            raise
+        # a broker that does not own a topic redirects to the one that does (307): follow
+        # it with the same method, body and token (httpx drops the token across hosts)
         resp = await self._http.request(method, path, **kwargs)
+        for _ in range(_REDIRECTS):
+            if resp.status_code not in (307, 308) or "location" not in resp.headers:
+                break
+            resp = await self._http.request(method, resp.headers["location"], **kwargs)
         if resp.status_code >= 400:
             reason = resp.text
             with contextlib.suppress(ValueError, AttributeError):
@@ -81,10 +109,14 @@ class PulsarAdmin:
             raise AdminError(resp.status_code, reason)
         return resp
 
+    async def get_json(self, path: str, **params: str) -> Any:
+        """GET an admin path (``/admin/v2/...``); AdminError for a 4xx or 5xx answer."""
+        return (await self.request("GET", path, params=params or None)).json()
+
     # -- cluster and namespaces -------------------------------------------------
 
     async def clusters(self) -> list[str]:
-        return list((await self._request("GET", "/admin/v2/clusters")).json())
+        return list((await self.request("GET", "/admin/v2/clusters")).json())
 
     async def ensure_namespace(
         self,
@@ -95,20 +127,20 @@ class PulsarAdmin:
     ) -> None:
         """Create the namespace if missing; turn dedup on when asked."""
         tenant = namespace_path.split("/", 1)[0]
-        namespaces = (await self._request("GET", f"/admin/v2/namespaces/{tenant}")).json()
+        namespaces = (await self.request("GET", f"/admin/v2/namespaces/{tenant}")).json()
         if namespace_path not in namespaces:
             try:
-                await self._request("PUT", f"/admin/v2/namespaces/{namespace_path}")
+                await self.request("PUT", f"/admin/v2/namespaces/{namespace_path}")
                 log.info("created namespace %s", namespace_path)
             except AdminError as exc:
                 if exc.status != 409:  # another sidecar created it first
                     raise
         if deduplication:
-            await self._request(
+            await self.request(
                 "POST", f"/admin/v2/namespaces/{namespace_path}/deduplication", json=True
             )
         if infinite_retention:
-            await self._request(
+            await self.request(
                 "POST",
                 f"/admin/v2/namespaces/{namespace_path}/retention",
                 json={"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
@@ -116,18 +148,18 @@ class PulsarAdmin:
 
     async def deduplication_enabled(self, namespace_path: str) -> bool:
         """Whether dedup applies on the namespace (its policy, else the broker's default)."""
-        resp = await self._request("GET", f"/admin/v2/namespaces/{namespace_path}/deduplication")
+        resp = await self.request("GET", f"/admin/v2/namespaces/{namespace_path}/deduplication")
         value = resp.json() if resp.content else None
         if isinstance(value, bool):
             return value
-        conf = (await self._request("GET", "/admin/v2/brokers/configuration/runtime")).json()
+        conf = (await self.request("GET", "/admin/v2/brokers/configuration/runtime")).json()
         return str(conf.get("brokerDeduplicationEnabled", "false")).lower() == "true"
 
     async def topic_deduplication(self, topic: str) -> bool | None:
         """The topic-level dedup override for a Kafka topic, or None when none is set."""
-        path = self._naming.topic(topic).removeprefix("persistent://")
+        path = self._path(topic)
         try:
-            resp = await self._request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
+            resp = await self.request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
         except AdminError as exc:
             if exc.status in {404, 405}:
                 return None
@@ -151,7 +183,7 @@ class PulsarAdmin:
             cached = self._partitions.get(topic)
             if cached is not None and time.monotonic() - cached[1] < _PARTITIONS_TTL_S:
                 return cached[0]
-            path = self._naming.topic(topic).removeprefix("persistent://")
+            path = self._path(topic)
             count = await self._partition_count(path)
             if count == 0:
                 if create_with is None:
@@ -159,7 +191,7 @@ class PulsarAdmin:
                         f"topic {topic!r} does not exist and auto-creation is off"
                     )
                 try:
-                    await self._request(
+                    await self.request(
                         "PUT", f"/admin/v2/persistent/{path}/partitions", json=create_with
                     )
                     log.info("created topic %s with %d partitions", topic, create_with)
@@ -174,7 +206,7 @@ class PulsarAdmin:
     async def _partition_count(self, path: str) -> int:
         """Partitions of a partitioned topic; 0 when it does not exist (4.x answers 404)."""
         try:
-            meta = (await self._request("GET", f"/admin/v2/persistent/{path}/partitions")).json()
+            meta = (await self.request("GET", f"/admin/v2/persistent/{path}/partitions")).json()
         except AdminError as exc:
             if exc.status == 404:
                 return 0
@@ -182,23 +214,23 @@ class PulsarAdmin:
         return int(meta.get("partitions", 0))
 
     async def create_topic(self, topic: str, partitions: int) -> None:
-        path = self._naming.topic(topic).removeprefix("persistent://")
-        await self._request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
+        path = self._path(topic)
+        await self.request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
         self._partitions.pop(topic, None)
 
     async def topics(self) -> list[str]:
         """The Kafka topics of the data namespace: its partitioned topics, by name."""
         path = f"/admin/v2/persistent/{self._naming.namespace_path}/partitioned"
         prefix = self._naming.topic("")
-        return [str(t).removeprefix(prefix) for t in (await self._request("GET", path)).json()]
+        return [str(t).removeprefix(prefix) for t in (await self.request("GET", path)).json()]
 
     async def delete_topic(self, topic: str) -> None:
         """Delete a Kafka topic (every partition; producers on it are disconnected).
         UnknownTopicOrPartition when there is none."""
-        path = self._naming.topic(topic).removeprefix("persistent://")
+        path = self._path(topic)
         self._partitions.pop(topic, None)
         try:
-            await self._request(
+            await self.request(
                 "DELETE", f"/admin/v2/persistent/{path}/partitions", params={"force": "true"}
             )
         except AdminError as exc:
@@ -210,9 +242,9 @@ class PulsarAdmin:
 
     async def topic_stats(self, topic: str) -> dict[str, Any]:
         """The broker's partitioned stats for a Kafka topic ({} when it does not exist)."""
-        path = self._naming.topic(topic).removeprefix("persistent://")
+        path = self._path(topic)
         try:
-            resp = await self._request(
+            resp = await self.request(
                 "GET",
                 f"/admin/v2/persistent/{path}/partitioned-stats",
                 params={"perPartition": "true"},
@@ -263,12 +295,12 @@ class PulsarAdmin:
             del self._dedup[next(iter(self._dedup))]
 
     async def _lookup_deduplication(self, topic: str) -> tuple[bool, str]:
-        path = self._naming.topic(topic).removeprefix("persistent://")
+        path = self._path(topic)
         try:
             # without ?applied=true: the topic's own policy only (null when none is set);
             # 4.0.8 answers 404 for a topic that does not exist, 405 when topic-level
             # policies are disabled on the broker
-            resp = await self._request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
+            resp = await self.request("GET", f"/admin/v2/persistent/{path}/deduplicationEnabled")
             value = resp.json() if resp.content else None
         except AdminError as exc:
             if exc.status not in {404, 405}:
@@ -293,7 +325,7 @@ class PulsarAdmin:
         cached = self._dedup_scopes.get(key)
         if cached is not None and time.monotonic() < cached[1]:
             return cached[0]
-        resp = await self._request("GET", path)
+        resp = await self.request("GET", path)
         body = resp.json() if resp.content else None  # an unset namespace policy: empty
         value: bool | None
         if isinstance(body, dict):  # the broker's runtime configuration: strings
@@ -309,7 +341,7 @@ class PulsarAdmin:
     async def set_compaction_threshold(self, namespace_path: str, threshold_bytes: int) -> None:
         """Let the broker compact a namespace's topics once this many bytes are uncompacted
         (0: only when asked, see :meth:`compact`)."""
-        await self._request(
+        await self.request(
             "PUT",
             f"/admin/v2/namespaces/{namespace_path}/compactionThreshold",
             json=threshold_bytes,
@@ -320,7 +352,7 @@ class PulsarAdmin:
         background; one already running is fine)."""
         path = topic.removeprefix("persistent://")
         try:
-            await self._request("PUT", f"/admin/v2/persistent/{path}/compaction")
+            await self.request("PUT", f"/admin/v2/persistent/{path}/compaction")
         except AdminError as exc:
             if exc.status != 409:  # 409: a compaction of that topic is already running
                 raise
@@ -328,7 +360,7 @@ class PulsarAdmin:
     async def compaction_status(self, topic: str) -> str:
         """NOT_RUN, RUNNING, SUCCESS or ERROR for the topic's last compaction."""
         path = topic.removeprefix("persistent://")
-        resp = await self._request("GET", f"/admin/v2/persistent/{path}/compaction")
+        resp = await self.request("GET", f"/admin/v2/persistent/{path}/compaction")
         return str(resp.json().get("status", "NOT_RUN"))
 
     # -- coordinator logs (partitioned topics in the system namespace) ----------------
@@ -341,18 +373,24 @@ class PulsarAdmin:
         if count:
             return count
         try:
-            await self._request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
+            await self.request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)
         except AdminError as exc:
-            if exc.status != 409:  # another sidecar created it first
+            if exc.status != 409:  # another sidecar created it first, or is creating it
                 raise
-            return await self._partition_count(path)
+            # while another's creation is under way the broker answers 409 and no count yet
+            deadline = asyncio.get_running_loop().time() + _CREATED_WAIT_S
+            while not (count := await self._partition_count(path)):
+                if asyncio.get_running_loop().time() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            return count
         return partitions
 
     async def partition_writers(self, topic: str) -> dict[int, list[str]]:
         """Names of the producers connected to each partition of
         ``persistent://tenant/ns/topic``."""
         path = topic.removeprefix("persistent://")
-        resp = await self._request(
+        resp = await self.request(
             "GET", f"/admin/v2/persistent/{path}/partitioned-stats", params={"perPartition": "true"}
         )
         out: dict[int, list[str]] = {}
@@ -366,14 +404,14 @@ class PulsarAdmin:
         lies at or before it. Entry -1: the current ledger is still empty (the entries
         before it are in earlier ledgers). None: the topic has no ledger at all."""
         path = topic.removeprefix("persistent://")
-        body = (await self._request("GET", f"/admin/v2/persistent/{path}/lastMessageId")).json()
+        body = (await self.request("GET", f"/admin/v2/persistent/{path}/lastMessageId")).json()
         ledger, entry = int(body.get("ledgerId", -1)), int(body.get("entryId", -1))
         return None if ledger < 0 else (ledger, entry)
 
     async def set_topic_retention(self, topic: str, minutes: int) -> None:
         """A topic-level retention policy (time only) on a partitioned topic."""
         path = topic.removeprefix("persistent://")
-        await self._request(
+        await self.request(
             "POST",
             f"/admin/v2/persistent/{path}/retention",
             json={"retentionTimeInMinutes": minutes, "retentionSizeInMB": -1},
@@ -386,7 +424,7 @@ class PulsarAdmin:
         entry metadata; None when the broker does not index entries (no
         AppendIndexMetadataInterceptor). Raises AdminError 404 for an entry that is gone."""
         path = topic.removeprefix("persistent://")
-        resp = await self._request(
+        resp = await self.request(
             "GET", f"/admin/v2/persistent/{path}/ledger/{ledger}/entry/{entry}"
         )
         return _index_headers(resp.headers)
@@ -395,7 +433,7 @@ class PulsarAdmin:
         """When an entry was published (epoch ms; a batch: when it was sent), None when
         the broker does not say. Raises AdminError 404 for an entry that is gone."""
         path = topic.removeprefix("persistent://")
-        resp = await self._request(
+        resp = await self.request(
             "GET", f"/admin/v2/persistent/{path}/ledger/{ledger}/entry/{entry}"
         )
         return _publish_ms(resp.headers)
@@ -405,7 +443,7 @@ class PulsarAdmin:
         None when the topic holds none."""
         path = topic.removeprefix("persistent://")
         try:
-            resp = await self._request(
+            resp = await self.request(
                 "GET",
                 f"/admin/v2/persistent/{path}/examinemessage",
                 params={"initialPosition": "earliest", "messagePosition": "1"},
@@ -425,57 +463,20 @@ class PulsarAdmin:
         past the last entry when none is)."""
         path = topic.removeprefix("persistent://")
         body = (
-            await self._request("GET", f"/admin/v2/persistent/{path}/messageid/{timestamp_ms}")
+            await self.request("GET", f"/admin/v2/persistent/{path}/messageid/{timestamp_ms}")
         ).json()
         return int(body["ledgerId"]), int(body["entryId"])
 
     async def ledgers(self, topic: str) -> list[tuple[int, int]]:
         """(ledger id, entries) of every ledger still stored, oldest first."""
         path = topic.removeprefix("persistent://")
-        stats = (await self._request("GET", f"/admin/v2/persistent/{path}/internalStats")).json()
+        stats = (await self.request("GET", f"/admin/v2/persistent/{path}/internalStats")).json()
         out = [
             (int(lg["ledgerId"]), int(lg.get("entries") or 0)) for lg in stats.get("ledgers") or []
         ]
         if out:  # the current ledger's count is only in currentLedgerEntries
             out[-1] = (out[-1][0], max(out[-1][1], int(stats.get("currentLedgerEntries") or 0)))
         return out
-
-    async def create_subscription(self, topic: str, subscription: str) -> None:
-        """A durable subscription at the earliest position (409: it exists already)."""
-        path = topic.removeprefix("persistent://")
-        try:
-            await self._request(
-                "PUT",
-                f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}",
-                json={"ledgerId": -1, "entryId": -1},
-            )
-        except AdminError as exc:
-            if exc.status != 409:
-                raise
-
-    async def delete_subscription(self, topic: str, subscription: str) -> None:
-        """Delete a durable subscription, even with consumers on it (gone already: done)."""
-        path = topic.removeprefix("persistent://")
-        try:
-            await self._request(
-                "DELETE",
-                f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}",
-                params={"force": "true"},
-            )
-        except AdminError as exc:
-            if exc.status != 404:
-                raise
-
-    async def move_subscription(
-        self, topic: str, subscription: str, ledger: int, entry: int, batch_index: int
-    ) -> None:
-        """Move a subscription's cursor so the message at the position is the next unread."""
-        path = topic.removeprefix("persistent://")
-        await self._request(
-            "POST",
-            f"/admin/v2/persistent/{path}/subscription/{quote(subscription, safe='')}/resetcursor",
-            json={"ledgerId": ledger, "entryId": entry, "batchIndex": batch_index},
-        )
 
 
 def _publish_ms(headers: httpx.Headers) -> int | None:

@@ -82,7 +82,9 @@ class SendFailed(Exception):
 
 
 def _for_admin(exc: AdminError, what: str) -> errors.KafkaError:
-    detail = f"{what}: {exc}"
+    # Pulsar's own text (paths, class names, internal addresses) is logged, not answered
+    log.warning("%s: %s", what, exc)
+    detail = f"{what}: the Pulsar admin API answered {exc.status}"
     if exc.status == 404:
         return errors.UnknownTopicOrPartition(detail)
     if exc.status in {401, 403}:
@@ -121,6 +123,7 @@ def translate(  # noqa: PLR0911 - one answer per kind of failure
     if isinstance(failure, AdminError):
         return _for_admin(failure, what)
     if isinstance(failure, httpx.TransportError | OSError):
-        return errors.NotLeaderOrFollower(f"{what}: Pulsar unreachable: {failure}")
+        log.warning("%s: Pulsar unreachable: %r", what, failure)
+        return errors.NotLeaderOrFollower(f"{what}: Pulsar unreachable")
     log.error("untranslated failure in %s: %r", what, failure)
     return errors.KafkaStorageError(detail)

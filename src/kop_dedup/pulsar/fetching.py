@@ -15,6 +15,11 @@ later than counted (or, after the first, earlier: the topic was deleted and crea
 again) sets :attr:`EntryReader.skipped_from`: the records asked for are gone, Kafka's
 OFFSET_OUT_OF_RANGE.
 
+Every piece a reader takes from Pulsar is fed to its
+:class:`~kop_dedup.protocol.stable.StableTracker`, which knows the last stable offset of
+what was read; a read with ``committed`` (read_committed) hands out only what lies below
+it, reading on while a copy holds it and keeping what lies beyond for a later read.
+
 Reads take what is available now, on a worker thread, in one loop hop (the blocking
 calls of the client, as :mod:`.reading` does). Waiting for more is push, not poll:
 :meth:`EntryReader.arrival` asks the client for the next message asynchronously and
@@ -33,160 +38,32 @@ import asyncio
 import collections
 import contextlib
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import _pulsar
 import pulsar
 
-from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
+from kop_dedup.protocol.stable import CopyMark, StableTracker
 from kop_dedup.pulsar.message_ids import MessagePosition
 from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.reading import after
-from kop_dedup.pulsar.tables import PulsarClient, discard
-from kop_dedup.pulsar.wire import (
-    PROP_EPOCH,
-    PROP_PRODUCER_ID,
-    PROP_SEQUENCE,
-    PROP_TIMESTAMP,
-    decode_record,
+from kop_dedup.pulsar.stored import (
+    ENTRY_OVERHEAD,
+    RECORD_OVERHEAD,
+    RawEntry,
+    StoredEntry,
+    position_of,
+    read_available,
 )
+from kop_dedup.pulsar.tables import PulsarClient, discard
 
 __all__ = ["ENTRY_OVERHEAD", "RECORD_OVERHEAD", "EntryReader", "StoredEntry"]
 
-_READ_WAIT_MS = 5_000
-ENTRY_OVERHEAD = 61
-"""Bytes of a RecordBatch v2 header: what a batch costs besides its records."""
-RECORD_OVERHEAD = 20
-"""About what a record costs in a RecordBatch besides its key, value and headers."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEntry:
-    """The records of one entry (or of its rest, after a read that ended inside it)."""
-
-    base_offset: int
-    position: MessagePosition
-    """Where its first record is: (ledger, entry, batch index)."""
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    """The first record's sequence; -1 for records written without one."""
-    records: tuple[KafkaRecord, ...]
-    publish_time_ms: int
-    size: int
-    """About the bytes of the entry as a RecordBatch (payloads plus overheads)."""
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + len(self.records)
-
-    def starting_at(self, index: int) -> StoredEntry:
-        """The same entry from its ``index``-th record on."""
-        if index <= 0:
-            return self
-        ledger, entry, batch = self.position
-        return StoredEntry(
-            self.base_offset + index,
-            (ledger, entry, max(batch, 0) + index),
-            self.producer_id,
-            self.producer_epoch,
-            -1 if self.base_sequence < 0 else (self.base_sequence + index) % SEQ_MODULUS,
-            self.records[index:],
-            self.publish_time_ms,
-            self.size,
-        )
-
-
-@dataclass(slots=True)
-class _Raw:
-    """An entry as read, before its offsets are known."""
-
-    ledger: int
-    entry: int
-    batch_index: int
-    """Its first message's (-1: a message sent without batching)."""
-    producer_id: int
-    epoch: int
-    sequence: int
-    publish_time_ms: int
-    records: list[KafkaRecord]
-    size: int
-
-    @property
-    def position(self) -> MessagePosition:
-        return self.ledger, self.entry, self.batch_index
-
-    @property
-    def last(self) -> MessagePosition:
-        """Its last message's position (a batch's messages come in batch-index order)."""
-        first = self.batch_index
-        return self.ledger, self.entry, first if first < 0 else first + len(self.records) - 1
-
-
-def _position(msg: Any) -> MessagePosition:
-    mid = msg.message_id()
-    return mid.ledger_id(), mid.entry_id(), mid.batch_index()
-
-
-def _read_available(reader: Any, held: Any, max_bytes: int) -> tuple[list[_Raw], Any, bool]:
-    """Entries available now, starting with the message ``held`` back, until ``max_bytes``
-    (estimated) are read and an entry is complete: (entries, the first message of the
-    next entry when it was read, whether the topic had nothing more). Blocking calls: a
-    worker thread. Per message, only what a record needs is asked of the client; the
-    producer's id, epoch and sequence, the batch index and the publish time only of an
-    entry's first message."""
-    out: list[_Raw] = []
-    size = 0
-    current: _Raw | None = None
-    msg = held
-    while True:
-        if msg is None:
-            try:  # what the client holds already: no round trip, no wait
-                msg = reader.read_next(0)
-            except pulsar.Timeout:
-                if not reader.has_message_available():  # asks the broker when need be
-                    return out, None, True
-                try:
-                    msg = reader.read_next(_READ_WAIT_MS)
-                except pulsar.Timeout:  # said available, not delivered in time: next read
-                    return out, None, False
-        mid = msg.message_id()
-        ledger, entry = mid.ledger_id(), mid.entry_id()
-        props = msg.properties()
-        if current is None or entry != current.entry or ledger != current.ledger:
-            if size >= max_bytes:
-                return out, msg, False
-            seq = props.get(PROP_SEQUENCE)
-            current = _Raw(
-                ledger,
-                entry,
-                mid.batch_index(),
-                int(props.get(PROP_PRODUCER_ID, "-1")),
-                int(props.get(PROP_EPOCH, "-1")),
-                -1 if seq is None else int(seq),
-                msg.publish_timestamp(),
-                [],
-                ENTRY_OVERHEAD,
-            )
-            out.append(current)
-            size += ENTRY_OVERHEAD
-        payload = msg.data()
-        record = decode_record(
-            payload,
-            msg.partition_key(),
-            props,
-            None if PROP_TIMESTAMP in props else msg.event_timestamp(),
-        )
-        n = len(payload) + RECORD_OVERHEAD
-        if record.key:
-            n += len(record.key)
-        if record.headers:
-            n += sum(len(h.key) + len(h.value or b"") for h in record.headers)
-        current.records.append(record)
-        current.size += n
-        size += n
-        msg = None
+_AHEAD_BYTES = 8 << 20
+"""What a read_committed read keeps back at most while a copy holds the last stable
+offset (per reader: a partition held by a copy in progress costs no more). A copy
+larger than this is let through once the transaction log says it is complete."""
+_AHEAD_CHUNK = 1 << 20
 
 
 def _same_place(a: MessagePosition, b: MessagePosition) -> bool:
@@ -235,6 +112,9 @@ class EntryReader:
         """Set when a message came later than counted (records deleted by retention):
         the offset the reader was at."""
         self.last_used = time.monotonic()
+        self.stable = StableTracker(offset)
+        """The last stable offset of what this reader has read (every piece it takes
+        from Pulsar is fed to it, whatever the caller's isolation)."""
 
     @property
     def next_offset(self) -> int:
@@ -249,7 +129,7 @@ class EntryReader:
         if self._unread:
             return self._unread[0].position
         if self._held is not None:
-            return _position(self._held)
+            return position_of(self._held)
         return self._expected
 
     @property
@@ -277,11 +157,24 @@ class EntryReader:
         """Hand back entries read but not answered: the next read returns them first."""
         self._unread.extendleft(reversed(entries))
 
-    async def arrival(self) -> asyncio.Future[Any] | None:
+    def _stable_unread(self) -> int:
+        """How many of the entries handed back lie below the last stable offset."""
+        lso, n = self.stable.lso, 0
+        for entry in self._unread:
+            if entry.next_offset > lso:
+                break
+            n += 1
+        return n
+
+    async def arrival(self, *, committed: bool = False) -> asyncio.Future[Any] | None:
         """None when something can be read now (or the reader is closed); else a future
         that completes when a message arrives (never cancel it: wait with
-        ``asyncio.wait``). The message is kept for the next read."""
-        if self._closed or self._unread or self._held is not None or not self.drained:
+        ``asyncio.wait``). The message is kept for the next read. ``committed``: only
+        what lies below the last stable offset counts as something to read."""
+        unread = self._stable_unread() if committed else len(self._unread)
+        if committed and self.stable.holding and self._ahead() >= _AHEAD_BYTES:
+            return None  # read ahead as far as it may: only the log can free it
+        if self._closed or unread or self._held is not None or not self.drained:
             return None
         if self._arriving is None:
             reader = (await self._open())._reader
@@ -311,28 +204,70 @@ class EntryReader:
         self._held = future.result()
         return True
 
-    async def read(self, max_bytes: int) -> list[StoredEntry]:
+    async def read(self, max_bytes: int, *, committed: bool = False) -> list[StoredEntry]:
         """Entries available now from :attr:`next_offset`, about ``max_bytes`` of them
         (whole entries; at least one when any is there). [] when nothing is there yet,
-        the reader is closed, or records were skipped (see :attr:`skipped_from`)."""
+        the reader is closed, or records were skipped (see :attr:`skipped_from`).
+
+        ``committed`` (read_committed): only entries below the last stable offset; while
+        a copy holds it, the reader reads on (up to ``_AHEAD_BYTES`` kept back) to see
+        the copy whole, and keeps what lies beyond for a later read."""
         if self._closed or self._reading or self.skipped_from is not None:
             return []
         self.last_used = time.monotonic()
+        if committed:
+            await self._read_ahead(max_bytes)
+            return self._pop(max_bytes, self._stable_unread())
+        out = self._pop(max_bytes, len(self._unread))
+        budget = max_bytes - sum(e.size for e in out)
+        if budget <= 0 and out:
+            return out
+        out.extend(await self._pull(max(budget, 1)))
+        return out
+
+    def _pop(self, max_bytes: int, available: int) -> list[StoredEntry]:
+        """Up to ``max_bytes`` of the first ``available`` entries handed back (at least
+        one when there is one)."""
         out: list[StoredEntry] = []
         budget = max_bytes
-        while self._unread and (budget > 0 or not out):
+        while available and (budget > 0 or not out):
             entry = self._unread.popleft()
             out.append(entry)
             budget -= entry.size
-        if budget <= 0 and out:
-            return out
-        if not self._take_arrival():
-            return out  # still waiting for the next message: nothing more now
+            available -= 1
+        return out
+
+    def _ahead(self) -> int:
+        return sum(e.size for e in self._unread)
+
+    async def _read_ahead(self, max_bytes: int) -> None:
+        """Read into the entries handed back until ``max_bytes`` of them are stable, or,
+        while a copy holds the last stable offset, until it is whole or nothing more
+        is there now (at most ``_AHEAD_BYTES`` kept back)."""
+        while not self._closed and self.skipped_from is None:
+            stable = sum(e.size for e in list(self._unread)[: self._stable_unread()])
+            holding = self.stable.holding
+            if (stable >= max_bytes and not holding) or self._ahead() >= _AHEAD_BYTES:
+                return
+            got = await self._pull(_AHEAD_CHUNK if holding else max_bytes - stable)
+            self._unread.extend(got)
+            if not got or self.drained:  # nothing more now
+                return
+
+    async def _pull(self, max_bytes: int) -> list[StoredEntry]:
+        """What Pulsar has now from where the reader stands (about ``max_bytes``)."""
+        if not self._take_arrival():  # still waiting for the next message: nothing more now
+            if self.stable.settling:  # unless the broker has more, a settled copy is read
+                token = self.stable.reading()
+                if not await (await self._open()).has_message_available():
+                    self.stable.drained(token)
+            return []
         self._reading = True
         try:
             reader = await self._open()
+            token = self.stable.reading()
             raw, held, drained = await asyncio.get_running_loop().run_in_executor(
-                None, _read_available, reader._reader, self._held, max(budget, 1)
+                None, read_available, reader._reader, self._held, max(max_bytes, 1)
             )
         finally:
             self._reading = False
@@ -341,7 +276,9 @@ class EntryReader:
         if self._closed:
             return []
         self._held, self.drained = held, drained
-        out.extend(await self._counted(raw))
+        out = await self._counted(raw)
+        if drained and self.skipped_from is None:
+            self.stable.drained(token)
         return out
 
     def _continues(self, position: MessagePosition) -> bool:
@@ -358,7 +295,7 @@ class EntryReader:
             and position[2] <= 0
         )
 
-    async def _counted(self, raw: list[_Raw]) -> list[StoredEntry]:
+    async def _counted(self, raw: list[RawEntry]) -> list[StoredEntry]:
         """The entries read, with their offsets (checked against the broker where the
         count could be wrong: a reader's first message, a new ledger)."""
         out: list[StoredEntry] = []
@@ -372,6 +309,8 @@ class EntryReader:
                 # sent again from its start, past where a read ended inside it: the rest
                 seen = last[2] - max(entry.batch_index, 0) + 1
                 entry.records, entry.batch_index = entry.records[seen:], last[2] + 1
+                if entry.mark is not None:  # its first record was counted already
+                    entry.mark = CopyMark(entry.mark.producer_id, entry.mark.ordinal)
             offset = self._read_offset
             if not self._continues(entry.position):
                 found = await self._positions.offset_of(self.topic, entry.position)
@@ -383,6 +322,9 @@ class EntryReader:
                 offset = found
             self._learn(entry, offset)
             records = tuple(entry.records)
+            self.stable.feed(
+                offset, len(records), entry.mark, (entry.ledger, entry.entry), time.monotonic()
+            )
             self._last, self._expected = entry.last, after(entry.last)
             self._read_offset = offset + len(records)
             skip = self._floor - offset  # a reader that started before the offset asked
@@ -401,7 +343,7 @@ class EntryReader:
             out.append(stored.starting_at(skip))
         return out
 
-    def _learn(self, entry: _Raw, offset: int) -> None:
+    def _learn(self, entry: RawEntry, offset: int) -> None:
         """An entry read whole ends where the next one begins (offsets are dense): the
         positions keep its index, as the broker would answer it."""
         whole = self._whole

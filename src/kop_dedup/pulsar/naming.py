@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kop_dedup.errors import InvalidTopic
 
-__all__ = ["MAX_TOPIC_LENGTH", "Naming", "validate_topic"]
+__all__ = ["MAX_TOPIC_LENGTH", "Naming", "check_admin_path", "validate_topic"]
 
 MAX_TOPIC_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -36,6 +36,25 @@ def validate_topic(topic: str) -> None:
         raise InvalidTopic(f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]")
     if _PARTITION_SUFFIX in topic:
         raise InvalidTopic(f"topic name {topic!r} contains the reserved '{_PARTITION_SUFFIX}'")
+
+
+_UNSAFE_SEGMENTS = {"", ".", ".."}
+_UNSAFE_ESCAPES = ("%2f", "%2e", "%25", "%5c")
+
+
+def check_admin_path(path: str) -> None:
+    """Raise InvalidTopic for an admin path (``/admin/v2/...``, before ``?``) that could
+    step out of the resource it names: a ``.``, ``..`` or empty segment, an encoded
+    ``/``, ``.``, ``%`` or backslash, a backslash (httpx and Jetty collapse ``..``)."""
+    route = path.split("?", 1)[0]
+    lowered = route.lower()
+    if (
+        not route.startswith("/admin/")
+        or any(s in _UNSAFE_SEGMENTS for s in route.split("/")[1:])
+        or "\\" in route
+        or any(e in lowered for e in _UNSAFE_ESCAPES)
+    ):
+        raise InvalidTopic("a name that cannot be mapped to a Pulsar resource")
 
 
 @dataclass(frozen=True, slots=True)

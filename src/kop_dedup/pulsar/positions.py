@@ -100,6 +100,28 @@ class Positions:
         index, count = await self._index(topic, last[0], last[1])
         return index + 1, (last[0], last[1], count)
 
+    async def after(
+        self, topic: str, entry: tuple[int, int] | None
+    ) -> tuple[int, MessagePosition | None]:
+        """(offset, position) of what comes after a stored entry ``(ledger, entry)``: where
+        a reader starts to read what was written after it (the end when nothing was
+        yet). ``(ledger, -1)`` (a ledger still empty) is after every entry of earlier
+        ledgers; None, or an entry deleted since, is before the earliest still stored."""
+        if entry is not None and entry[1] >= 0:
+            try:
+                index, count = await self._index(topic, entry[0], entry[1])
+            except AdminError as exc:
+                if exc.status != 404:
+                    raise
+            else:
+                return index + 1, (entry[0], entry[1], count)
+        elif entry is not None:
+            earlier = [(lg, n) for lg, n in await self._admin.ledgers(topic) if lg < entry[0]]
+            filled = [(lg, n) for lg, n in earlier if n > 0]
+            if filled:
+                return await self.after(topic, (filled[-1][0], filled[-1][1] - 1))
+        return await self.earliest(topic)
+
     async def floor(self, topic: str) -> int:
         """The log start offset set on a partition topic (0: none)."""
         return 0 if self.log_start is None else await self.log_start(topic)

@@ -68,6 +68,7 @@ from kop_dedup.pulsar.wire import (
     encode_key,
     encode_properties,
     encode_whole,
+    record_properties,
 )
 
 __all__ = ["BatchReceipt", "PartialBatch", "Publisher", "PulsarProducer"]
@@ -246,7 +247,7 @@ class PulsarProducer:
         )
         if extra:
             common.update(extra)
-        send, build = self._raw.send_async, _pulsar.MessageBuilder
+        send, build, own = self._raw.send_async, _pulsar.MessageBuilder, record_properties
         base, last = batch.base_sequence, count - 1
         callback: Callable[[Any, Any], Any] | None = waiter.results.__setitem__
         for i, record in enumerate(records):
@@ -254,16 +255,7 @@ class PulsarProducer:
             value = record.value
             builder.content(b"" if value is None else value)
             if value is None or record.headers or record.timestamp is not None:
-                props = encode_properties(
-                    record,
-                    producer_id=pid,
-                    epoch=epoch,
-                    sequence=None,
-                    partition=batch.partition,
-                    key_encoding=None,
-                )
-                if extra:
-                    props.update(extra)
+                props = own(common, record)  # every Kafka-wire record has a timestamp
                 if record.timestamp is not None and record.timestamp > 0:
                     builder.event_timestamp(record.timestamp)
             else:

@@ -9,10 +9,11 @@ position learnt before (a reader closed there), or found by a binary search over
 entries (:meth:`~kop_dedup.pulsar.positions.Positions.locate`). Kept readers are
 bounded (the least recently used go first) and closed when idle.
 
-The end of a partition (Kafka's high watermark: with double journaling only committed
-records reach a data topic, so it is also the last stable offset) is what a reader
-that found nothing more has counted, or else asked of the broker, reused for
-``end_ttl_s``; the earliest offset still stored (the log start) for ``start_ttl_s``.
+The end of a partition (Kafka's high watermark) is what a reader that found nothing
+more has counted, or else asked of the broker, reused for ``end_ttl_s``; the earliest
+offset still stored (the log start) for ``start_ttl_s``. The last stable offset is each
+reader's own (:attr:`~kop_dedup.pulsar.fetching.EntryReader.stable`): a reader kept here
+keeps what it knows of the copies it met.
 
 >>> pool = ReaderPool(client, admin)
 >>> reader = await pool.take(ptopic, 42)        # OFFSET_OUT_OF_RANGE outside the log

@@ -12,25 +12,38 @@ what is already available (the asyncio API costs a future and two loop hops per
 message). :meth:`PartitionReader.close` may be called while a read runs on that thread
 (a rebalance, a member that left): the Pulsar reader is closed when the read returns,
 never under it, and a closed reader reads nothing more.
+
+A pull never hands out part of a transaction that is not complete in the partition:
+every record read is fed to the reader's :class:`~kop_dedup.protocol.stable.StableTracker`
+and only records below its last stable offset are returned; while a copy holds it, the
+reader reads on (up to ``_AHEAD_BYTES`` kept back) to see it whole, and keeps what
+lies beyond for a later read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import pulsar
 
 from kop_dedup.protocol.records import KafkaRecord
+from kop_dedup.protocol.stable import CopyMark, StableTracker
 from kop_dedup.pulsar.message_ids import MessagePosition
 from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.tables import PulsarClient, discard
-from kop_dedup.pulsar.wire import DecodedRecord
+from kop_dedup.pulsar.wire import DecodedRecord, copy_mark
 
 __all__ = ["PartitionReader", "Pulled", "after"]
 
 _READ_WAIT_MS = 5_000
+_AHEAD_BYTES = 8 << 20
+"""What a reader keeps back at most while a copy holds the last stable offset (a copy
+larger than this is let through once the transaction log says it is complete)."""
+_AHEAD_CHUNK = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,27 +63,32 @@ class _Raw:
     record: KafkaRecord
     size: int
     publish_time_ms: int
+    mark: CopyMark | None = None
 
 
-def _read_available(reader: Any, limit: int, max_bytes: int | None) -> list[_Raw]:
-    """Up to ``limit`` messages already available (blocking calls; a worker thread).
-    What the client holds already is taken without asking the broker; it is asked
-    (``has_message_available``: a lock, maybe a round trip) only once that is empty."""
+def _read_available(reader: Any, limit: int, max_bytes: int | None) -> tuple[list[_Raw], bool]:
+    """Up to ``limit`` messages already available (blocking calls; a worker thread), and
+    whether the topic had nothing more. What the client holds already is taken without
+    asking the broker; it is asked (``has_message_available``: a lock, maybe a round
+    trip) only once that is empty."""
     out: list[_Raw] = []
     size = 0
+    drained = False
     while len(out) < limit:
         try:
             msg = reader.read_next(0)  # what the client holds: no round trip, no wait
         except pulsar.Timeout:
             if not reader.has_message_available():
+                drained = True
                 break
             try:
                 msg = reader.read_next(_READ_WAIT_MS)
             except pulsar.Timeout:  # said available, not delivered in time: the next read
                 break
         mid = msg.message_id()
+        props = msg.properties()
         decoded = DecodedRecord.from_message(
-            msg.data(), msg.partition_key(), msg.properties(), msg.event_timestamp()
+            msg.data(), msg.partition_key(), props, msg.event_timestamp()
         )
         n = decoded.record.size
         out.append(
@@ -79,12 +97,13 @@ def _read_available(reader: Any, limit: int, max_bytes: int | None) -> list[_Raw
                 decoded.record,
                 n,
                 msg.publish_timestamp(),
+                copy_mark(props, decoded.producer_id),
             )
         )
         size += n
         if max_bytes is not None and size >= max_bytes:
             break
-    return out
+    return out, drained
 
 
 def after(position: MessagePosition) -> MessagePosition:
@@ -107,21 +126,37 @@ class PartitionReader:
         position: MessagePosition,
     ) -> None:
         self.topic = topic
-        self.next_offset, self.next_position = offset, position
+        self._read_offset, self._read_position = offset, position
+        """Where reading Pulsar stands (after the records kept back)."""
         self._client, self._positions = client, positions
         self._reader: Any = None
         self._checked = False
         self._reading = False
         self._closed = False
+        self._ahead: collections.deque[Pulled] = collections.deque()
+        """Records read and not returned yet: beyond the last stable offset, or beyond
+        what the last read asked for."""
+        self._kept = 0
+        """The bytes of the records kept back."""
+        self.stable = StableTracker(offset)
         self.clamped_from: int | None = None
         """Set when the first record read lay beyond the offset asked for (deleted by
         retention): the offset asked for."""
+
+    @property
+    def next_offset(self) -> int:
+        """The offset of the next record :meth:`read` returns."""
+        return self._ahead[0].offset if self._ahead else self._read_offset
+
+    @property
+    def next_position(self) -> MessagePosition:
+        return self._ahead[0].position if self._ahead else self._read_position
 
     async def _open(self) -> Any:
         if self._reader is None:
             self._reader = await self._client.create_reader(
                 self.topic,
-                pulsar.MessageId(-1, *self.next_position),
+                pulsar.MessageId(-1, *self._read_position),
                 start_message_id_inclusive=True,
             )
         return self._reader
@@ -131,37 +166,80 @@ class PartitionReader:
         return self._closed
 
     async def read(self, max_records: int, max_bytes: int | None = None) -> list[Pulled]:
-        """Records available now, from the next offset (none: nothing to read yet, or the
-        reader was closed)."""
+        """Records below the last stable offset available now, from the next offset
+        (none: nothing to read yet, or the reader was closed)."""
         if self._closed or self._reading:
             return []
+        await self._read_ahead(max_records, max_bytes)
+        lso, size = self.stable.lso, 0
+        out: list[Pulled] = []
+        while self._ahead and len(out) < max_records and self._ahead[0].offset < lso:
+            pulled = self._ahead.popleft()
+            self._kept -= pulled.size
+            out.append(pulled)
+            size += pulled.size
+            if max_bytes is not None and size >= max_bytes:
+                break
+        return out
+
+    def _stable_ahead(self) -> int:
+        lso, n = self.stable.lso, 0
+        for pulled in self._ahead:
+            if pulled.offset >= lso:
+                break
+            n += 1
+        return n
+
+    async def _read_ahead(self, max_records: int, max_bytes: int | None) -> None:
+        """Read until ``max_records`` are stable or, while a copy holds the last stable
+        offset, until it is whole or nothing more is there now."""
+        while not self._closed:
+            stable, holding = self._stable_ahead(), self.stable.holding
+            if (stable >= max_records and not holding) or self._kept >= _AHEAD_BYTES:
+                return
+            limit = _AHEAD_CHUNK if holding else max_records - stable
+            got, drained = await self._pull(limit, _AHEAD_BYTES if holding else max_bytes)
+            self._ahead.extend(got)
+            self._kept += sum(p.size for p in got)
+            if not got or drained:
+                return
+
+    async def _pull(self, limit: int, max_bytes: int | None) -> tuple[list[Pulled], bool]:
+        """Records Pulsar has now after what was read, and whether it had nothing more."""
         self._reading = True
         try:
             reader = await self._open()
+            token = self.stable.reading()
             loop = asyncio.get_running_loop()
-            raw = await loop.run_in_executor(
-                None, _read_available, reader._reader, max_records, max_bytes
+            raw, drained = await loop.run_in_executor(
+                None, _read_available, reader._reader, limit, max_bytes
             )
         finally:
             self._reading = False
             if self._closed:
                 await self._discard()
-        if not raw or self._closed:
-            return []
-        offset = self.next_offset
-        if not self._checked:
+        if self._closed:
+            return [], False
+        offset = self._read_offset
+        if raw and not self._checked:
             self._checked = True
-            if raw[0].position != self.next_position:
+            if raw[0].position != self._read_position:
                 found = await self._positions.offset_of(self.topic, raw[0].position)
                 if found > offset:
                     self.clamped_from = offset
+                    self.stable = StableTracker(found)
                 offset = found
         out = []
+        now = time.monotonic()
         for r in raw:
             out.append(Pulled(offset, r.position, r.record, r.size, r.publish_time_ms))
+            self.stable.feed(offset, 1, r.mark, r.position[:2], now)
             offset += 1
-        self.next_offset, self.next_position = offset, after(raw[-1].position)
-        return out
+        if raw:
+            self._read_offset, self._read_position = offset, after(raw[-1].position)
+        if drained:
+            self.stable.drained(token)
+        return out, drained
 
     async def close(self) -> None:
         """Close now, or when the read running meanwhile returns (what it read is not

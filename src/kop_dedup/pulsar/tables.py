@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -194,6 +195,11 @@ class KeyedTable:
         self._queued: asyncio.Future[None] | None = None
         self.records_read = 0
         """Records applied since this table was created (tombstones included)."""
+        self.catch_ups = 0
+        """Catch-ups that succeeded (each one broker round trip at least)."""
+        self.caught_up_from: float | None = None
+        """When (``time.monotonic``) the last catch-up that succeeded began: every record
+        written before then is applied here."""
         self.slots_skipped = 0
         """Messages without a key skipped: compacted-out slots of batches, which the C++
         client hands out as empty messages (the Java client skips them), or strays."""
@@ -212,6 +218,7 @@ class KeyedTable:
                 log.info("replacing the disconnected reader of %s", self.topic)
                 await self._drop_reader()
             for may_retry in (True, False):
+                began = time.monotonic()
                 try:
                     await self._read_to_end()
                 except (pulsar_async.PulsarException, pulsar.PulsarException, TimeoutError) as exc:
@@ -220,6 +227,8 @@ class KeyedTable:
                         raise
                     log.info("replacing the reader of %s after %r", self.topic, exc)
                 else:
+                    self.caught_up_from = max(began, self.caught_up_from or began)
+                    self.catch_ups += 1
                     break
             return self.records_read - before
 

@@ -49,19 +49,16 @@ class TopicAdmin(PulsarAdmin):
         self._props: dict[str, tuple[dict[str, str], float]] = {}
         self._props_pending: dict[str, asyncio.Future[dict[str, str]]] = {}
 
-    def _path(self, topic: str) -> str:
-        return self._naming.topic(topic).removeprefix("persistent://")
-
     # -- retention ---------------------------------------------------------------------
 
     async def namespace_retention(self, namespace: str) -> Retention | None:
         """A namespace's own retention policy; None when it has none (the broker's
         default applies)."""
-        resp = await self._request("GET", f"/admin/v2/namespaces/{namespace}/retention")
+        resp = await self.request("GET", f"/admin/v2/namespaces/{namespace}/retention")
         return Retention.from_pulsar(resp.json() if resp.content else None)
 
     async def set_namespace_retention(self, namespace: str, retention: Retention) -> None:
-        await self._request(
+        await self.request(
             "POST", f"/admin/v2/namespaces/{namespace}/retention", json=retention.to_pulsar()
         )
 
@@ -69,7 +66,7 @@ class TopicAdmin(PulsarAdmin):
         """A Kafka topic's own retention policy (None: none, the namespace's applies), or
         with ``applied`` the one the broker applies (topic, else namespace, else broker)."""
         params = {"applied": "true"} if applied else {}
-        resp = await self._request(
+        resp = await self.request(
             "GET", f"/admin/v2/persistent/{self._path(topic)}/retention", params=params
         )
         return Retention.from_pulsar(resp.json() if resp.content else None)
@@ -88,14 +85,14 @@ class TopicAdmin(PulsarAdmin):
         a roll-over right after the call must find them)."""
         path = f"/admin/v2/persistent/{self._path(topic)}"
         if retention is not None:
-            await self._request("POST", f"{path}/retention", json=retention.to_pulsar())
+            await self.request("POST", f"{path}/retention", json=retention.to_pulsar())
         elif not created:
-            await self._request("DELETE", f"{path}/retention")
+            await self.request("DELETE", f"{path}/retention")
         if compaction_threshold is None:
             if not created:
-                await self._request("DELETE", f"{path}/compactionThreshold")
+                await self.request("DELETE", f"{path}/compactionThreshold")
         else:
-            await self._request("POST", f"{path}/compactionThreshold", json=compaction_threshold)
+            await self.request("POST", f"{path}/compactionThreshold", json=compaction_threshold)
         if retention is not None:
             await self._applied(topic, retention)
 
@@ -111,7 +108,7 @@ class TopicAdmin(PulsarAdmin):
 
     async def compaction_threshold(self, topic: str) -> int | None:
         """A Kafka topic's own compaction threshold (bytes), None when it has none."""
-        resp = await self._request(
+        resp = await self.request(
             "GET", f"/admin/v2/persistent/{self._path(topic)}/compactionThreshold"
         )
         value = resp.json() if resp.content else None
@@ -123,7 +120,7 @@ class TopicAdmin(PulsarAdmin):
         self, topic: str, partitions: int, properties: dict[str, str]
     ) -> None:
         """Create a Kafka topic with its properties in one call (409: it exists)."""
-        await self._request(
+        await self.request(
             "PUT",
             f"/admin/v2/persistent/{self._path(topic)}/partitions",
             content=json.dumps({"partitions": partitions, "properties": properties}).encode(),
@@ -143,7 +140,7 @@ class TopicAdmin(PulsarAdmin):
 
     async def grow_topic(self, topic: str, partitions: int) -> None:
         """Give a Kafka topic ``partitions`` partitions (more than it has)."""
-        await self._request(
+        await self.request(
             "POST", f"/admin/v2/persistent/{self._path(topic)}/partitions", json=partitions
         )
         self._partitions.pop(topic, None)
@@ -168,9 +165,7 @@ class TopicAdmin(PulsarAdmin):
 
     async def _read_properties(self, topic: str) -> dict[str, str]:
         try:
-            resp = await self._request(
-                "GET", f"/admin/v2/persistent/{self._path(topic)}/partitions"
-            )
+            resp = await self.request("GET", f"/admin/v2/persistent/{self._path(topic)}/partitions")
         except AdminError as exc:
             if exc.status == 404:
                 self._props.pop(topic, None)
@@ -192,9 +187,9 @@ class TopicAdmin(PulsarAdmin):
         """Set ``changed`` and remove ``removed`` among a Kafka topic's properties."""
         path = f"/admin/v2/persistent/{self._path(topic)}/properties"
         if changed:
-            await self._request("PUT", path, json=changed)
+            await self.request("PUT", path, json=changed)
         for key in sorted(removed):
-            await self._request("DELETE", path, params={"key": key})
+            await self.request("DELETE", path, params={"key": key})
         self._props.pop(topic, None)
 
     async def configs(self, topic: str, *, fresh: bool = False) -> dict[str, str]:
@@ -245,17 +240,17 @@ class TopicAdmin(PulsarAdmin):
         highest sequence id (taken every ``brokerDeduplicationEntriesInterval`` entries and
         ``brokerDeduplicationSnapshotIntervalSeconds``; {} before the first)."""
         path = partition_topic.removeprefix("persistent://")
-        stats = (await self._request("GET", f"/admin/v2/persistent/{path}/internalStats")).json()
+        stats = (await self.request("GET", f"/admin/v2/persistent/{path}/internalStats")).json()
         cursor = (stats.get("cursors") or {}).get("pulsar.dedup") or {}
         return {str(k): int(v) for k, v in (cursor.get("properties") or {}).items()}
 
     async def publishers(self, partition_topic: str) -> list[str]:
         """Names of the producers connected to a partition topic now."""
         path = partition_topic.removeprefix("persistent://")
-        stats = (await self._request("GET", f"/admin/v2/persistent/{path}/stats")).json()
+        stats = (await self.request("GET", f"/admin/v2/persistent/{path}/stats")).json()
         return [str(p.get("producerName")) for p in stats.get("publishers") or []]
 
     async def unload(self, topic: str) -> None:
         """Unload a (partition) topic (``persistent://`` name): its ledger rolls over."""
         path = topic.removeprefix("persistent://")
-        await self._request("PUT", f"/admin/v2/persistent/{path}/unload")
+        await self.request("PUT", f"/admin/v2/persistent/{path}/unload")

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import msgspec
 
 from kop_dedup.protocol.records import Header, KafkaBatch, KafkaRecord
+from kop_dedup.protocol.stable import CopyHead, CopyMark
 
 __all__ = [
     "PROP_ENTRY_FORMAT",
@@ -51,9 +52,14 @@ __all__ = [
     "PROP_PRODUCER_ID",
     "PROP_SEQUENCE",
     "PROP_TIMESTAMP",
+    "PROP_TXN_BATCH",
+    "PROP_TXN_ID",
+    "PROP_TXN_ORDINAL",
+    "PROP_TXN_RECORDS",
     "PROP_VALUE_NULL",
     "WHOLE_BATCH",
     "DecodedRecord",
+    "copy_mark",
     "decode_headers",
     "decode_key",
     "decode_record",
@@ -62,6 +68,7 @@ __all__ = [
     "encode_properties",
     "encode_whole",
     "entry_size_bound",
+    "record_properties",
 ]
 
 PROP_PRODUCER_ID = "kafka.producer.id"
@@ -75,6 +82,16 @@ PROP_TIMESTAMP = "kafka.timestamp"
 PROP_HEADERS = "kafka.headers"
 PROP_KEY_ENCODING = "kafka.key.encoding"
 PROP_VALUE_NULL = "kafka.value.null"
+# What a copy of a committed transaction adds (the copier writes them: its module
+# says what each means; these are the names a reader of a data partition needs)
+PROP_TXN_ORDINAL = "kafka.txn.ordinal"
+"""On every copied record: the transaction's ordinal (with the producer id: which one)."""
+PROP_TXN_ID = "kafka.txn.id"
+PROP_TXN_BATCH = "kafka.txn.batch"
+PROP_TXN_RECORDS = "kafka.txn.records"
+"""These three on the first record of a copied batch only: the transactional id, the
+batch's index among the transaction's in the partition, the transaction's records
+in the partition."""
 
 
 def encode_whole(batch: KafkaBatch) -> bytes:
@@ -171,6 +188,21 @@ def encode_properties(
     return props
 
 
+def record_properties(shared: dict[str, str], record: KafkaRecord) -> dict[str, str]:
+    """What :func:`encode_properties` answers for ``record``, from the properties its
+    batch shares (``shared``: those of a record with no timestamp, no headers and a
+    value, copied here) and the record's own: one dict copy per record on the hot
+    path instead of building every property again."""
+    props = shared.copy()
+    if record.timestamp is not None:
+        props[PROP_TIMESTAMP] = str(record.timestamp)
+    if record.headers:
+        props[PROP_HEADERS] = _encode_headers(record.headers)
+    if record.value is None:
+        props[PROP_VALUE_NULL] = "true"
+    return props
+
+
 @dataclass(frozen=True, slots=True)
 class DecodedRecord:
     """A Kafka record read back from Pulsar, with its idempotence metadata."""
@@ -197,6 +229,24 @@ class DecodedRecord:
             sequence=int(seq) if seq is not None else None,
             record=decode_record(payload, partition_key, properties, event_timestamp),
         )
+
+
+def copy_mark(properties: Mapping[str, str], producer_id: int) -> CopyMark | None:
+    """The copy a stored record belongs to (None: not a copy, or marks it cannot read,
+    which a reader then takes for a plain record)."""
+    ordinal = properties.get(PROP_TXN_ORDINAL)
+    if ordinal is None:
+        return None
+    batch, records = properties.get(PROP_TXN_BATCH), properties.get(PROP_TXN_RECORDS)
+    try:
+        head = (
+            None
+            if batch is None or records is None
+            else CopyHead(properties.get(PROP_TXN_ID), int(batch), int(records))
+        )
+        return CopyMark(producer_id, int(ordinal), head)
+    except ValueError:
+        return None
 
 
 def decode_record(

@@ -26,12 +26,10 @@ inflight, ready, lag (:mod:`kop_dedup.spark.groups`).
 from __future__ import annotations
 
 import json
-import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Self
+from typing import Any
 
 from kop_dedup.protocol.records import SEQ_MODULUS
 from kop_dedup.pulsar.wire import (
@@ -45,6 +43,8 @@ from kop_dedup.pulsar.wire import (
     PROP_VALUE_NULL,
 )
 from kop_dedup.spark.groups import check_groups, read_group, render_groups
+from kop_dedup.spark.progress import Progress
+from kop_dedup.spark.stable import StableSnapshot, mark_unstable, stable_snapshot
 from kop_dedup.spark.transactions import (
     SYSTEM_NAMESPACE,
     TXN_COLUMNS,
@@ -104,6 +104,12 @@ class AuditReport:
     (retention may have dropped theirs): checked by their markers alone."""
     decisions_topic: str | None = None
     """The decisions topic read; None when it does not exist (decisions not checked)."""
+    txn_not_yet_stable: int = 0
+    """Transactions at or after their partition's last stable offset, or not complete
+    when the audit began (being copied): not checked for completeness or a decision."""
+    not_yet_stable_records: int = 0
+    """Records at or after their partition's last stable offset when the audit began
+    (:mod:`kop_dedup.spark.stable`; 0 when no note was taken)."""
     txn_examples: list[dict[str, Any]] = field(default_factory=list)
     groups: list[dict[str, Any]] = field(default_factory=list)
     """Each consumer group reported: group, mode, generation, source, not_audited."""
@@ -152,6 +158,10 @@ class AuditReport:
             f"  txn undecided visible  {self.txn_undecided_visible}",
             f"  txn partly audited  {self.txn_partly_audited}",
             f"  txn decision expired  {self.txn_decision_expired}",
+            (
+                f"  not yet stable      {self.txn_not_yet_stable} transactions, "
+                f"{self.not_yet_stable_records} records (at or after the LSO: being copied)"
+            ),
         ]
         for ex in self.duplicate_examples:
             lines.append(f"  DUPLICATE {json.dumps(ex, default=str)}")
@@ -166,36 +176,6 @@ class AuditReport:
                 self.groups, self.group_partitions, self.group_mismatches, self.group_examples
             )
         return "\n".join(lines)
-
-
-class _Progress:
-    """Prints Spark stage progress to stderr every few seconds while a job runs."""
-
-    def __init__(self, spark: Any, enabled: bool, every: float = 3.0) -> None:
-        self._tracker = spark.sparkContext.statusTracker()
-        self._enabled, self._every = enabled, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Self:
-        if self._enabled:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._every):
-            for stage_id in self._tracker.getActiveStageIds():
-                info = self._tracker.getStageInfo(stage_id)
-                if info is not None:
-                    print(
-                        f"audit: stage {stage_id} {info.name[:40]}: "
-                        f"{info.numCompletedTasks}/{info.numTasks} tasks",
-                        file=sys.stderr,
-                        flush=True,
-                    )
 
 
 def full_topic(topic: str, tenant: str, namespace: str) -> str:
@@ -271,6 +251,7 @@ def check_with_decisions(
     tenant: str,
     system_namespace: str,
     seconds: float = 0.0,
+    snapshot: StableSnapshot | None = None,
 ) -> AuditReport:
     """:func:`check` against the coordinator's decisions read now: call it after the
     records were read (a decision is appended after its copy, so the decisions read
@@ -288,6 +269,7 @@ def check_with_decisions(
         topics=topics,
         decisions_source=decisions_topic(tenant, system_namespace),
         seconds=seconds,
+        snapshot=snapshot,
     )
 
 
@@ -298,6 +280,7 @@ def check(
     topics: set[str] | None = None,
     decisions_source: str | None = None,
     seconds: float = 0.0,
+    snapshot: StableSnapshot | None = None,
 ) -> AuditReport:
     """Count duplicates and gaps in a DataFrame shaped like :func:`kafka_records`, and
     check its transactions against ``decisions`` (a DataFrame from
@@ -311,7 +294,10 @@ def check(
         if name not in records.columns:  # a stream key table written before transactions
             records = records.withColumn(name, F.lit(None).cast(kind))
     records = records.cache()
-    per_topic = {r["topic"]: r["count"] for r in records.groupBy("topic").count().collect()}
+    beyond = F.col("unstable").cast("int") if "unstable" in records.columns else F.lit(0)
+    rows = records.groupBy("topic").agg(F.count("*").alias("n"), F.sum(beyond).alias("u"))
+    counted = rows.collect()
+    per_topic = {r["topic"]: r["n"] for r in counted}
     total = sum(per_topic.values())
     idem = records.where((F.col("producer_id") >= 0) & F.col("sequence").isNotNull())
     keyed = (
@@ -366,6 +352,7 @@ def check(
         decisions,
         set(per_topic) if topics is None else topics,
         source=decisions_source,
+        snapshot=snapshot,
     )
     report = AuditReport(
         records=total,
@@ -381,6 +368,7 @@ def check(
         ],
         gap_examples=[r.asDict() for r in gap_rows],
         seconds=seconds,
+        not_yet_stable_records=sum(int(r["u"] or 0) for r in counted),
         **_txn_fields(txn),
     )
     keyed.unpersist()
@@ -399,6 +387,7 @@ def _txn_fields(txn: TxnSummary) -> dict[str, Any]:
         "txn_undecided_visible": txn.undecided_visible,
         "txn_partly_audited": txn.partly_audited,
         "txn_decision_expired": txn.decision_expired,
+        "txn_not_yet_stable": txn.not_yet_stable,
         "decisions_topic": txn.decisions_topic,
         "txn_examples": txn.examples,
     }
@@ -442,7 +431,16 @@ def audit(
         )
         for group in groups
     ]
-    with _Progress(spark, progress):
+    # before the data: what is stable then is whole in what is read next
+    stable = stable_snapshot(
+        kafka_topics,
+        service_url=service_url,
+        admin_url=admin_url,
+        tenant=tenant,
+        namespace=namespace,
+        system_namespace=system_namespace,
+    )
+    with Progress(spark, progress):
         raw = read_topics(
             spark,
             topics,
@@ -451,7 +449,7 @@ def audit(
             tenant=tenant,
             namespace=namespace,
         )
-        records = kafka_records(raw)
+        records = mark_unstable(kafka_records(raw), stable)
         if parquet_path:
             records.write.mode("overwrite").parquet(parquet_path)
             records = spark.read.parquet(parquet_path)
@@ -468,6 +466,7 @@ def audit(
             admin_url=admin_url,
             tenant=tenant,
             system_namespace=system_namespace,
+            snapshot=stable,
         )
         records.unpersist()
     return AuditReport(

@@ -25,8 +25,14 @@ What is checked, per transaction (producer id, ordinal) that touches an audited 
   in fewer partitions than ``kafka.txn.partitions`` is counted partly audited;
 * no record of an ABORT decision is visible;
 * no visible transactional record lacks a decision (only when the decisions topic
-  exists). A transaction in the middle of being applied (copied, its decision not yet
-  appended) shows up here: audit a quiescent system, or read such a report twice.
+  exists).
+
+A transaction in the middle of being applied (copied in part, its decision not yet
+appended) is no violation: given the note taken before the data was read
+(:mod:`kop_dedup.spark.stable`), a transaction with a record at or after its partition's
+last stable offset, or not complete in the log when the note was taken, is counted
+*not yet stable* instead of incomplete or undecided. Without the note (a check of rows
+given by hand) every transaction is checked: audit a quiescent system then.
 
 The decisions topic keeps its records for a while only (the sidecar's
 ``journal_retention_minutes``, a day by default): a transaction first copied before the
@@ -50,6 +56,7 @@ from kop_dedup.coordination.transactions.journal import (
     PROP_TXN_PARTITIONS,
     PROP_TXN_RECORDS,
 )
+from kop_dedup.spark.stable import StableSnapshot
 
 __all__ = [
     "DECISIONS_TOPIC",
@@ -97,6 +104,9 @@ class TxnSummary:
     """Transactions with records visible and no decision (0 without the decisions topic)."""
     decision_expired: int = 0
     """Transactions visible, without a decision, copied before the oldest decision kept."""
+    not_yet_stable: int = 0
+    """Transactions at or after their partition's last stable offset, or not complete in
+    the log when the audit began: not checked for completeness or a decision."""
     decisions_topic: str | None = None
     """The decisions topic read; None when it does not exist (decision checks skipped)."""
     examples: list[dict[str, Any]] = field(default_factory=list)
@@ -182,6 +192,8 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
     """One row per (transaction, topic, partition): visible there, and expected."""
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
+    beyond = F.max(F.col("unstable").cast("int")) if "unstable" in records.columns else F.lit(0)
+
     parts = (
         records.where(F.col("txn_ordinal").isNotNull())
         .groupBy(*IDS, "topic", "partition")
@@ -192,6 +204,7 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
             F.max("txn_records").alias("marked_records"),
             F.max("txn_partitions").alias("marked_partitions"),
             F.unix_millis(F.min("publish_time")).alias("first_seen"),
+            beyond.alias("beyond"),
         )
     )
     if decisions is None:
@@ -203,6 +216,7 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
             F.lit(None).cast("long").alias("decided_audited"),
             F.lit(None).cast("long").alias("decided_nonempty"),
             F.lit(None).cast("long").alias("horizon"),
+            F.lit(None).cast("long").alias("decided_at"),
         )
     audited = F.col("topic").isin(sorted(topics))
     per_txn = decisions.groupBy(*IDS).agg(
@@ -211,6 +225,7 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
         F.count("topic").alias("decided_partitions"),
         F.sum(F.when(audited, 1).otherwise(0)).alias("decided_audited"),
         F.sum(F.when(F.col("records") > 0, 1).otherwise(0)).alias("decided_nonempty"),
+        F.max("at").alias("decided_at"),
     )
     decided = decisions.where(audited).select(
         *IDS, "topic", "partition", F.col("records").alias("decided_records")
@@ -226,12 +241,52 @@ def _per_partition(records: Any, decisions: Any, topics: set[str]) -> Any:
     )
 
 
+def _with_snapshot(txns: Any, snapshot: StableSnapshot | None) -> Any:
+    """``txns`` with the log's word on each when the note was taken (``snap_ordinal``,
+    ``snap_complete``: null for an id the log did not have)."""
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415
+
+    if snapshot is None or not snapshot.transactions:
+        return txns.withColumn("snap_ordinal", F.lit(None).cast("long")).withColumn(
+            "snap_complete", F.lit(None).cast("boolean")
+        )
+    snap = txns.sparkSession.createDataFrame(
+        [(tid, o, c) for tid, (o, c) in snapshot.transactions.items()],
+        "snap_id string, snap_ordinal long, snap_complete boolean",
+    )
+    joined = txns.join(F.broadcast(snap), txns["txn_id"] == snap["snap_id"], "left")
+    return joined.drop("snap_id")
+
+
+def _not_yet_stable(snapshot: StableSnapshot | None, decided: Any) -> Any:
+    """A transaction not to be judged yet (see the module docstring): a record of it at
+    or after its partition's LSO, or not complete in the log when the note was taken,
+    or unknown to the log then and decided since."""
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415
+
+    false = F.lit(False)  # noqa: FBT003
+    if snapshot is None:
+        return false
+    ordinal, then = F.col("txn_ordinal"), F.col("snap_ordinal")
+    known = then.isNotNull()
+    complete = (ordinal < then) | ((ordinal == then) & F.col("snap_complete"))
+    pending = known & ~F.coalesce(complete, false)
+    late = ~known & decided & F.coalesce(F.col("decided_at") >= snapshot.taken_ms, false)
+    return F.coalesce(F.col("beyond") > 0, false) | pending | late
+
+
 def check_transactions(
-    records: Any, decisions: Any, topics: set[str], *, source: str | None = None
+    records: Any,
+    decisions: Any,
+    topics: set[str],
+    *,
+    source: str | None = None,
+    snapshot: StableSnapshot | None = None,
 ) -> TxnSummary:
     """Check the transactions in ``records`` (shaped like audit.kafka_records) against
     ``decisions`` (:func:`read_decisions` of the topic ``source``, or None) for the
-    Kafka ``topics`` audited."""
+    Kafka ``topics`` audited; ``snapshot``: the note taken before the data was read
+    (what is not yet stable is not checked)."""
     from pyspark.sql import Window  # noqa: PLC0415
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
@@ -260,6 +315,8 @@ def check_transactions(
         "decided_nonempty",
         "first_seen",
         "horizon",
+        "beyond",
+        "decided_at",
     )
     txns = parts.groupBy(*IDS).agg(
         F.first("txn_id", ignorenulls=True).alias("txn_id"),
@@ -274,10 +331,14 @@ def check_transactions(
         F.first("decided_nonempty", ignorenulls=True).alias("decided_nonempty"),
         F.min("first_seen").alias("first_seen"),
         F.first("horizon", ignorenulls=True).alias("horizon"),
+        F.max("beyond").alias("beyond"),
+        F.first("decided_at", ignorenulls=True).alias("decided_at"),
         F.sort_array(F.collect_list(F.struct("topic", "partition", "visible", "expected"))).alias(
             "partitions"
         ),
     )
+
+    txns = _with_snapshot(txns, snapshot)
 
     def flag(condition: Any) -> Any:
         return F.coalesce(condition, false)
@@ -298,18 +359,28 @@ def check_transactions(
     want_partitions = F.when(decided, F.col("decided_nonempty")).otherwise(
         F.col("marked_partitions")
     )
-    incomplete = committed & (
-        (F.col("wrong_partitions") > 0)
-        | flag(whole & (F.col("visible_partitions") != want_partitions))
-        # the copies' partition count against the decision's
-        | flag(decided & (F.col("marked_partitions") != F.col("decided_partitions")))
+    unstable = _not_yet_stable(snapshot, decided)
+    incomplete = (
+        committed
+        & ~unstable
+        & (
+            (F.col("wrong_partitions") > 0)
+            | flag(whole & (F.col("visible_partitions") != want_partitions))
+            # the copies' partition count against the decision's
+            | flag(decided & (F.col("marked_partitions") != F.col("decided_partitions")))
+        )
     )
     kinds = {
         "incomplete": incomplete,
         "aborted-visible": aborted & (F.col("visible") > 0),
-        "undecided-visible": F.lit(known) & ~decided & ~expired & (F.col("visible") > 0),
+        "undecided-visible": F.lit(known)
+        & ~decided
+        & ~expired
+        & ~unstable
+        & (F.col("visible") > 0),
         "partly-audited": committed & ~whole,
         "decision-expired": expired & (F.col("visible") > 0),
+        "not-yet-stable": unstable & ((F.col("visible") > 0) | decided),
     }
     names = {kind: kind.replace("-", "_") for kind in kinds}
     flags = txns.select(

@@ -196,6 +196,15 @@ def add_cli(subparsers: Any) -> None:
     )
     p.add_argument("--fetch-records", type=int, default=100_000, help="--kafka's records to fetch")
     p.add_argument(
+        "--nodes",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="--kafka: with more than one size (e.g. 1 2), produce and transactions also "
+        "through a cluster of each size on this host, one partition per node (what a "
+        "second node adds)",
+    )
+    p.add_argument(
         "--kafka-measures",
         nargs="+",
         choices=MEASURES,

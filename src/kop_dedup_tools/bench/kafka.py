@@ -46,6 +46,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from kop_dedup_tools.bench.cells import Cell, Compare, Workload, extras
 from kop_dedup_tools.bench.kafka_clients import (
     PRODUCER_CONFIG,
@@ -63,6 +65,7 @@ from kop_dedup_tools.bench.kafka_clients import (
 from kop_dedup_tools.bench.produce import direct_cell
 from kop_dedup_tools.bench.results import Results
 from kop_dedup_tools.bench.support import (
+    Sidecars,
     cpu_seconds,
     full_topic,
     new_topic,
@@ -130,20 +133,22 @@ def produce_cell(
     value_size: int,
     rep: int,
     sidecar: SidecarProcess | None = None,
+    partitions: int = 1,
 ) -> Cell:
-    """Idempotent Kafka producers on a fresh one-partition topic for ``seconds``."""
+    """Idempotent Kafka producers on a fresh topic for ``seconds``, producer ``i`` on
+    partition ``i % partitions``."""
     topic = f"bench-kafka-{uuid.uuid4().hex[:8]}"
-    create(bootstrap, topic)
+    create(bootstrap, topic, partitions)
     value = random_values(1, value_size)[0]
     reports = Deliveries()
     clients = [kafka_producer(bootstrap, on_delivery=reports) for _ in range(producers)]
-    warm(clients, topic)
+    warm(clients, topic, partitions)
     reports.count, reports.latencies = 0, []
     cpu0, sc0, started = time.process_time(), cpu_seconds(sidecar), time.monotonic()
     stop = started + seconds
     while time.monotonic() < stop and reports.failure is None:
-        for p in clients:
-            produce_all(p, topic, value, RECORDS_PER_BATCH)
+        for i, p in enumerate(clients):
+            produce_all(p, topic, value, RECORDS_PER_BATCH, i % partitions)
     for p in clients:
         if p.flush(_FLUSH_S):
             raise RuntimeError(f"{side}: records not delivered within {_FLUSH_S:.0f} s")
@@ -165,7 +170,11 @@ def produce_cell(
 
 
 def direct_produce_cell(args: argparse.Namespace, producers: int, rep: int) -> Cell:
-    """The sidecar's own Pulsar producer code, straight to the broker."""
+    """The sidecar's own Pulsar producer code, straight to the broker, 5 batches in
+    flight per producer; then (its own figures) 1 in flight, as many as an idempotent
+    librdkafka producer keeps per partition with batches of 5 records or more (it counts
+    *messages* in flight against its limit of 5 requests: rdkafka_broker.c
+    ``RD_KAFKA_IDEMP_MAX_INFLIGHT - inflight``), so the Kafka side's ceiling shows."""
     topic = full_topic(new_topic(args))
     url, size = args.pulsar_service_url, RECORDS_PER_BATCH
     cpu0 = time.process_time()
@@ -174,7 +183,26 @@ def direct_produce_cell(args: argparse.Namespace, producers: int, rep: int) -> C
     )
     cpu = time.process_time() - cpu0
     per_record = round(cpu / cell.records * 1e6, 2) if cell.records else None
-    return replace(cell, extra=extras(client_cpu_us_per_record=per_record))
+    one = asyncio.run(
+        direct_cell(
+            url,
+            full_topic(new_topic(args)),
+            size,
+            producers,
+            args.seconds / 2,
+            args.value_size,
+            rep=rep,
+            in_flight=1,
+        )
+    )
+    return replace(
+        cell,
+        extra=extras(
+            client_cpu_us_per_record=per_record,
+            one_in_flight_rec_s=round(one.records_per_s),
+            one_in_flight_p50_ms=None if one.p50_ms is None else round(one.p50_ms, 2),
+        ),
+    )
 
 
 def txn_cell(
@@ -186,11 +214,13 @@ def txn_cell(
     value_size: int,
     rep: int,
     sidecar: SidecarProcess | None = None,
+    partitions: int = 1,
 ) -> Cell:
-    """A transactional producer per thread, one transaction of ``txn_records`` after
-    another, for ``seconds``; the records of committed transactions count."""
+    """A transactional producer per thread (producer ``i`` on partition ``i %
+    partitions``), one transaction of ``txn_records`` after another, for ``seconds``; the
+    records of committed transactions count."""
     topic = f"bench-ktxn-{uuid.uuid4().hex[:8]}"
-    create(bootstrap, topic)
+    create(bootstrap, topic, partitions)
     value = random_values(1, value_size)[0]
     clients = []
     for i in range(producers):
@@ -204,13 +234,13 @@ def txn_cell(
     gate = threading.Barrier(producers + 1)
     stop = [0.0]
 
-    def work(p: Any) -> None:
+    def work(p: Any, partition: int) -> None:
         gate.wait()
         try:
             while time.monotonic() < stop[0] and not failures:
                 t0 = time.monotonic()
                 p.begin_transaction()
-                produce_all(p, topic, value, txn_records)
+                produce_all(p, topic, value, txn_records, partition)
                 p.commit_transaction(60)
                 with lock:
                     latencies.append(time.monotonic() - t0)
@@ -218,7 +248,10 @@ def txn_cell(
         except Exception as exc:
             failures.append(exc)
 
-    threads = [threading.Thread(target=work, args=(p,), daemon=True) for p in clients]
+    threads = [
+        threading.Thread(target=work, args=(p, i % partitions), daemon=True)
+        for i, p in enumerate(clients)
+    ]
     for t in threads:
         t.start()
     cpu0, sc0, started = time.process_time(), cpu_seconds(sidecar), time.monotonic()
@@ -320,14 +353,63 @@ def _cells(args: argparse.Namespace, sc: SidecarProcess, kafka: dict[str, Any]) 
         yield from _txn_cells(args, sc, boots)
 
 
+def _members(sc: SidecarProcess, count: int, timeout_s: float = 60.0) -> None:
+    """Wait until ``sc`` lists ``count`` nodes in its cluster."""
+    deadline = time.monotonic() + timeout_s
+    while len(httpx.get(f"{sc.url}/v1/cluster", timeout=10).json()["nodes"]) != count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cluster did not list {count} nodes within {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def _node_cells(args: argparse.Namespace) -> Iterator[Cell]:
+    """``--nodes``: produce and transactions through a cluster of each size asked for, on
+    this host: sidecar processes of a system namespace of their own (so the cluster is
+    them alone), each producer on its own partition of a topic of ``max(--nodes)``
+    partitions, so a second node leads half of them and coordinates half of the
+    transactional ids. Clients bootstrap to the first node."""
+    partitions, secs, size = max(args.nodes), args.seconds, args.value_size
+    system = f"kop-dedup-bench-nodes-{uuid.uuid4().hex[:8]}"
+    nodes: list[SidecarProcess] = []
+    try:
+        for n in sorted(set(args.nodes)):
+            nodes.extend(
+                start_sidecar(args, system_namespace=system) for _ in range(n - len(nodes))
+            )
+            _members(nodes[0], n)
+            side, boot = f"{n} node{'s' if n > 1 else ''}", nodes[0].kafka_bootstrap
+            for producers in args.kafka_producers:
+                for rep in range(1, args.reps + 1):
+                    with step(
+                        f"kafka produce, {producers} producers, {side}, rep {rep}", Sidecars(nodes)
+                    ):
+                        yield produce_cell(side, boot, producers, secs, size, rep, None, partitions)
+            for producers in args.kafka_producers if "txn" in args.kafka_measures else []:
+                for records in args.txn_records:
+                    for rep in range(1, args.reps + 1):
+                        with step(
+                            f"kafka txn of {records}, {producers} producers, {side}",
+                            Sidecars(nodes),
+                        ):
+                            yield txn_cell(
+                                side, boot, producers, records, secs, size, rep, None, partitions
+                            )
+    finally:
+        for sc in nodes:
+            sc.stop()
+
+
 def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
-    """``kop-dedup bench --kafka [--against-kafka]``: one sidecar (and one Kafka) for the
-    run, stopped at the end."""
+    """``kop-dedup bench --kafka [--against-kafka] [--nodes 1 2]``: one sidecar (and one
+    Kafka) for the run, more nodes for ``--nodes``, stopped at the end."""
     cells: list[Cell] = []
     with real_kafka(args, out) as kafka:
         sc = start_sidecar(args)
         try:
             for cell in _cells(args, sc, kafka):
+                say(cell.progress())
+                cells.append(cell)
+            for cell in _node_cells(args) if len(set(args.nodes)) > 1 else []:
                 say(cell.progress())
                 cells.append(cell)
         finally:
@@ -338,6 +420,7 @@ def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
         "seconds": args.seconds,
         "fetch_records": args.fetch_records,
         "measures": args.kafka_measures,
+        "nodes": sorted(set(args.nodes)),
         "producer_config": PRODUCER_CONFIG,
         "kafka": kafka or None,
     }

@@ -54,22 +54,24 @@ def kafka_producer(bootstrap: str, **extra: Any) -> Any:
     return Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **extra})
 
 
-def produce_all(producer: Any, topic: str, value: bytes, n: int) -> None:
-    """``n`` records into partition 0, waiting (serving callbacks) while the queue is full."""
+def produce_all(producer: Any, topic: str, value: bytes, n: int, partition: int = 0) -> None:
+    """``n`` records into ``partition``, waiting (serving callbacks) while the queue is
+    full."""
     for _ in range(n):
         while True:
             try:
-                producer.produce(topic, value, partition=0)
+                producer.produce(topic, value, partition=partition)
                 break
             except BufferError:
                 producer.poll(0.001)
     producer.poll(0)
 
 
-def warm(producers: list[Any], topic: str) -> None:
-    """Connect, learn the metadata and the producer ids before the clock starts."""
-    for p in producers:
-        p.produce(topic, b"warm-up", partition=0)
+def warm(producers: list[Any], topic: str, partitions: int = 1) -> None:
+    """Connect, learn the metadata and the producer ids before the clock starts (producer
+    ``i`` on partition ``i % partitions``, where it will write)."""
+    for i, p in enumerate(producers):
+        p.produce(topic, b"warm-up", partition=i % partitions)
     for p in producers:
         if p.flush(60):
             raise RuntimeError(f"a warm-up record to {topic} was not delivered within 60 s")

@@ -64,8 +64,10 @@ async def drive(
     seconds: float,
     rate: float | None,
     send: Callable[[int, int], Awaitable[None]],
+    in_flight: int = 5,
 ) -> Run:
-    """Each producer sends batches for ``seconds``, up to 5 in flight, in sequence order.
+    """Each producer sends batches for ``seconds``, up to ``in_flight`` at once, in
+    sequence order.
 
     ``send(producer index, base sequence)`` publishes one batch and returns when it is
     acknowledged (raising when it is not). With ``rate`` (records/s over all producers)
@@ -79,7 +81,7 @@ async def drive(
 
     async def run(i: int) -> None:
         seq = 0
-        window = asyncio.Semaphore(5)
+        window = asyncio.Semaphore(in_flight)
         tasks: list[asyncio.Task[None]] = []
         interval = producers * batch_size / rate if rate else 0.0
         next_at = time.monotonic()
@@ -140,6 +142,7 @@ async def direct_cell(
     value_size: int,
     rate: float | None = None,
     rep: int = 1,
+    in_flight: int = 5,
 ) -> Cell:
     from kop_dedup.protocol.records import KafkaBatch, KafkaRecord  # noqa: PLC0415
     from kop_dedup.pulsar.producers import Publisher  # noqa: PLC0415
@@ -160,7 +163,7 @@ async def direct_cell(
             )
             await prods[i].send_batch(batch, last + 1)
 
-        run = await drive(producers, batch_size, seconds, rate, send)
+        run = await drive(producers, batch_size, seconds, rate, send, in_flight)
         for p in prods:
             await p.close()
     finally:

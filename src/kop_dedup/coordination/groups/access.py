@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from kop_dedup.coordination.groups.api import ResolvedReset
     from kop_dedup.coordination.groups.readers import ReaderPool
     from kop_dedup.coordination.groups.settings import GroupSettings
+    from kop_dedup.coordination.groups.stable import StableSource
     from kop_dedup.coordination.groups.state import GroupState
     from kop_dedup.coordination.partitions import StatePartitions
     from kop_dedup.protocol.groups import Committed, Delivery, Group, Mode, Resets, TopicPartition
@@ -55,6 +56,7 @@ class StoreAccess(Protocol):
         *,
         caught_up: bool = False,
         take: bool = True,
+        admit: bool = True,
     ) -> Any: ...
 
     async def write(self, p: int, k: str, doc: Doc) -> Doc: ...
@@ -89,6 +91,9 @@ class CoordinatorAccess(Protocol):
 
     @property
     def readers(self) -> ReaderPool: ...
+
+    @property
+    def stable(self) -> StableSource: ...
 
     @property
     def settings(self) -> GroupSettings: ...

@@ -28,7 +28,9 @@ from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.api import ResolvedReset
 from kop_dedup.coordination.groups.offsets import offset_doc
+from kop_dedup.coordination.groups.settings import GroupSettings, full
 from kop_dedup.coordination.groups.store import GroupStore, StagedOffset, key
+from kop_dedup.coordination.names import validate_group_id, validate_topics
 from kop_dedup.protocol.groups.classic import (
     PREPARING,
     STABLE,
@@ -71,15 +73,11 @@ class SyncAnswer:
 
 
 class ClassicGroups:
-    def __init__(
-        self,
-        store: GroupStore,
-        *,
-        min_session_ms: int = MIN_SESSION_MS_DEFAULT,
-        max_session_ms: int = MAX_SESSION_MS_DEFAULT,
-    ) -> None:
+    def __init__(self, store: GroupStore, settings: GroupSettings) -> None:
         self.store = store
-        self.min_session_ms, self.max_session_ms = min_session_ms, max_session_ms
+        self.min_session_ms = settings.kafka_min_session_timeout_ms
+        self.max_session_ms = MAX_SESSION_MS_DEFAULT
+        self.max_members = settings.max_members
         self.closing = False
 
     # -- reading --------------------------------------------------------------------------
@@ -118,7 +116,8 @@ class ClassicGroups:
     ) -> JoinAnswer | NewMemberId:
         """JoinGroup: 79 MEMBER_ID_REQUIRED with a new id for a new member (v4+,
         ``require_known_id``), else the member's round joined and waited for (up to the
-        rebalance deadline). Raises the Kafka error otherwise (23, 25, 26)."""
+        rebalance deadline). Raises the Kafka error otherwise (23, 24, 25, 26)."""
+        validate_group_id(group_id)
         if not self.min_session_ms <= req.session_timeout_ms <= self.max_session_ms:
             raise errors.InvalidSessionTimeout(
                 f"session timeout {req.session_timeout_ms} ms is outside "
@@ -132,6 +131,7 @@ class ClassicGroups:
                     self._not_http(group_id)
                     before = self.group(group_id) or ClassicGroup.new()
                     before.check_protocols(req)
+                    self._room(group_id, before, now_ms())
                     await self._write(
                         p, group_id, before.add_pending(new_id, now_ms(), req.session_timeout_ms)
                     )
@@ -147,6 +147,7 @@ class ClassicGroups:
             self._not_http(group_id)
             before = self.group(group_id) or ClassicGroup.new()
             if fresh:
+                self._room(group_id, before, now_ms())
                 before = before.add_pending(req.member_id, now_ms(), req.session_timeout_ms)
             after = before.join(req, now_ms())
             await self._write(p, group_id, after)
@@ -156,6 +157,11 @@ class ClassicGroups:
         if not group.member(req.member_id).awaiting_join:  # its round completed, or none began
             return self._answer(group, req.member_id)
         return await self._await_round(group_id, req.member_id, group.generation)
+
+    def _room(self, group_id: str, group: ClassicGroup, now: int) -> None:
+        """GROUP_MAX_SIZE_REACHED (81) when one more member would pass the cap."""
+        waiting = sum(1 for t in group.pending.values() if t >= now)
+        full(group_id, len(group.members) + waiting, self.max_members)
 
     async def _await_round(self, group_id: str, member_id: str, started: int) -> JoinAnswer:
         while True:
@@ -321,6 +327,7 @@ class ClassicGroups:
     ) -> None:
         """OffsetCommit to a Kafka group: Kafka's checks (:meth:`ClassicGroup.validate_commit`),
         the member's session refreshed, the offsets stored, in one change."""
+        validate_topics(o.topic for o in offsets)
         now = now_ms()
 
         async def change(p: int) -> None:

@@ -1,19 +1,20 @@
 """Taking over a consumer-groups partition, and handing it over cleanly: whether the
 new owner must recover what the previous one may have left unanswered.
 
-A sidecar that takes a partition whose previous owner has no writer at the broker any
+A node that loads a partition whose previous owner has no writer at the broker any
 more runs the store's ``on_orphan`` hooks as the new owner, under the partition's lock,
 before any other change: the group coordinator sends uncommitted deliveries back to
 their committed offsets there, since a crashed owner may have recorded a pull it never
-answered. Not when the owner went away cleanly: a sidecar that stops gracefully has
+answered. Not when the owner went away cleanly: a node that stops gracefully has
 answered every request first, and writes ``["c", ""]`` with ``"clean": true`` on each
 partition it owns as it closes (:meth:`CleanClose.mark_all`, within a deadline: a
 partition not marked in time is recovered by its next owner, which costs duplicates,
 never a loss; a partition with a pull recorded and neither answered nor put back, e.g.
-cancelled by the stop, is never marked); the next owner reads it, writes ``"clean":
-false`` before anything else, and runs no hook. Taking a partition from a live owner
-(two sidecars taking turns behind a load balancer) runs no hook either: the live owner
-answers what it recorded.
+cancelled by the stop, is never marked), and so does a node that hands a partition over
+to the owner a membership change names (:meth:`CleanClose.mark`); the next owner reads
+it, writes ``"clean": false`` before anything else, and runs no hook. Taking a partition
+from a live owner (one that did not let go within the hand-off wait) runs no hook
+either: the live owner answers what it recorded.
 """
 
 from __future__ import annotations
@@ -73,6 +74,17 @@ class CleanClose:
         for hook in self.hooks:
             await hook(p)
         self.unrecovered.discard(p)
+
+    async def mark(self, p: int) -> None:
+        """Mark ``p`` closed cleanly as it is handed over (its lock held, its writer still
+        open): the next owner then sends nothing again. Not a partition with a pull left
+        unanswered, nor one not recovered yet."""
+        store = self._store
+        if p in self.unrecovered or p in self.unclean:
+            return
+        marker = store.view_doc(p, CLEAN) or {}
+        await store.write(p, CLEAN, {**marker, "clean": True, "atMs": now_ms()})
+        await store.durable(p)
 
     async def mark_all(self, timeout_s: float) -> int:
         """Mark every partition this sidecar owns (and recovered) closed cleanly, all at

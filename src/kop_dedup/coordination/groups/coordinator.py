@@ -38,7 +38,8 @@ from kop_dedup.coordination.groups.classic import ClassicGroups
 from kop_dedup.coordination.groups.pulls import Pulls
 from kop_dedup.coordination.groups.readers import ReaderPool
 from kop_dedup.coordination.groups.resets import GroupResets
-from kop_dedup.coordination.groups.settings import GroupSettings
+from kop_dedup.coordination.groups.settings import GroupSettings, full
+from kop_dedup.coordination.groups.stable import EndsOnly, StableSource
 from kop_dedup.coordination.groups.state import GroupState
 from kop_dedup.coordination.groups.store import GroupStore, key
 from kop_dedup.protocol.groups import (
@@ -80,9 +81,12 @@ class GroupCoordinator:
         self.partitions_of = partitions_of
         self.settings = settings
         self.readers = ReaderPool(client, self.positions, idle_s=settings.reader_idle_s)
+        self.stable: StableSource = EndsOnly(self.positions, naming)
+        """Where a partition's last stable offset comes from (the runtime sets the
+        transactions'): pulls stop there, "latest" is there, lag counts to it."""
         self._pulls = Pulls(self)
         self._resets = GroupResets(self)
-        self.classic = ClassicGroups(store, min_session_ms=settings.kafka_min_session_timeout_ms)
+        self.classic = ClassicGroups(store, settings)
         """Kafka classic groups (JoinGroup and the rest): :mod:`.classic`."""
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
@@ -248,6 +252,8 @@ class GroupCoordinator:
         async def change(p: int) -> Group:
             self._not_kafka(group_id)
             before = self.group(group_id) or self._new_group()
+            if member not in before.members:
+                full(group_id, len(before.members), self.settings.max_members)
             group, back = before.join(member, topics, counts, now_ms=now_ms())
             written = await self._write_group(p, group_id, group)
             await self._send_back(p, group_id, before, back)

@@ -3,12 +3,16 @@
 :meth:`GroupLag.lag` answers ``GET /v1/groups/{groupId}/lag``: per partition (per
 member in broadcast mode, plus the group's minimum) ``end``, ``committed``,
 ``pulled``, ``ready`` (end - pulled), ``inflight`` (pulled - committed), ``lag`` (end -
-committed) and the age of the oldest inflight record. Offsets come from the broker's
-entry index, which counts messages with no gaps (a batched entry of n messages takes
-n offsets), so these differences are exact record counts; Pulsar's own backlog counts
-entries. A Kafka group (JoinGroup) reports the same per partition it has committed
-offsets for; the server does not see what its members fetched, so ``pulled`` is
-where it committed (``inflight`` 0, ``ready`` = ``lag``).
+committed) and the age of the oldest inflight record. ``end`` is the partition's last
+stable offset as the transaction log bounds it
+(:meth:`~kop_dedup.coordination.transactions.stable.StableOffsets.bound`): the end,
+less a committed transaction's copy still in progress, which no pull hands out yet.
+Offsets come from the broker's entry index, which counts messages with no gaps (a
+batched entry of n messages takes n offsets), so these differences are exact record
+counts; Pulsar's own backlog counts entries. A Kafka group (JoinGroup) reports the
+same per partition it has committed offsets for; the server does not see what its
+members fetched, so ``pulled`` is where it committed (``inflight`` 0, ``ready`` =
+``lag``).
 
 :meth:`GroupLag.refresh` (a loop on every sidecar) computes the same numbers for the
 groups whose store partition this sidecar owns and keeps them as :attr:`GroupLag.rows`
@@ -34,6 +38,7 @@ from kop_dedup.coordination.groups.coordinator import GroupCoordinator
 from kop_dedup.coordination.groups.state import GroupState
 from kop_dedup.protocol import groups as proto
 from kop_dedup.protocol.groups import LagRow, Mode, TopicPartition
+from kop_dedup.pulsar import subscriptions
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
 from kop_dedup.pulsar.message_ids import MessagePosition, decode_message_position
 
@@ -69,11 +74,6 @@ class GroupLag:
 
     # -- the numbers --------------------------------------------------------------------------
 
-    async def _end(self, tp: TopicPartition, ends: dict[TopicPartition, int]) -> int:
-        if tp not in ends:
-            ends[tp] = (await self._groups.positions.end(self._groups.partition_topic(tp)))[0]
-        return ends[tp]
-
     async def lag(
         self, group: str, ends: dict[TopicPartition, int] | None = None, *, read: bool = True
     ) -> LagReport:
@@ -90,8 +90,11 @@ class GroupLag:
         now = now_ms()
         members = [] if state.group is None else sorted(state.group.members)
         rows: list[PartitionLag] = []
+        missing = [tp for tp in state.partitions() if tp not in ends]
+        if missing:  # the last stable offsets: what the group can read
+            ends.update(await self._groups.stable.bounds(missing))
         for tp in state.partitions():
-            end = await self._end(tp, ends)
+            end = ends[tp]
             owners = [""] if state.mode is Mode.CLUSTERING else members
             rows.extend(self._row(state, owner, tp, end, now) for owner in owners)
             if state.mode is Mode.BROADCAST and state.group is not None:
@@ -179,8 +182,8 @@ class GroupLag:
         """A group was forgotten: its subscriptions go (Pulsar keeps no backlog for it)."""
         for tp in tps:
             self._cursor_at.pop((group, tp), None)
-            await self._admin.delete_subscription(
-                self._groups.partition_topic(tp), subscription_name(group)
+            await subscriptions.delete_subscription(
+                self._admin, self._groups.partition_topic(tp), subscription_name(group)
             )
 
     @staticmethod
@@ -230,12 +233,16 @@ class GroupLag:
         topic, sub = self._groups.partition_topic(tp), subscription_name(group)
         ledger, entry, batch = await self._cursor_position(topic, offset, position)
         try:
-            await self._admin.move_subscription(topic, sub, ledger, entry, max(batch, 0))
+            await subscriptions.move_subscription(
+                self._admin, topic, sub, ledger, entry, max(batch, 0)
+            )
         except AdminError as exc:
             if exc.status != 404:
                 raise
-            await self._admin.create_subscription(topic, sub)
-            await self._admin.move_subscription(topic, sub, ledger, entry, max(batch, 0))
+            await subscriptions.create_subscription(self._admin, topic, sub)
+            await subscriptions.move_subscription(
+                self._admin, topic, sub, ledger, entry, max(batch, 0)
+            )
 
 
 def _rows(report: LagReport) -> list[LagRow]:

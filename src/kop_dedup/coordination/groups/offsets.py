@@ -22,6 +22,7 @@ from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.access import StoreAccess
 from kop_dedup.coordination.groups.view import Doc, key
+from kop_dedup.coordination.names import validate_group_id, validate_topics
 
 __all__ = ["UNKNOWN_OFFSET", "CommittedOffset", "Offsets", "StagedOffset", "offset_doc"]
 
@@ -68,6 +69,8 @@ class Offsets:
         same partitions stays: that transaction still decides whether its own offsets
         apply (Kafka keeps pending transactional offsets across plain commits too)."""
         offsets = list(offsets)
+        validate_group_id(group)
+        validate_topics(o.topic for o in offsets)  # before it is stored (a lag view reads it)
         now = now_ms()
         store = self._store
 

@@ -214,7 +214,8 @@ class PendingOffsets:
                     await store.remove(p, k)
             return applied
 
-        result: list[StagedOffset] = await store.owned(group, change)
+        # decided: applied whatever the group count (its markers made room at staging)
+        result: list[StagedOffset] = await store.owned(group, change, admit=False)
         return result
 
     async def abort_transaction(
@@ -229,7 +230,7 @@ class PendingOffsets:
                 for k in self._own(p, group, topic, partition, transactional_id, ordinal):
                     await store.remove(p, k)
 
-        await store.owned(group, change)
+        await store.owned(group, change, admit=False)
 
     async def remove_all(self, p: int, group: str, topic: str, partition: int) -> None:
         """Remove every marker on a partition, whichever transaction's (OffsetDelete:

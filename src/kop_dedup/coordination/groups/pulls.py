@@ -37,6 +37,7 @@ from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.access import CoordinatorAccess
 from kop_dedup.coordination.groups.api import AppliedReset, Clamped, PullResult
 from kop_dedup.coordination.groups.locks import MemberLocks
+from kop_dedup.coordination.groups.stable import settle
 from kop_dedup.coordination.groups.store import key
 from kop_dedup.protocol.groups import (
     Committed,
@@ -322,9 +323,11 @@ class Pulls:
         """(offset, position, clamped) for a planned start."""
         positions = self._groups.positions
         topic = self._groups.partition_topic(tp)
-        if offset is None:  # EARLIEST or LATEST
-            at_end = start is Start.LATEST
-            found, at = await (positions.end(topic) if at_end else positions.earliest(topic))
+        if offset is None:  # EARLIEST or LATEST (the last stable offset)
+            if start is Start.LATEST:
+                found, at = await self._groups.stable.exact_at(*tp)
+            else:
+                found, at = await positions.earliest(topic)
             return found, at, False
         try:
             return offset, await positions.locate(topic, offset), False
@@ -376,6 +379,7 @@ class Pulls:
             if plan.position is not None
         ]
         out: dict[TopicPartition, list[Pulled]] = {}
+        asked: set[TopicPartition] = set()
         while True:
             left = max_records - sum(len(v) for v in out.values())
             budget = max_bytes
@@ -394,7 +398,8 @@ class Pulls:
                 return out
             if self._moved(group_id, member, planned, plans) or await gone():
                 return out
-            await asyncio.sleep(_POLL_S)
+            if not await settle(self._groups.stable, [(p.tp, r) for p, r in readers], asked):
+                await asyncio.sleep(_POLL_S)
 
     def _rewind(self, group_id: str, member: str, plans: list[_Plan]) -> None:
         """Records read but not answered: the readers go (the next pull reads again)."""

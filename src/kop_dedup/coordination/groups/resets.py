@@ -115,8 +115,8 @@ class GroupResets:
         clamped: str | None = None
         if request.to == "earliest":
             offset, position = await positions.earliest(topic)
-        elif request.to == "latest":
-            offset, position = await positions.end(topic)
+        elif request.to == "latest":  # the last stable offset: no transaction in part
+            offset, position = await self._groups.stable.exact_at(request.topic, part)
         elif request.to == "timestamp":
             offset, position, clamped = await positions.at_time(topic, request.value or 0)
         elif request.to == "offset":

@@ -29,10 +29,11 @@ Every record carries ``v``, a version bumped by the owner that never restarts
 owner's writes and the log in.
 
 What this module gives the coordinators: :meth:`GroupStore.owned` runs a change as the
-owner of a group's partition (taken on demand, taken back when another sidecar took
-it), :meth:`~GroupStore.write` / :meth:`~GroupStore.remove` inside it, :meth:`~GroupStore.read`
-and :meth:`~GroupStore.doc` / :meth:`~GroupStore.docs` to read; and the offsets API
-(:mod:`.offsets`, :mod:`.pending`) as methods.
+owner of a group's partition (the node the cluster names: another node's change is
+refused with NOT_COORDINATOR), :meth:`~GroupStore.write` / :meth:`~GroupStore.remove`
+inside it, :meth:`~GroupStore.read` and :meth:`~GroupStore.doc` /
+:meth:`~GroupStore.docs` to read; and the offsets API (:mod:`.offsets`,
+:mod:`.pending`) as methods.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ from kop_dedup.coordination.groups.offsets import (
 )
 from kop_dedup.coordination.groups.pending import PendingIsLive, PendingOffsets
 from kop_dedup.coordination.groups.view import FLOOR_FIELD, Doc, View, key
+from kop_dedup.coordination.names import validate_group_id
 from kop_dedup.coordination.partitions import StatePartitions
 from kop_dedup.pulsar.admin import PulsarAdmin
-from kop_dedup.pulsar.exclusive import OwnershipLost
 from kop_dedup.pulsar.tables import PulsarClient
 
 __all__ = [
@@ -72,8 +73,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_TAKEOVER_ATTEMPTS = 3
-
 
 class GroupStore:
     def __init__(
@@ -83,17 +82,16 @@ class GroupStore:
         topic: str,
         partitions: int,
         *,
-        adopt_interval_s: float,
         pending_is_live: PendingIsLive | None = None,
+        owner_of: Callable[[int], str] | None = None,
+        handoff_wait_s: float = 5.0,
+        max_groups: int | None = None,
     ) -> None:
         self.topic, self._admin = topic, admin
+        self._max_groups = max_groups
         self._partitions_wanted = partitions
-        self._adopt_interval_s = adopt_interval_s
         self._view = View(partitions)
         self._clean = CleanClose(self)
-        self._on_demand: dict[int, bool] = {}
-        """Set while a change takes a partition: its acquisition task leaves recovery
-        to the change (which recovers before changing anything)."""
         self._sending: list[set[asyncio.Future[None]]] = [set() for _ in range(partitions)]
         self._broken: dict[int, BaseException] = {}
         """Partitions where a write failed: the view may hold what is not stored, so it
@@ -110,8 +108,12 @@ class GroupStore:
             apply=self._view.apply,
             on_acquired=self._acquired,
             on_lost=self._clean.lost,
+            on_release=self._clean.mark,
+            on_taken=self._taken,
             writers=lambda: admin.partition_writers(topic),
             name="consumer groups",
+            owner_of=owner_of,
+            handoff_wait_s=handoff_wait_s,
         )
 
     async def start(self) -> None:
@@ -122,7 +124,6 @@ class GroupStore:
                 f"{self._partitions_wanted}; they must agree (a group's partition is "
                 "derived from the count)"
             )
-        self.parts.start(self._adopt_interval_s)
 
     async def close(self, timeout_s: float = 20.0) -> None:
         """Mark each owned partition closed cleanly (every pull was answered: the next
@@ -142,14 +143,18 @@ class GroupStore:
 
     # -- ownership ------------------------------------------------------------------------
 
-    async def _acquired(self, partition: int) -> None:
-        """After any acquisition (a task of its own). Taken by :meth:`owned`: it decided
-        already. Adopted as an orphan: recover, unless a change got the lock first (it
-        recovers before changing anything: the flags are set before this task awaits)."""
-        if not self._on_demand.pop(partition, True):
-            return
-        self._clean.taken(partition, orphan=True)
+    def _taken(self, partition: int, orphan: bool) -> None:
+        """This node just loaded the partition (before any change can run on it): what
+        its recovery must do (:mod:`.closing`)."""
+        self._clean.taken(partition, orphan=orphan)
+
+    async def _acquired(self, partition: int, orphan: bool) -> None:  # noqa: ARG002 - taken
+        """After every load of a partition by this node (a task of its own): recover it
+        (:mod:`.closing`), unless a change got the lock first (it recovers before
+        changing anything)."""
         async with self.parts.lock(partition):
+            if partition in self._broken and self.parts.owned(partition):
+                await self._reread(partition)  # its view may hold writes never stored
             if self.parts.owned(partition):
                 await self._clean.recover(partition)
         await self.durable(partition)
@@ -164,30 +169,18 @@ class GroupStore:
             return []
 
     async def _take(self, p: int, *, caught_up: bool = False, take: bool = True) -> None:
-        """Own partition ``p`` (lock held); a new owner's recovery runs before returning.
-        ``caught_up``: read since the request began (see :meth:`owned`). ``take=False``:
-        never take it: NOT_COORDINATOR when another sidecar took it or a write of ours
-        failed."""
-        if not take and (
-            p in self._broken or not await self.parts.still_owned(p, caught_up=caught_up)
-        ):
+        """As partition ``p``'s owner (lock held): a partition with a failed write of ours
+        is read again first, a new owner's recovery runs before returning.
+        ``caught_up``: read since the request began (see :meth:`owned`). NOT_COORDINATOR
+        when another node fenced this one meanwhile; ``take=False`` (a sweep): also when
+        a write of ours failed (the next change settles it)."""
+        if not take and p in self._broken:
             raise errors.NotCoordinator(f"consumer groups: partition {p} is not ours")
         if p in self._broken:
             await self._reread(p)
         if not await self.parts.still_owned(p, caught_up=caught_up):
-            live = await self._writers_of(p)
-            self._on_demand[p] = False  # the acquisition task leaves recovery to us
-            try:
-                await self.parts.own(p)
-            except OwnershipLost as exc:  # another sidecar opened it at the same moment
-                self._on_demand.pop(p, None)
-                raise errors.NotCoordinator(
-                    f"consumer groups: another sidecar took partition {p} as this one did; retry"
-                ) from exc
-            except BaseException:
-                self._on_demand.pop(p, None)
-                raise
-            self._clean.taken(p, orphan=not live)
+            await self.parts.own(p)  # NOT_COORDINATOR or LOAD_IN_PROGRESS, with the reason
+            raise errors.NotCoordinator(f"consumer groups: another node took partition {p}")
         await self._clean.recover(p)
 
     async def _reread(self, p: int) -> None:
@@ -197,17 +190,10 @@ class GroupStore:
         live = await self._writers_of(p)
         self._epoch[p] += 1
         failure = self._broken.pop(p)
-        self._on_demand[p] = False  # the acquisition task leaves recovery to _take
         try:
-            await self.parts.restart(p, functools.partial(self._view.clear, p))
-            await self.parts.own(p)
-        except BaseException as exc:
+            await self.parts.retake(p, functools.partial(self._view.clear, p))
+        except BaseException:
             self._broken.setdefault(p, failure)
-            self._on_demand.pop(p, None)
-            if isinstance(exc, OwnershipLost):  # another sidecar took it meanwhile
-                raise errors.NotCoordinator(
-                    f"consumer groups: another sidecar took partition {p}; retry"
-                ) from exc
             raise
         log.warning("consumer groups: a write to partition %d failed; read it again", p)
         self._clean.taken(p, orphan=not live)
@@ -285,7 +271,8 @@ class GroupStore:
 
     async def _reread_broken(self, p: int) -> None:
         if await self.parts.still_owned(p):
-            with contextlib.suppress(errors.NotCoordinator):  # unless another took it as we did
+            # unless another node took it as we did
+            with contextlib.suppress(errors.NotCoordinator, errors.CoordinatorLoadInProgress):
                 await self._take(p)
                 return
         await self._reread_elsewhere(p)
@@ -307,49 +294,64 @@ class GroupStore:
         *,
         caught_up: bool = False,
         take: bool = True,
+        admit: bool = True,
     ) -> Any:
-        """Run ``change(partition)`` as the owner of the group's partition, under its lock;
-        when another sidecar takes the partition meanwhile, take it back and run it again
-        (on the state as it then is).
+        """Run ``change(partition)`` as the owner of the group's partition, under its lock.
+        NOT_COORDINATOR on a node the cluster does not name its owner, or when another
+        node fenced this one (nothing of the change is stored);
+        COORDINATOR_LOAD_IN_PROGRESS while this node loads it.
 
         The catch-up that makes the view fresh runs before the lock is taken, so the
         callers waiting for the lock (the members of a group share its partition) share
         one broker round trip instead of paying one each under the lock. The view is
-        then complete for a decision: this sidecar's own writes are applied to it as they
+        then complete for a decision: this node's own writes are applied to it as they
         are made (their echoes from the log carry no newer version), and a takeover by
-        another sidecar since the catch-up fenced this writer, so the change's write fails
-        and it runs again as the owner once more (after a full catch-up).
+        another node since the catch-up fenced this writer, so the change's write fails.
 
         ``caught_up``: an earlier change of the same request caught up already (a pull
         records what it planned): a takeover since then fails this change's write, as
         above, so it needs no second round trip. A change that answers something must
         then write it (a pull's record does).
 
-        ``take=False``: background work (session and retention sweeps), which runs on
-        the partitions this sidecar owns and must never take one: a sweep that took the
-        partition back from the sidecar a client is using would fence it, and two such
-        sidecars ping-pong until the client's request gives up. It runs ``change`` once
-        if this sidecar still owns the partition, else raises NOT_COORDINATOR (the owner
-        sweeps it)."""
+        ``take=False``: background work (session and retention sweeps), which runs
+        ``change`` only if this node owns the partition with nothing in doubt, else
+        raises NOT_COORDINATOR (the owner sweeps it). ``admit=False``: a change that
+        must go through whatever the group count (a decided transaction's offsets): no
+        ``MAX_GROUPS`` check (:meth:`_room_for`)."""
         p = self.partition_of(group)
-        for attempt in range(_TAKEOVER_ATTEMPTS if take else 1):
-            owner = self.parts.owned(p) and p not in self._broken
-            if owner and not (caught_up and attempt == 0):
-                await self.parts.read(p)
-            try:
-                async with self.parts.lock(p):
-                    await self._take(p, caught_up=owner, take=take)
-                    result = await change(p)
-                    self._keep_floor(p)
-                # the lock is not held while the change's writes travel: the next change
-                # builds on them (the view has them) and answers once they are stored too
-                await self.durable(p)
-            except errors.NotCoordinator:  # another sidecar took it (or took it first)
-                if not take or attempt + 1 == _TAKEOVER_ATTEMPTS:
-                    raise
-                continue
-            return result
-        raise errors.NotCoordinator(f"consumer-groups partition {p} keeps moving; retry")
+        if take:
+            await self.parts.ready(p)
+        owner = self.parts.owned(p) and p not in self._broken
+        if owner and not caught_up:
+            await self.parts.read(p)
+        async with self.parts.lock(p):
+            await self._take(p, caught_up=owner, take=take)
+            if take and admit:
+                self._room_for(p, group)
+            result = await change(p)
+            self._keep_floor(p)
+        # the lock is not held while the change's writes travel: the next change builds
+        # on them (the view has them) and answers once they are stored too
+        await self.durable(p)
+        return result
+
+    def _room_for(self, p: int, group: str) -> None:
+        """For a group the partition does not hold, before the change writes anything:
+        INVALID_GROUP_ID (24) for an id :func:`validate_group_id` refuses, and
+        THROTTLING_QUOTA_EXCEEDED (89) when the partition holds its share of
+        ``max_groups`` already."""
+        if self._view.holds(p, group):
+            return
+        validate_group_id(group)
+        if self._max_groups is None:
+            return
+        share = -(-self._max_groups // len(self._sending))
+        if self._view.group_count(p) >= share:
+            raise errors.ThrottlingQuotaExceeded(
+                f"the consumer-groups log holds its most groups ({share} in this group's "
+                "partition, KOP_DEDUP_MAX_GROUPS); a new group can start when others are "
+                "deleted or expire"
+            )
 
     async def write(self, p: int, k: str, doc: Doc) -> Doc:
         """Store a key (as the owner, inside :meth:`owned`); the version is set here.

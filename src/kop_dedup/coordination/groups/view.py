@@ -137,6 +137,14 @@ class View:
     def groups(self, partition: int) -> list[str]:
         return [g for g, keys in self._groups[partition].items() if keys and g != NO_GROUP]
 
+    def holds(self, partition: int, group: str) -> bool:
+        return bool(self._groups[partition].get(group))
+
+    def group_count(self, partition: int) -> int:
+        """Groups the partition holds (not the store's own bookkeeping)."""
+        groups = self._groups[partition]
+        return len(groups) - (NO_GROUP in groups)
+
     def size(self, partition: int) -> int:
         """Keys held for the partition (its own included), and removals not echoed yet."""
         return len(self._docs[partition]) + len(self._graves[partition])

@@ -129,14 +129,15 @@ class ProduceAdmission:
         instance: str,
         journaler: Journaler,
         partitions_of: Callable[[str], Awaitable[int]],
-        on_busy: Callable[[str], None],
+        on_busy: Callable[[str, float], Awaitable[bool]],
         settings: TxnSettings,
     ) -> None:
         self._settings = settings
         self._state, self._journal, self._local = state, journal, local
         self._instance, self._journaler, self._partitions_of = instance, journaler, partitions_of
         self._on_busy = on_busy
-        """Called with the id when a join met a decision being applied (51)."""
+        """Called with the id when a join met a decision being applied (51): applies it
+        and waits for it, at most the given seconds; True once it is applied here."""
         self._gates: dict[str, _Gate] = {}
 
     def gates(self) -> int:
@@ -452,8 +453,11 @@ class ProduceAdmission:
         try:
             txn = await self._state.change(transactional_id, decide)
         except errors.ConcurrentTransactions:
-            self._on_busy(transactional_id)
-            raise
+            # the previous decision is still being applied (usually here, for a few ms):
+            # wait for it and decide again rather than send the client into its backoff
+            if not await self._on_busy(transactional_id, self._settings.busy_wait_s):
+                raise
+            txn = await self._state.change(transactional_id, decide)
         # local copies for the partitions this sidecar just joined (no await since the
         # write: no batch of theirs was journaled yet)
         for key in opened:

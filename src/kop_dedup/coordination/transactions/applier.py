@@ -33,10 +33,11 @@ import time
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
-from kop_dedup.coordination.groups.store import GroupStore, StagedOffset
+from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.copy_source import CopyUnresolved
 from kop_dedup.coordination.transactions.journal import Journal
+from kop_dedup.coordination.transactions.offsets import TxnOffsets
 from kop_dedup.coordination.transactions.ordering import CopyOrder, Ticket
 from kop_dedup.coordination.transactions.settings import TxnSettings
 from kop_dedup.coordination.transactions.state import TransactionStateManager
@@ -71,7 +72,7 @@ class TransactionApplier:
         state: TransactionStateManager,
         copier: Copier,
         journal: Journal,
-        offsets: GroupStore,
+        offsets: TxnOffsets,
         decisions: KeyedWriter,
         stats: TxnStats,
         settings: TxnSettings,
@@ -139,6 +140,22 @@ class TransactionApplier:
         )
         self._applying[transactional_id] = task
         task.add_done_callback(lambda t: self._applied(transactional_id, t))
+
+    async def settled(self, transactional_id: str, within_s: float) -> bool:
+        """Apply the id's decision (:meth:`ensure`) and wait for it here, ``within_s`` at
+        most (never cancelling it): True once nothing of the id is being applied here.
+
+        A call that met a decision being applied (51 CONCURRENT_TRANSACTIONS) waits here
+        and decides again, instead of sending the client into its retry backoff (20-100
+        ms in the Kafka clients) for an apply that takes a few milliseconds."""
+        self.ensure(transactional_id)
+        task = self._applying.get(transactional_id)
+        if task is None:
+            return True
+        if within_s <= 0:
+            return False
+        done, _ = await asyncio.wait({task}, timeout=within_s)
+        return bool(done)
 
     def _applied(self, transactional_id: str, task: asyncio.Task[None]) -> None:
         if self._applying.get(transactional_id) is task:

@@ -33,6 +33,8 @@ import contextlib
 import enum
 import json
 import logging
+import urllib.parse
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -47,7 +49,7 @@ from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.transactions import Transaction, TxnState
 
-__all__ = ["Answer", "CheckBack", "CheckBacks", "parse_answer"]
+__all__ = ["Answer", "CheckBack", "CheckBacks", "check_back_refusal", "parse_answer"]
 
 _CHECK_BACK_RECORDS = 1000
 
@@ -80,22 +82,90 @@ def parse_answer(body: bytes, content_type: str | None) -> Answer:
         return Answer.UNKNOWN
 
 
-class CheckBack:
-    """The HTTP client that asks applications (one per sidecar)."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
-    def __init__(self, timeout_s: float) -> None:
+
+def _origin_and_path(url: str) -> tuple[tuple[str, str, int], str] | None:
+    """((scheme, host, port), path) of an http(s) URL; None for anything else."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    origin = (scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme])
+    return origin, parts.path or "/"
+
+
+def check_back_refusal(url: str, prefixes: Sequence[str]) -> str | None:
+    """Why ``url`` may not be a check-back URL (None: it may), given the allowed
+    prefixes (``check_back_urls``): the same scheme, host and port as one of them, and
+    a path that starts with its path.
+
+    >>> check_back_refusal("https://app:8443/txn/a", ["https://app:8443/txn/"]) is None
+    True
+    >>> check_back_refusal("https://app.evil/txn/a", ["https://app/txn/"]) is not None
+    True
+    """
+    if not prefixes:
+        return (
+            "checkBackUrl is refused: no check-back URL is allowed (set "
+            "KOP_DEDUP_CHECK_BACK_URLS to the URL prefixes the sidecar may call)"
+        )
+    asked = _origin_and_path(url)
+    for prefix in prefixes:
+        allowed = _origin_and_path(prefix)
+        if (
+            asked is not None
+            and allowed is not None
+            and asked[0] == allowed[0]
+            and asked[1].startswith(allowed[1])
+        ):
+            return None
+    return f"checkBackUrl {url!r} starts with none of KOP_DEDUP_CHECK_BACK_URLS"
+
+
+class CheckBack:
+    """The HTTP client that asks applications (one per sidecar): only URLs the
+    allow-list admits, within ``timeout_s`` in all (connect, send, answer), reading at
+    most ``max_bytes`` of the answer (a longer one counts as no answer)."""
+
+    def __init__(
+        self,
+        timeout_s: float,
+        *,
+        allowed: Sequence[str] = (),
+        max_bytes: int = 64 * 1024,
+    ) -> None:
         self._http = httpx.AsyncClient(timeout=timeout_s, follow_redirects=False)
+        self._timeout_s, self._allowed, self._max_bytes = timeout_s, tuple(allowed), max_bytes
 
     async def ask(self, url: str, body: dict[str, Any]) -> tuple[Answer, str]:
         """(the answer, what happened, for the log)."""
+        refused = check_back_refusal(url, self._allowed)
+        if refused is not None:  # stored before the allow-list changed: never called
+            return Answer.UNKNOWN, f"not asked: {refused}"
         try:
-            resp = await self._http.post(url, json=body)
+            async with asyncio.timeout(self._timeout_s):
+                return await self._post(url, body)
+        except TimeoutError:
+            return Answer.UNKNOWN, f"no answer within {self._timeout_s:g} s"
         except httpx.HTTPError as exc:
             return Answer.UNKNOWN, f"no answer: {type(exc).__name__}: {exc}"
-        if resp.status_code >= 300:
-            return Answer.UNKNOWN, f"answered HTTP {resp.status_code}"
-        answer = parse_answer(resp.content, resp.headers.get("content-type"))
-        return answer, f"answered {answer.value}"
+
+    async def _post(self, url: str, body: dict[str, Any]) -> tuple[Answer, str]:
+        async with self._http.stream("POST", url, json=body) as resp:
+            if resp.status_code >= 300:
+                return Answer.UNKNOWN, f"answered HTTP {resp.status_code}"
+            content = bytearray()
+            async for chunk in resp.aiter_bytes():
+                content += chunk
+                if len(content) > self._max_bytes:
+                    return Answer.UNKNOWN, f"an answer over {self._max_bytes} bytes"
+            answer = parse_answer(bytes(content), resp.headers.get("content-type"))
+            return answer, f"answered {answer.value}"
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -115,7 +185,11 @@ class CheckBacks:
     ) -> None:
         self._state, self._applier, self._copier = state, applier, copier
         self._stats, self._settings = stats, settings
-        self._client = CheckBack(settings.check_back_timeout_s)
+        self._client = CheckBack(
+            settings.check_back_timeout_s,
+            allowed=settings.check_back_urls,
+            max_bytes=settings.check_back_max_response_bytes,
+        )
         self._asking: dict[str, asyncio.Task[None]] = {}
         self._closing = False
 

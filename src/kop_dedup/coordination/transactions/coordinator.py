@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
+from kop_dedup.coordination import names
 from kop_dedup.coordination.epochs import EpochRegistry
-from kop_dedup.coordination.groups.store import GroupStore
 from kop_dedup.coordination.producer_ids import ProducerIdAllocator
 from kop_dedup.coordination.transactional_ids import TransactionalIds
 from kop_dedup.coordination.transactions.admission import Journaler, ProduceAdmission
@@ -28,6 +28,7 @@ from kop_dedup.coordination.transactions.applier import TransactionApplier
 from kop_dedup.coordination.transactions.checkback import CheckBacks
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.journal import Journal
+from kop_dedup.coordination.transactions.offsets import TxnOffsets
 from kop_dedup.coordination.transactions.requests import (
     EndTxn,
     InitProducerId,
@@ -36,7 +37,7 @@ from kop_dedup.coordination.transactions.requests import (
     StageOffsets,
 )
 from kop_dedup.coordination.transactions.settings import TxnSettings
-from kop_dedup.coordination.transactions.state import TransactionStateManager
+from kop_dedup.coordination.transactions.state import Decide, TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch
@@ -64,7 +65,7 @@ class TransactionCoordinator:
         decisions_topic: str,
         journal: Journal,
         copier: Copier,
-        offsets: GroupStore,
+        offsets: TxnOffsets,
         allocator: ProducerIdAllocator,
         epochs: EpochRegistry,
         legacy: TransactionalIds,
@@ -72,6 +73,8 @@ class TransactionCoordinator:
         partitions_of: Callable[[str], Awaitable[int]],
         members: MemberCheck,
         settings: TxnSettings,
+        owner_of: Callable[[int], str] | None = None,
+        release_journals: Callable[[frozenset[int]], None] | None = None,
     ) -> None:
         self.settings = settings
         self._members = members
@@ -79,8 +82,9 @@ class TransactionCoordinator:
         self._admin, self._copier, self._offsets, self._journal = admin, copier, offsets, journal
         self._allocator, self._epochs, self._legacy = allocator, epochs, legacy
         self._decisions_topic = decisions_topic
+        self._release_journals = release_journals  # the journal names of moved producers
         self.state = TransactionStateManager(
-            client, admin, log_topic, settings, on_acquired=self._recover, on_lost=self._lost
+            client, admin, log_topic, settings, self._recover, self._lost, owner_of=owner_of
         )
         self._decisions = KeyedWriter(client, f"{decisions_topic}-partition-0")
         self.applier = TransactionApplier(
@@ -93,7 +97,7 @@ class TransactionCoordinator:
             copier.instance,
             journaler,
             partitions_of,
-            on_busy=self.applier.ensure,
+            on_busy=self.applier.settled,
             settings=settings,
         )
         self.checkbacks = CheckBacks(self.state, self.applier, copier, self.stats, settings)
@@ -134,14 +138,17 @@ class TransactionCoordinator:
         log.info("transaction log partition %d moved to another sidecar", partition)
         if self._closing:
             return  # close() closes every copy producer
+        if self._release_journals is not None:
+            pids = frozenset(t.producer_id for t in self.state.in_partition(partition))
+            self._release_journals(pids)
         # its copy producers close, so the new owner can create them (one per name)
         task = asyncio.get_running_loop().create_task(self._copier.release(partition))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _recover(self, partition: int) -> None:
+    async def _recover(self, partition: int, orphan: bool) -> None:  # noqa: ARG002 - always
         """This sidecar just took the partition: finish what was decided, ask about what
-        is in doubt (timeouts fire at the next sweep)."""
+        is in doubt (timeouts fire at the next sweep), whoever had it before."""
         await self.applier.recover(partition)
         for txn in self.state.in_partition(partition):
             if txn.in_doubt and not txn.state.preparing:
@@ -156,21 +163,11 @@ class TransactionCoordinator:
 
     def owned_open(self) -> int:
         """Open transactions in the log partitions this sidecar owns (no I/O)."""
-        return sum(
-            1
-            for p in range(self.settings.log_partitions)
-            if self.state.owned(p)
-            for t in self.state.in_partition(p)
-            if t.state.open
-        )
+        return self.state.owned_open()
 
     async def open_transactions(self) -> list[Transaction]:
         """Every open transaction (Ongoing or decided, not yet applied), oldest first."""
-        await self.state.read_all()
-        return sorted(
-            (t for t in self.state if t.state.open),
-            key=lambda t: (t.started_ms, t.transactional_id),
-        )
+        return await self.state.open_transactions()
 
     # -- init-producer-id -----------------------------------------------------------------
 
@@ -198,6 +195,8 @@ class TransactionCoordinator:
         async def decide(current: Transaction | None) -> Transaction:
             if current is None:
                 current = await self._from_legacy(tid, timeout)
+            if current is None:
+                self.state.admit(tid)  # a new id: its name, and room for it
             if current is not None and current.state is TxnState.ONGOING:
                 nxt = tx.fence(current, now_ms=now_ms())
                 await self._epochs.raise_to(nxt.producer_id, nxt.producer_epoch)
@@ -258,12 +257,15 @@ class TransactionCoordinator:
         the partitions to it; one answer per partition (the same for all when the call
         fails as a whole: 49, 90, 51 while a decision is applied)."""
         keys = list(dict.fromkeys(partitions))
+        names.validate_topics(topic for topic, _ in keys)
         try:
             await self.admission.join(transactional_id, producer_id, epoch, keys)
         except errors.InvalidProducerEpoch as exc:
             return dict.fromkeys(keys, errors.ProducerFenced(exc.message))
         except Exception as exc:  # per partition, as Kafka answers AddPartitionsToTxn
-            return dict.fromkeys(keys, _kafka_error(exc))
+            from kop_dedup.pulsar.failures import translate  # noqa: PLC0415 - Kafka's pass
+
+            return dict.fromkeys(keys, translate(exc, "adding partitions to the transaction"))
         return dict.fromkeys(keys)
 
     async def add_offsets(
@@ -277,11 +279,7 @@ class TransactionCoordinator:
                 tx.known(current, transactional_id), producer_id, epoch, now_ms=now_ms()
             )
 
-        try:
-            await self.state.change(transactional_id, decide)
-        except errors.ConcurrentTransactions:
-            self.applier.ensure(transactional_id)
-            raise
+        await self._changing(transactional_id, decide)
         log.debug("transaction of %r: offsets of group %r to come", transactional_id, group)
 
     # -- transactional produce ------------------------------------------------------------
@@ -315,6 +313,8 @@ class TransactionCoordinator:
         that then failed is removed once its transaction can no longer stage it (the
         group store's sweep removes what is left, asking :meth:`pending_is_live`)."""
         tid, group = request.transactional_id, request.group
+        names.validate_group_id(group)
+        names.validate_topics(o.topic for o in request.offsets)  # before it is staged or stored
         if request.member_id is not None or request.generation is not None:
             await self._members(group, request.member_id, request.generation)
         keys = [(o.topic, o.partition) for o in request.offsets]
@@ -381,6 +381,19 @@ class TransactionCoordinator:
                 exc,
             )
 
+    async def _changing(self, transactional_id: str, decide: Decide[Transaction]) -> Transaction:
+        """``state.change``, waiting once for a decision being applied (``busy_wait_s``)."""
+        try:
+            return await self.state.change(transactional_id, decide)
+        except errors.ConcurrentTransactions:
+            if not await self.applier.settled(transactional_id, self.settings.busy_wait_s):
+                raise
+        try:
+            return await self.state.change(transactional_id, decide)
+        except errors.ConcurrentTransactions:
+            self.applier.ensure(transactional_id)
+            raise
+
     # -- end-txn --------------------------------------------------------------------------
 
     async def end(self, request: EndTxn) -> None:
@@ -402,11 +415,7 @@ class TransactionCoordinator:
                 return txn
             return tx.prepare(txn, commit, await self.applier.ends(txn, commit), now_ms=now_ms())
 
-        try:
-            txn = await self.state.change(tid, decide)
-        except errors.ConcurrentTransactions:
-            self.applier.ensure(tid)
-            raise
+        txn = await self._changing(tid, decide)
         if txn.state.preparing:
             self.applier.ensure(tid)
 
@@ -488,11 +497,3 @@ class TransactionCoordinator:
             self.checkbacks.ensure(transactional_id)
         else:  # fenced is decided: aborted once applied, as after a fencing init
             self.applier.ensure(transactional_id)
-
-
-def _kafka_error(exc: Exception) -> errors.KafkaError:
-    if isinstance(exc, errors.KafkaError):
-        return exc
-    from kop_dedup.pulsar.failures import translate  # noqa: PLC0415 - one translation
-
-    return translate(exc, "adding partitions to the transaction")

@@ -137,6 +137,10 @@ class TransactionView:
         if current is None or txn.version >= current.version:
             self._by_partition[partition][txn.transactional_id] = txn
 
+    def size(self, partition: int) -> int:
+        """How many transactional ids the partition holds."""
+        return len(self._by_partition[partition])
+
     def forget(self, partition: int, transactional_id: str) -> None:
         self._by_partition[partition].pop(transactional_id, None)
 

@@ -4,11 +4,11 @@ each transactional id's :class:`Transaction` in the partitioned transaction log.
 Every change runs on the owner of the id's log partition, under the partition's lock
 (:meth:`TransactionStateManager.change`): read the current state, let the caller
 decide the next one, write it (the version bumped), and only then put it in the view.
-Any sidecar serves any transactional id: the first change it makes takes the
-partition over (:mod:`kop_dedup.coordination.partitions`); reads catch up with the log
-first, so they see every change made through any sidecar. A write that fails is
-handled by the partitions' one rule (the partition is taken again, its view reread,
-its recovery run, before the next change).
+The owner is the node the cluster names (:mod:`kop_dedup.coordination.partitions`);
+another node's change is refused with NOT_COORDINATOR (its transports forward it
+first). Reads catch up with the log first, so they see every change made through any
+sidecar. A write that fails is handled by the partitions' one rule (the partition is
+taken again, its view reread, its recovery run, before the next change).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, TypeVar, cast
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
+from kop_dedup.coordination import names
 from kop_dedup.coordination.partitions import StatePartitions
 from kop_dedup.coordination.transactions.log import TransactionView, encode
 from kop_dedup.coordination.transactions.settings import TxnSettings
@@ -31,8 +32,6 @@ from kop_dedup.pulsar.tables import PulsarClient
 __all__ = ["Decide", "TransactionStateManager"]
 
 log = logging.getLogger(__name__)
-
-_TAKEOVER_ATTEMPTS = 3
 
 T = TypeVar("T", bound=Transaction | None)
 Decide = Callable[[Transaction | None], Awaitable[T]]
@@ -48,9 +47,10 @@ class TransactionStateManager:
         admin: PulsarAdmin,
         log_topic: str,
         settings: TxnSettings,
-        *,
-        on_acquired: Callable[[int], Coroutine[Any, Any, None]],
+        on_acquired: Callable[[int, bool], Coroutine[Any, Any, None]],
         on_lost: Callable[[int], None],
+        *,
+        owner_of: Callable[[int], str] | None = None,
     ) -> None:
         self._admin, self._topic, self.settings = admin, log_topic, settings
         self.view = TransactionView(settings.log_partitions)
@@ -63,6 +63,8 @@ class TransactionStateManager:
             on_lost=on_lost,
             writers=lambda: admin.partition_writers(log_topic),
             name="transaction log",
+            owner_of=owner_of,
+            handoff_wait_s=settings.handoff_wait_s,
         )
 
     async def start(self) -> None:
@@ -75,7 +77,6 @@ class TransactionStateManager:
                 f"is {self.settings.log_partitions}; they must agree (a transactional id's "
                 "partition is derived from the count)"
             )
-        self.parts.start(self.settings.adopt_interval_s)
 
     async def close(self) -> None:
         await self.parts.close()
@@ -118,6 +119,19 @@ class TransactionStateManager:
             (t for t in self.view if t.state.open), key=lambda t: (t.started_ms, t.transactional_id)
         )
 
+    def admit(self, transactional_id: str) -> None:
+        """Check a transactional id the log does not hold yet: its name (42), and room
+        for it in its partition (89 THROTTLING_QUOTA_EXCEEDED past its share of
+        ``max_ids``)."""
+        names.validate_transactional_id(transactional_id)
+        share = -(-self.settings.max_ids // self.parts.count)
+        if self.view.size(self.partition_of(transactional_id)) >= share:
+            raise errors.ThrottlingQuotaExceeded(
+                f"the transaction log holds its most transactional ids ({share} in this "
+                "id's partition, KOP_DEDUP_MAX_TRANSACTIONAL_IDS_IN_LOG); a new one can "
+                "start when older ones expire"
+            )
+
     def in_partition(self, partition: int) -> list[Transaction]:
         return self.view.in_partition(partition)
 
@@ -128,31 +142,25 @@ class TransactionStateManager:
 
     async def change(self, transactional_id: str, decide: Decide[T], *, take: bool = True) -> T:
         """Run ``decide`` on the current state as the partition's owner; write what it
-        answers when that differs, and answer the state after.
+        answers when that differs, and answer the state after. NOT_COORDINATOR on a node
+        the cluster does not name the owner (or one fenced meanwhile: nothing stored);
+        COORDINATOR_LOAD_IN_PROGRESS while this node loads the partition.
 
-        ``take=False``: background work (the sweep's timeouts), which must never take a
-        partition: one that took it back from the sidecar a client is using would fence
-        it, and two such sidecars ping-pong. It runs ``decide`` once if this sidecar
-        still owns the partition (read afresh), else raises NOT_COORDINATOR (the owner
-        sweeps it)."""
+        ``take=False``: background work (the sweep's timeouts, check-backs), which runs
+        ``decide`` only if this node still owns the partition as read afresh and has no
+        failed write pending on it, else raises NOT_COORDINATOR (the owner sweeps it)."""
         p = self.partition_of(transactional_id)
-        for attempt in range(_TAKEOVER_ATTEMPTS if take else 1):
-            async with self.parts.lock(p):
-                if not take and (self.parts.in_doubt(p) or not await self.parts.still_owned(p)):
-                    raise errors.NotCoordinator(f"transaction log partition {p} is not ours")
-                await self.parts.own(p)
-                current = self.view.get(p, transactional_id)
-                nxt = await decide(current)
-                if nxt is None or nxt == current:
-                    return nxt
-                try:
-                    return cast("T", await self.write(p, nxt))
-                except errors.NotCoordinator:
-                    # another sidecar took the partition meanwhile (two adopting at once,
-                    # or a client on each): take it back and decide again on its state
-                    if attempt + 1 == _TAKEOVER_ATTEMPTS:
-                        raise
-        raise errors.NotCoordinator(f"transaction log partition {p} keeps moving; retry")
+        if take:
+            await self.parts.ready(p)
+        async with self.parts.lock(p):
+            if not take and (self.parts.in_doubt(p) or not await self.parts.still_owned(p)):
+                raise errors.NotCoordinator(f"transaction log partition {p} is not ours")
+            await self.parts.own(p)
+            current = self.view.get(p, transactional_id)
+            nxt = await decide(current)
+            if nxt is None or nxt == current:
+                return nxt
+            return cast("T", await self.write(p, nxt))
 
     async def write(self, p: int, txn: Transaction) -> Transaction:
         """Store ``txn`` (version bumped) as the owner; call with the lock held."""

@@ -4,7 +4,8 @@
 
 The lifespan starts a :class:`~kop_dedup.runtime.Runtime` (which refuses to
 start when deduplication is off), then the Kafka listener on it
-(``KOP_DEDUP_KAFKA_LISTENER``, unless empty; ``app.state.kafka``), and on shutdown,
+(``KOP_DEDUP_KAFKA_LISTENER``, unless empty; ``app.state.kafka``), then joins the
+node to its cluster (as the node the listener advertises), and on shutdown,
 after uvicorn has stopped taking requests and finished the ones in flight, closes
 the listener first and the runtime last.
 
@@ -27,15 +28,20 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kop_dedup import __version__
+from kop_dedup.errors import KafkaError
 from kop_dedup.runtime import Runtime
+from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import Settings
 from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import invalid_request
 from kop_dedup.transports.http.bodies import body_schemas
+from kop_dedup.transports.http.deps import AUTHORIZATION_ERRORS, not_allowed
 from kop_dedup.transports.http.docs import mount_docs
 from kop_dedup.transports.http.groups import router as groups_router
+from kop_dedup.transports.http.internal import router as internal_router
 from kop_dedup.transports.http.produce import PATH, ProduceEndpoint, openapi_paths
 from kop_dedup.transports.http.routes import router
+from kop_dedup.transports.http.routing import Forwarding
 from kop_dedup.transports.http.transactions import router as transactions_router
 from kop_dedup.transports.kafka.listener import KafkaListener
 
@@ -139,13 +145,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except BaseException:
             await runtime.close()
             raise
-        app.state.runtime = runtime
         kafka: KafkaListener | None = None
         try:
             if settings.kafka_address() is not None:
                 kafka = KafkaListener(runtime, runtime.kafka_stats)
                 await kafka.start()
             app.state.kafka = kafka
+            me = await runtime.join_cluster(
+                None if kafka is None else (kafka.node.host, kafka.node.port)
+            )
+            if kafka is not None:
+                kafka.joined(me.node_id)
+            app.state.runtime = runtime  # from here on requests are served
             yield
         finally:
             if kafka is not None:  # first: no Kafka request may reach a closing runtime
@@ -157,15 +168,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Kafka-style idempotent produce over HTTP on Apache Pulsar deduplication",
         lifespan=lifespan,
+        exception_handlers=dict.fromkeys((*AUTHORIZATION_ERRORS, KafkaError), not_allowed),
         docs_url=None,  # the CDN-loaded pages; see mount_docs
         redoc_url=None,
     )
     app.state.settings = settings
     app.state.admission = ByteBudget(settings.max_inflight_bytes)
-    app.state.tokens = settings.http_tokens()
+    app.state.auth = Authenticator.from_settings(settings)
     app.include_router(router)
     app.include_router(transactions_router)
     app.include_router(groups_router)
+    app.include_router(internal_router)
     # the hot path: a plain ASGI endpoint (produce.py), served ahead of FastAPI's own
     # path (_App) behind the body limit, and as the router's first route
     endpoint = ProduceEndpoint(app.state)
@@ -191,5 +204,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    app.add_middleware(Forwarding, state=app.state)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     return app

@@ -1,7 +1,9 @@
 """Routes for consumer groups with server-side offsets: HTTP <-> the group coordinator.
 
 Answers: 200 with ``errorCode`` 0; 409 for a member the group moved on from (Kafka's
-22 ILLEGAL_GENERATION or 25 UNKNOWN_MEMBER_ID in the body, with the reason); 400 for
+22 ILLEGAL_GENERATION or 25 UNKNOWN_MEMBER_ID in the body, with the reason) and for a
+join to a group at ``MAX_GROUP_MEMBERS`` (81 GROUP_MAX_SIZE_REACHED); 429 for a new
+group past ``MAX_GROUPS`` (89 THROTTLING_QUOTA_EXCEEDED); 400 for
 a request that cannot be carried out as asked (an offset out of range, a partition that
 does not exist); 503 for a retriable failure below (retry); 404 for an unknown group.
 """
@@ -27,6 +29,7 @@ from kop_dedup.coordination.groups.api import (
 )
 from kop_dedup.protocol.groups import AutoReset, Group, Mode, StaleMember
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.security.authorizer import CONSUME
 from kop_dedup.transports.http.answers import (
     INVALID_RESPONSE,
     JSON_OBJECT,
@@ -34,7 +37,7 @@ from kop_dedup.transports.http.answers import (
     over_setting,
 )
 from kop_dedup.transports.http.bodies import body_spec, parsed_body, register_bodies
-from kop_dedup.transports.http.deps import Authorized, RuntimeDep
+from kop_dedup.transports.http.deps import AccessDep, Authorized, OwnsGroup, RuntimeDep
 from kop_dedup.transports.http.models import Int32, Int64, Model, Offset, PartitionIndex
 
 __all__ = [
@@ -46,7 +49,7 @@ __all__ = [
     "router",
 ]
 
-router = APIRouter(dependencies=[Authorized], tags=["groups"])
+router = APIRouter(dependencies=[Authorized, OwnsGroup], tags=["groups"])
 
 _ANSWERS: dict[int | str, dict[str, Any]] = {
     400: {"description": "cannot be carried out as asked (see errorMessage)", **JSON_OBJECT},
@@ -130,6 +133,9 @@ def _failure(exc: Exception, what: str) -> JSONResponse:
         return _error(exc.error, 409)
     if isinstance(exc, UnknownGroup):
         return _error(exc, 404)
+    if isinstance(exc, errors.GroupMaxSizeReached | errors.ThrottlingQuotaExceeded):
+        # a full group (409: no retry helps until one leaves), no room for a new one (429)
+        return _error(exc, 409 if isinstance(exc, errors.GroupMaxSizeReached) else 429)
     error = translate(exc, what)
     if isinstance(error, errors.UnknownTopicOrPartition):
         return _error(error, 404)  # a topic the group names does not exist
@@ -315,10 +321,12 @@ async def join(
     groupId: str,  # noqa: N803
     body: Annotated[JoinIn, Depends(parsed_body(JoinIn))],
     runtime: RuntimeDep,
+    access: AccessDep,
 ) -> JSONResponse:
     """Join (a client-chosen memberId keeps a restarted client's identity): the member's
     id, the generation and its assignment. What it was given but had not committed comes
     again."""
+    await access.require(CONSUME, body.topics)
     try:
         joined = await runtime.groups.join(groupId, body.memberId, body.topics)
     except Exception as exc:
@@ -361,15 +369,21 @@ async def pull(
     body: Annotated[PullIn, Depends(parsed_body(PullIn))],
     runtime: RuntimeDep,
     request: Request,
+    access: AccessDep,
 ) -> JSONResponse:
     """Records from the member's positions (keys and values base64), at most maxRecords
     (and about maxBytes), waiting up to waitMs for some. ``resetApplied`` names resets
     applied by this pull; ``clamped`` partitions whose start had been deleted by
     retention (the pull starts at the earliest still stored). A client that goes away
-    mid-poll loses nothing: what it was not answered stays ready."""
+    mid-poll loses nothing: what it was not answered stays ready. Every pull needs
+    ``consume`` on the member's topics (a revoked grant counts at the next pull)."""
     s = runtime.settings
     if late := over_setting("waitMs", body.waitMs, s.max_pull_wait_ms, "MAX_PULL_WAIT_MS"):
         return late
+    if not access.who.superuser:
+        group = runtime.groups.group(groupId)
+        member = None if group is None else group.members.get(memberId)
+        await access.require(CONSUME, () if member is None else member.topics)
     try:
         result = await runtime.groups.pull(
             groupId,
@@ -394,6 +408,7 @@ async def commit(
     memberId: str,  # noqa: N803
     body: Annotated[CommitIn, Depends(parsed_body(CommitIn))],
     runtime: RuntimeDep,
+    access: AccessDep,
 ) -> JSONResponse:
     """Commit: with no ``offsets``, exactly what was delivered to the member (not more);
     else each offset given (the next record to read). A stale generation or member: 409
@@ -402,6 +417,7 @@ async def commit(
     offsets = (
         None if body.offsets is None else [(o.topic, o.partition, o.offset) for o in body.offsets]
     )
+    await access.require(CONSUME, (o.topic for o in body.offsets or ()))
     try:
         done = await runtime.groups.commit(groupId, memberId, offsets, body.generation)
     except Exception as exc:
@@ -416,6 +432,7 @@ async def reset(
     groupId: str,  # noqa: N803
     body: Annotated[ResetIn, Depends(parsed_body(ResetIn))],
     runtime: RuntimeDep,
+    access: AccessDep,
 ) -> JSONResponse:
     """Server-side reset: the target is resolved now and stored durably with a higher
     epoch; each member's next pull starts there (whichever sidecar serves it). A Kafka
@@ -423,6 +440,7 @@ async def reset(
     ``rebalance``): its members rejoin and start there; their commits at a generation
     below ``fencedBelowGeneration`` are refused (22). A timestamp before the earliest or
     after the end is clamped; an offset outside the partition: 400."""
+    await access.require(CONSUME, [body.topic])
     request = ResetRequest(
         body.topic,
         body.to,

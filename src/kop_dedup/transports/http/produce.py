@@ -34,9 +34,13 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from kop_dedup import errors
+from kop_dedup.cluster.peers import PeerUnavailable
+from kop_dedup.cluster.placement import Member
 from kop_dedup.produce.service import BatchResult
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.runtime import Runtime
+from kop_dedup.security.authorizer import PRODUCE
+from kop_dedup.security.identity import ANONYMOUS, Identity
 from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import (
     AUTH_RESPONSES,
@@ -46,8 +50,9 @@ from kop_dedup.transports.http.answers import (
     invalid_request,
     over_setting,
 )
-from kop_dedup.transports.http.deps import STARTING, refusal
+from kop_dedup.transports.http.deps import STARTING, Refusal, authenticated, refused_with
 from kop_dedup.transports.http.models import ProduceIn, ProduceOut, to_batch
+from kop_dedup.transports.http.routing import forwarded, route_produce
 
 __all__ = [
     "PATH",
@@ -157,26 +162,28 @@ def decode(raw: bytes) -> tuple[list[KafkaBatch | Refused], int | None, Transact
 
 class ProduceEndpoint:
     """The ASGI app behind ``POST /v1/produce``; ``state`` is the FastAPI app's state
-    (``tokens``, ``admission``, and ``runtime`` once the lifespan has started it)."""
+    (``auth``, ``admission``, and ``runtime`` once the lifespan has started it)."""
 
     def __init__(self, state: State) -> None:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
-        if state.tokens:
+        who: Identity = ANONYMOUS
+        if state.auth.enabled:
             authorization = ""
             for name, value in scope["headers"]:
                 if name == b"authorization":
                     authorization = value.decode("latin-1")
                     break
-            refused = refusal(state.tokens, authorization)
-            if refused is not None:
+            checked = authenticated(state.auth, authorization)
+            if isinstance(checked, Refusal):
                 answer = JSONResponse(
-                    {"detail": refused.detail}, refused.status, headers=refused.headers
+                    {"detail": checked.detail}, checked.status, headers=checked.headers
                 )
                 await answer(scope, receive, send)
                 return
+            who = checked
         runtime: Runtime | None = getattr(state, "runtime", None)
         if runtime is None:
             await JSONResponse({"detail": STARTING}, 503)(scope, receive, send)
@@ -190,36 +197,116 @@ class ProduceEndpoint:
         held = len(raw)
         await budget.acquire(held)
         try:
-            try:
-                batches, timeout_ms, transactional = decode(raw)
-            except InvalidBody as exc:
-                await invalid_request(exc.problems)(scope, receive, send)
-                return
-            del raw
-            s = runtime.settings
-            if timeout_ms is not None and (
-                late := over_setting("timeoutMs", timeout_ms, s.max_timeout_ms, "MAX_TIMEOUT_MS")
-            ):
-                await late(scope, receive, send)
-                return
-            if len(batches) > s.max_batches_per_request:
-                await _too_many(len(batches), s.max_batches_per_request)(scope, receive, send)
-                return
-            results = await _produce(runtime, batches, timeout_ms, transactional)
-            body = _encode({"results": [batch_answer(r) for r in results]})
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _serve(runtime, who, raw, scope, receive, send)
         finally:
             budget.release(held)
+
+
+async def _serve(
+    runtime: Runtime, who: Identity, raw: bytes, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Decode, check, authorize, produce (here, or by the node that owns each batch),
+    answer."""
+    try:
+        batches, timeout_ms, transactional = decode(raw)
+    except InvalidBody as exc:
+        await invalid_request(exc.problems)(scope, receive, send)
+        return
+    s = runtime.settings
+    if timeout_ms is not None and (
+        late := over_setting("timeoutMs", timeout_ms, s.max_timeout_ms, "MAX_TIMEOUT_MS")
+    ):
+        await late(scope, receive, send)
+        return
+    if len(batches) > s.max_batches_per_request:
+        await _too_many(len(batches), s.max_batches_per_request)(scope, receive, send)
+        return
+    if not who.superuser:  # a whole request the role may not make: 403, nothing produced
+        try:
+            if transactional is not None:  # first, as Kafka's produce checks
+                await runtime.authorizer.require_txn(who, transactional.transactional_id)
+            await runtime.authorizer.require(who, PRODUCE, (b.topic for b in batches))
+            await runtime.authorizer.require_producers(who, (b.producer_id for b in batches))
+        except errors.KafkaError as exc:
+            await refused_with(exc)(scope, receive, send)
+            return
+    here = forwarded(scope) or len(runtime.cluster.members) <= 1
+    if transactional is not None and not here:
+        owner = runtime.cluster.txn_coordinator(transactional.transactional_id)
+        if owner is not None and not runtime.cluster.is_me(owner):
+            await _to_coordinator(runtime, owner, scope, raw, receive, send)
+            return
+    del raw
+    if here or transactional is not None:
+        results = await _produce(runtime, batches, timeout_ms, transactional)
+        answers = [batch_answer(r) for r in results]
+    else:
+        answers = await _routed(runtime, batches, timeout_ms, scope)
+    body = _encode({"results": answers})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _to_coordinator(
+    runtime: Runtime, owner: Member, scope: Scope, raw: bytes, receive: Receive, send: Send
+) -> None:
+    """A transactional request, as a whole, to its transactional id's coordinator (which
+    journals every batch of it, whichever node leads their partitions)."""
+    cluster = runtime.cluster
+    try:
+        answer = await runtime.peers.forward(
+            owner, "POST", PATH, headers=scope["headers"], body=raw
+        )
+    except PeerUnavailable as exc:
+        cluster.stats.forward_failures += 1
+        error = errors.CoordinatorNotAvailable(
+            f"node {owner.node_id} coordinates this transactional id and could not be "
+            f"reached ({exc}); retry"
+        )
+        response = JSONResponse(
+            {"errorCode": error.errno, "error": error.name, "errorMessage": error.message}, 503
+        )
+        await response(scope, receive, send)
+        return
+    cluster.stats.forwarded += 1
+    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _routed(
+    runtime: Runtime, batches: list[KafkaBatch | Refused], timeout_ms: int | None, scope: Scope
+) -> list[dict[str, Any]]:
+    """Each batch produced by its partition's leader: here, or forwarded."""
+    deadline = time.monotonic() + (timeout_ms or runtime.settings.default_timeout_ms) / 1000
+    answers: list[dict[str, Any] | None] = [None] * len(batches)
+
+    async def local(indexes: list[int]) -> None:
+        if not indexes:
+            return
+        results = await _produce(runtime, [batches[i] for i in indexes], timeout_ms)
+        for i, r in zip(indexes, results, strict=True):
+            answers[i] = batch_answer(r)
+
+    def encode(part: list[KafkaBatch], remaining_ms: int) -> bytes:
+        return _encode(ProduceRequest(batches=part, timeoutMs=remaining_ms))
+
+    routed = await route_produce(runtime, batches, scope["headers"], deadline, encode, local)
+    out = []
+    for here, there in zip(answers, routed, strict=True):
+        answer = here if here is not None else there
+        if answer is None:
+            raise RuntimeError("a batch was neither produced here nor forwarded")
+        out.append(answer)
+    return out
 
 
 def _too_many(count: int, limit: int) -> JSONResponse:

@@ -12,11 +12,13 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from kop_dedup import errors
+from kop_dedup.coordination.transactions.checkback import check_back_refusal
 from kop_dedup.coordination.transactions.requests import InitProducerId
 from kop_dedup.observability.groups import group_gauges
 from kop_dedup.observability.metrics import CONTENT_TYPE, render
 from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import (
     AUTH_RESPONSES,
@@ -30,7 +32,7 @@ from kop_dedup.transports.http.bodies import (
     register_answers,
     register_bodies,
 )
-from kop_dedup.transports.http.deps import Authorized, RuntimeDep
+from kop_dedup.transports.http.deps import AccessDep, Authorized, RuntimeDep, Superuser
 from kop_dedup.transports.http.models import (
     EndTxnIn,
     InitProducerIdIn,
@@ -70,24 +72,42 @@ def _init_answer(
     )
 
 
+_CHECK_BACK_REFUSED: dict[int | str, dict[str, Any]] = {
+    400: {"description": "a checkBackUrl KOP_DEDUP_CHECK_BACK_URLS does not allow", **JSON_OBJECT}
+}
+
+
 @router.post(
     "/v1/init-producer-id",
     dependencies=[Authorized],
     tags=["produce"],
     openapi_extra=body_spec(InitProducerIdIn),
-    responses={**TOO_LARGE_RESPONSE, **INVALID_RESPONSE},
+    response_model=InitProducerIdOut,
+    responses={**TOO_LARGE_RESPONSE, **INVALID_RESPONSE, **_CHECK_BACK_REFUSED},
 )
 async def init_producer_id(
     body: Annotated[InitProducerIdIn, Depends(parsed_body(InitProducerIdIn))],
     runtime: RuntimeDep,
-) -> InitProducerIdOut:
+    access: AccessDep,
+) -> InitProducerIdOut | JSONResponse:
     """A new producer id at epoch 0, or for a transactional id the same id at epoch + 1.
 
     With a transactional id whose transaction is open, that transaction is aborted and
     its producer fenced first: 51 CONCURRENT_TRANSACTIONS until the abort is complete
     (retry). ``transactionTimeoutMs`` outside 1..max: 50 INVALID_TRANSACTION_TIMEOUT.
     ``checkBackUrl``: asked whether to commit when a transaction of this id times out.
+    A transactional id another role used first: 403, 53. A ``checkBackUrl`` outside
+    ``KOP_DEDUP_CHECK_BACK_URLS`` (or any, when it is empty): 400, 42.
     """
+    await access.require_txn(body.transactionalId)
+    if body.checkBackUrl is not None:
+        refused = check_back_refusal(body.checkBackUrl, runtime.settings.check_back_prefixes())
+        if refused is not None:
+            error = errors.InvalidRequest(refused)
+            return JSONResponse(
+                {"errorCode": error.errno, "error": error.name, "errorMessage": error.message},
+                status_code=400,
+            )
     try:
         if body.transactionalId is None:
             if body.transactionTimeoutMs is not None:
@@ -98,6 +118,7 @@ async def init_producer_id(
                 InitProducerId(body.transactionalId, body.transactionTimeoutMs, body.checkBackUrl)
             )
             pid, epoch = ids.producer_id, ids.producer_epoch
+        await access.claim_producer(pid)  # its batches are its role's alone
     except errors.KafkaError as exc:
         return _init_answer(exc)
     except Exception as exc:  # Pulsar trouble: the one translation says which code
@@ -105,7 +126,7 @@ async def init_producer_id(
     return _init_answer(None, pid, epoch)
 
 
-@router.get("/v1/stats", dependencies=[Authorized], tags=["stats"])
+@router.get("/v1/stats", dependencies=[Superuser], tags=["stats"])
 async def stats(runtime: RuntimeDep) -> dict[str, object]:
     """Totals since start, and how many Pulsar producers are open.
 
@@ -122,7 +143,7 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
 
 
 @router.get(
-    "/v1/stats/topics/{topic}", dependencies=[Authorized], tags=["stats"], responses=_NOT_FOUND
+    "/v1/stats/topics/{topic}", dependencies=[Superuser], tags=["stats"], responses=_NOT_FOUND
 )
 async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
     """Counters for one Kafka topic, plus the broker's view of its partitions.
@@ -175,7 +196,7 @@ async def topic_stats(topic: str, runtime: RuntimeDep) -> JSONResponse:
 
 @router.get(
     "/v1/stats/producers/{producer_id}",
-    dependencies=[Authorized],
+    dependencies=[Superuser],
     tags=["stats"],
     responses=_NOT_FOUND,
 )
@@ -208,7 +229,7 @@ async def producer_stats(producer_id: int, runtime: RuntimeDep) -> JSONResponse:
 
 @router.get(
     "/metrics",
-    dependencies=[Authorized],
+    dependencies=[Superuser],
     tags=["stats"],
     responses={200: {"content": {"text/plain": {}}}},
 )
@@ -226,16 +247,57 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     gauges["txn_copy_unresolved"] = float(runtime.transactions.applier.unresolved())
     gauges["group_pulls_in_flight"] = float(runtime.groups.pulls_in_flight)
     gauges["kafka_connections"] = float(runtime.kafka_stats.open_connections)
+    gauges["cluster_nodes"] = float(len(runtime.cluster.members))
     lag = group_gauges(runtime.group_lag.rows, runtime.settings.group_metrics_max_series)
     return PlainTextResponse(
         render(
             runtime.stats,
             gauges,
-            [*runtime.transactions.stats.counters(), *runtime.kafka_stats.counters()],
+            [
+                *runtime.transactions.stats.counters(),
+                *runtime.kafka_stats.counters(),
+                *runtime.cluster.stats.counters(runtime.cluster.moves()),
+            ],
             lag,
         ),
         media_type=CONTENT_TYPE,
     )
+
+
+@router.get("/v1/cluster", dependencies=[Superuser], tags=["stats"], responses=_NOT_FOUND)
+async def cluster(
+    runtime: RuntimeDep,
+    topic: str | None = None,
+    transactionalId: str | None = None,  # noqa: N803 (the API's spelling)
+    groupId: str | None = None,  # noqa: N803
+) -> JSONResponse:
+    """The cluster as this node sees it: the live nodes, who owns each state partition,
+    what this node owns, its counters; with ``topic``, each partition's leader (404 with
+    Kafka's code for a topic that does not exist or a name Kafka refuses); with
+    ``transactionalId`` or ``groupId``, its coordinator's node id (Kafka's
+    FindCoordinator; null before this node has joined its cluster)."""
+    described = runtime.cluster.describe_cluster()
+    coordinators: dict[str, int | None] = {}
+    if transactionalId is not None:
+        member = runtime.cluster.txn_coordinator(transactionalId)
+        coordinators["transactionalId"] = None if member is None else member.node_id
+    if groupId is not None:
+        member = runtime.cluster.group_coordinator(groupId)
+        coordinators["groupId"] = None if member is None else member.node_id
+    if coordinators:
+        described["coordinators"] = coordinators
+    if topic is not None:
+        try:
+            validate_topic(topic)
+            count = await runtime.admin.partitions(topic, create_with=None)
+        except errors.KafkaError as exc:
+            return JSONResponse(
+                {"errorCode": exc.errno, "error": exc.name, "errorMessage": exc.message}, 404
+            )
+        described["leaders"] = {
+            str(p): m.node_id for p, m in runtime.cluster.leaders(topic, count).items()
+        }
+    return JSONResponse(described)
 
 
 @router.get("/healthz", tags=["health"])

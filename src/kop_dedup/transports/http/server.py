@@ -28,15 +28,20 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
     import uvicorn  # noqa: PLC0415
 
     from kop_dedup.observability.logs import configure  # noqa: PLC0415
+    from kop_dedup.security.exposure import Exposed, exposure_refusal  # noqa: PLC0415
     from kop_dedup.settings import Settings  # noqa: PLC0415
     from kop_dedup.transports.http import create_app  # noqa: PLC0415
 
     settings = settings or Settings()
+    refused = exposure_refusal(settings)
+    if refused is not None:
+        raise Exposed(refused)
     configure(settings.log_format, settings.log_level)
     app = create_app(settings)
     kafka = settings.kafka_address()
+    scheme = "http" if settings.http_tls_cert is None else "https"
     print(
-        f"kop-dedup listening on http://{settings.host}:{settings.port} "
+        f"kop-dedup listening on {scheme}://{settings.host}:{settings.port} "
         f"(Pulsar {settings.pulsar_service_url}, admin {settings.pulsar_admin_url}, "
         f"namespace {settings.tenant}/{settings.namespace}); API docs at /docs; "
         + ("Kafka listener off" if kafka is None else f"Kafka clients at {kafka[0]}:{kafka[1]}"),
@@ -54,6 +59,8 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
         access_log=False,
         proxy_headers=False,
         server_header=False,
+        ssl_certfile=settings.http_tls_cert,
+        ssl_keyfile=settings.http_tls_key,
     )
     _server_class()(config).run()
 
@@ -115,6 +122,7 @@ def _exit_after(budget_s: float) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    from kop_dedup.security.exposure import Exposed, exposure_refusal  # noqa: PLC0415
     from kop_dedup.settings import Settings  # noqa: PLC0415
 
     overrides: dict[str, Any] = {}
@@ -122,7 +130,19 @@ def _handler(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
-    serve(Settings(**overrides), graceful_seconds=args.graceful_seconds)
+    settings = Settings(**overrides)
+    refused = exposure_refusal(settings)
+    if refused is not None:
+        raise Exposed(refused)
+    if args.nodes > 1:
+        from kop_dedup.nodes import run_nodes  # noqa: PLC0415
+        from kop_dedup.observability.logs import configure  # noqa: PLC0415
+
+        configure(settings.log_format, settings.log_level)
+        return run_nodes(
+            args.nodes, settings, graceful_seconds=args.graceful_seconds, environ=os.environ
+        )
+    serve(settings, graceful_seconds=args.graceful_seconds)
     return 0
 
 
@@ -137,4 +157,13 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--port", type=int)
     add_pulsar_url_options(p, env_defaults=False)  # Settings reads the env and .env
     p.add_argument("--graceful-seconds", type=float, default=25.0)
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N nodes of the cluster on this host, one process each (HTTP port p..p+N-1, "
+        "Kafka port k..k+N-1, node id +0..N-1 when KOP_DEDUP_NODE_ID is set); SIGTERM or "
+        "SIGINT stops them together (default 1: this process serves)",
+    )
     p.set_defaults(func=_handler)

@@ -19,9 +19,10 @@ from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.coordination.transactions.requests import EndTxn, StageOffsets, TxnOffset
 from kop_dedup.protocol.transactions import Transaction
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.security.authorizer import CONSUME, TXN
 from kop_dedup.transports.http.answers import INVALID_RESPONSE, JSON_OBJECT, TOO_LARGE_RESPONSE
 from kop_dedup.transports.http.bodies import body_spec, parsed_body
-from kop_dedup.transports.http.deps import Authorized, RuntimeDep
+from kop_dedup.transports.http.deps import AccessDep, Authorized, OwnsGroup, RuntimeDep
 from kop_dedup.transports.http.models import (
     EndTxnIn,
     KafkaAnswer,
@@ -67,6 +68,7 @@ def _staged(offsets: list[OffsetIn]) -> list[StagedOffset]:
 async def txn_offset_commit(
     body: Annotated[TxnOffsetCommitIn, Depends(parsed_body(TxnOffsetCommitIn))],
     runtime: RuntimeDep,
+    access: AccessDep,
 ) -> KafkaAnswer:
     """Stage consumer-group offsets in the open transaction (Kafka's
     sendOffsetsToTransaction): committed with it, dropped if it aborts; until then a
@@ -75,6 +77,9 @@ async def txn_offset_commit(
     being applied: retry), 48 (``transactionToken`` names another transaction). With
     ``memberId`` and ``generation`` (KIP-447) the member is checked as its own commit
     is: 25 UNKNOWN_MEMBER_ID, 22 ILLEGAL_GENERATION, and nothing is staged."""
+    await access.require_txn(body.transactionalId)
+    await access.require_group(body.groupId)
+    await access.require(CONSUME, (o.topic for o in body.offsets))
     return await _call(
         "staging offsets",
         runtime.transactions.stage_offsets(
@@ -99,7 +104,9 @@ async def txn_offset_commit(
     "/v1/end-txn", tags=["transactions"], openapi_extra=body_spec(EndTxnIn), responses=_BODY
 )
 async def end_txn(
-    body: Annotated[EndTxnIn, Depends(parsed_body(EndTxnIn))], runtime: RuntimeDep
+    body: Annotated[EndTxnIn, Depends(parsed_body(EndTxnIn))],
+    runtime: RuntimeDep,
+    access: AccessDep,
 ) -> KafkaAnswer:
     """Commit or abort the open transaction; answered once the decision is durable
     (records become visible as it is applied, partition by partition). The same
@@ -108,6 +115,7 @@ async def end_txn(
     ``transactionToken``: only the transaction it names is ended; a token of a complete
     transaction is answered from its decision (0 the same, 48 the other), any other
     token 48."""
+    await access.require_txn(body.transactionalId)
     return await _call(
         "ending the transaction",
         runtime.transactions.end(
@@ -148,17 +156,25 @@ def _describe(txn: Transaction, now_ms: int) -> dict[str, Any]:
 
 
 @router.get("/v1/transactions", tags=["transactions"])
-async def list_transactions(runtime: RuntimeDep) -> dict[str, Any]:
-    """The open transactions (Ongoing, or decided and being applied), oldest first."""
+async def list_transactions(runtime: RuntimeDep, access: AccessDep) -> dict[str, Any]:
+    """The open transactions (Ongoing, or decided and being applied), oldest first: of
+    the caller's role's transactional ids only (all of them for a superuser)."""
     now = now_ms()
     txns = await runtime.transactions.open_transactions()
+    mine = set(await access.visible(TXN, (t.transactional_id for t in txns)))
+    txns = [t for t in txns if t.transactional_id in mine]
     return {"transactions": [_describe(t, now) for t in txns]}
 
 
 @router.get("/v1/transactions/{transactionalId}", tags=["transactions"], responses=_NOT_FOUND)
-async def describe_transaction(transactionalId: str, runtime: RuntimeDep) -> JSONResponse:  # noqa: N803
+async def describe_transaction(
+    transactionalId: str,  # noqa: N803
+    runtime: RuntimeDep,
+    access: AccessDep,
+) -> JSONResponse:
     """A transactional id's state, producer id and epoch, partitions, groups, age and
-    timeout (Kafka's DescribeTransactions)."""
+    timeout (Kafka's DescribeTransactions); another role's: 403, 53."""
+    await access.require_txn(transactionalId, claim=False)
     txn = await runtime.transactions.describe(transactionalId)
     if txn is None:
         return JSONResponse(
@@ -170,6 +186,7 @@ async def describe_transaction(transactionalId: str, runtime: RuntimeDep) -> JSO
 @router.post(
     "/v1/groups/{groupId}/offsets",
     tags=["groups"],
+    dependencies=[OwnsGroup],
     openapi_extra=body_spec(OffsetCommitIn),
     responses=_BODY,
 )
@@ -177,14 +194,17 @@ async def commit_offsets(
     groupId: str,  # noqa: N803
     body: Annotated[OffsetCommitIn, Depends(parsed_body(OffsetCommitIn))],
     runtime: RuntimeDep,
+    access: AccessDep,
 ) -> KafkaAnswer:
     """Commit a group's offsets (each the next record to read), durably in Pulsar."""
+    await access.require(CONSUME, (o.topic for o in body.offsets))
     return await _call("committing offsets", runtime.offsets.commit(groupId, _staged(body.offsets)))
 
 
 @router.get(
     "/v1/groups/{groupId}/offsets",
     tags=["groups"],
+    dependencies=[OwnsGroup],
     responses={404: {"description": "no such group: errorCode 69", **JSON_OBJECT}},
 )
 async def fetch_offsets(

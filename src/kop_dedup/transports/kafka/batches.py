@@ -10,7 +10,9 @@ Kafka's broker makes before anything is stored (``ProduceRequest.validateRecords
 - a CRC that does not match, records that do not parse or decompress:
   CORRUPT_MESSAGE (2);
 - ZSTD in a Produce below v7: UNSUPPORTED_COMPRESSION_TYPE (76);
-- more records than ``max_records``: MESSAGE_TOO_LARGE (10), before decompressing.
+- more records than ``max_records``: MESSAGE_TOO_LARGE (10), before decompressing;
+- records that inflate past the batch limit: MESSAGE_TOO_LARGE (10), found while
+  inflating (:mod:`.inflate` stops there: a bomb never inflates whole).
 
 A batch without a producer id (-1) becomes a non-idempotent KafkaBatch (sequences
 -1); otherwise ``last_sequence`` is ``base_sequence + lastOffsetDelta`` modulo 2^31,
@@ -38,8 +40,17 @@ from kop_dedup.protocol.records import (
     KafkaRecord,
     rec,
 )
+from kop_dedup.transports.kafka.inflate import inflate
 
-__all__ = ["CODECS", "build_batch", "decode_batch", "is_transactional", "rec"]
+__all__ = [
+    "CODECS",
+    "build_batch",
+    "decode_batch",
+    "inflate_limit",
+    "is_compressed",
+    "is_transactional",
+    "rec",
+]
 
 _PREFIX = struct.Struct(">qiib")  # base offset, length, partition leader epoch, magic
 _LOG_OVERHEAD = 12  # base offset + length
@@ -53,6 +64,8 @@ _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _ZSTD = CODECS["zstd"]
+_RECORD_FRAMING = 64  # length, attributes, deltas, key and value lengths, header count
+_MAX_INFLATED = 100 << 20
 
 
 def _one_batch(data: bytes) -> bytes:
@@ -82,11 +95,29 @@ def _one_batch(data: bytes) -> bytes:
     return data[:end]
 
 
+_PRODUCER_ID_AT = 43  # after ... attributes, last offset delta, two timestamps
+_PRODUCER_ID = struct.Struct(">q")
+
+
+def producer_id_of(data: bytes) -> int | None:
+    """The producer id in the records' (first) batch header; None when too short."""
+    if len(data) < _PRODUCER_ID_AT + _PRODUCER_ID.size:
+        return None
+    return int(_PRODUCER_ID.unpack_from(data, _PRODUCER_ID_AT)[0])
+
+
 def is_transactional(data: bytes) -> bool:
     """Whether the records' (first) batch is transactional; False when too short."""
     if len(data) < _ATTRIBUTES_AT + 2:
         return False
     return bool(_ATTRIBUTES.unpack_from(data, _ATTRIBUTES_AT)[0] & _TRANSACTIONAL)
+
+
+def is_compressed(data: bytes) -> bool:
+    """Whether the records' (first) batch names a codec; False when too short."""
+    if len(data) < _ATTRIBUTES_AT + 2:
+        return False
+    return bool(_ATTRIBUTES.unpack_from(data, _ATTRIBUTES_AT)[0] & _CODEC_MASK)
 
 
 def decode_batch(
@@ -96,9 +127,11 @@ def decode_batch(
     *,
     produce_version: int,
     max_records: int | None = None,
+    max_bytes: int | None = None,
 ) -> KafkaBatch:
     """The one RecordBatch v2 of a Produce partition as a KafkaBatch, or the Kafka error
-    a broker answers for it."""
+    a broker answers for it. ``max_bytes`` bounds what its compressed records may
+    inflate to (:func:`inflate_limit`); None: 100 MiB."""
     raw = _one_batch(data)
     (attributes,) = _ATTRIBUTES.unpack_from(raw, _ATTRIBUTES_AT)
     batch = DefaultRecordBatch(raw)
@@ -123,6 +156,8 @@ def decode_batch(
         )
     if max_records is not None and count > max_records:
         raise errors.MessageTooLarge(f"batch has {count} records; the limit is {max_records}")
+    if codec:
+        batch = DefaultRecordBatch(_inflated(raw, attributes, codec, count, max_bytes))
     try:
         records = tuple(
             KafkaRecord(
@@ -141,6 +176,31 @@ def decode_batch(
     base = batch.base_sequence
     last = (base + batch.last_offset_delta) % SEQ_MODULUS if base >= 0 else base
     return KafkaBatch(topic, partition, pid, batch.producer_epoch, base, last, records)
+
+
+def inflate_limit(max_bytes: int, count: int) -> int:
+    """What a batch of ``count`` records within ``max_bytes`` of keys, values and headers
+    may inflate to: those bytes plus each record's framing (at most about 40 bytes)."""
+    return max_bytes + count * _RECORD_FRAMING
+
+
+def _inflated(raw: bytes, attributes: int, codec: int, count: int, max_bytes: int | None) -> bytes:
+    """The batch with its records inflated (bounded) and its codec cleared, so that
+    aiokafka walks them without inflating anything itself. Its CRC no longer matches:
+    it was checked before."""
+    limit = _MAX_INFLATED if max_bytes is None else inflate_limit(max_bytes, count)
+    records = inflate(codec, raw[_HEADER_BYTES:], limit)
+    length = _HEADER_BYTES - _LOG_OVERHEAD + len(records)
+    return b"".join(
+        (
+            raw[:8],
+            _COUNT.pack(length),
+            raw[_LOG_OVERHEAD:_ATTRIBUTES_AT],
+            _ATTRIBUTES.pack(attributes & ~_CODEC_MASK),
+            raw[_ATTRIBUTES_AT + 2 : _HEADER_BYTES],
+            records,
+        )
+    )
 
 
 def build_batch(

@@ -1,5 +1,5 @@
 """DescribeCluster (v0-2): the cluster id, the controller and the brokers, from the
-same list Metadata answers (:func:`~kop_dedup.transports.kafka.metadata.brokers`), so
+same list Metadata answers (:func:`~kop_dedup.transports.kafka.topology.brokers`), so
 both change together. The brokers are never fenced. Authorized operations, when asked,
 are every cluster operation, as a Kafka broker without an authorizer answers (SASL
 authenticates; nothing here authorizes per operation). Controllers (endpoint type 2)
@@ -13,8 +13,8 @@ from typing import Any
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
 from kop_dedup import errors
-from kop_dedup.transports.kafka.metadata import brokers, controller_id
 from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.topology import brokers, controller
 
 __all__ = ["APIS", "describe_cluster"]
 
@@ -62,7 +62,7 @@ def _answer(
         error_message=None if error is None else error.message,
         endpoint_type=endpoint,
         cluster_id="" if session is None else session.shared.node.cluster_id,
-        controller_id=-1 if session is None or error is not None else controller_id(session),
+        controller_id=-1 if session is None or error is not None else controller(session),
         brokers=listed,
         authorized_operations=None,  # not asked: INT32_MIN on the wire
     )

@@ -12,7 +12,11 @@ read and not yet answered: past that the reader stops reading (TCP pushes back).
 Where Kafka closes the connection, so does this one, after the answers to earlier
 requests and logging the reason once (``SocketServer`` closes on a frame over
 ``socket.request.max.bytes``, a header or body that does not parse, an unknown API key
-or a version it does not serve; ``KafkaApis`` on a Produce with acks=0 that failed).
+or a version it does not serve; ``KafkaApis`` on a Produce with acks=0 that failed;
+``SaslServerAuthenticator`` before authentication on a frame over
+``sasl.server.max.receive.size``, judged from its size header, or any request but
+ApiVersions and SASL, never decoded). A request must arrive whole within the read
+timeout of its first byte; a failed authentication closes after Kafka's delay.
 Nothing one connection sends reaches another: each has its own reader, queue and
 tasks, and an unexpected exception in a handler answers UNKNOWN_SERVER_ERROR.
 """
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kop_dedup import errors
-from kop_dedup.transports.kafka import codec
+from kop_dedup.transports.kafka import codec, routed
 from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
 from kop_dedup.transports.kafka.sasl import raw_token
 
@@ -37,6 +41,7 @@ log = logging.getLogger("kop_dedup.kafka")
 
 API_VERSIONS_KEY = 18
 _SIZE = 4
+_DECODE_ON_LOOP_BYTES = 256 * 1024  # a larger request is decoded in a worker thread
 _GONE = (ConnectionError, asyncio.IncompleteReadError)  # the client went away
 
 
@@ -46,6 +51,8 @@ class _Outcome:
     """The framed answer; None: nothing to write (acks=0, or a close without answer)."""
     close: tuple[str, str] | None = None
     """(kind, reason): close the connection after writing ``frame``."""
+    failed_auth: bool = False
+    """A failed authentication: the close waits the failed-authentication delay."""
 
 
 class Connection:
@@ -56,12 +63,18 @@ class Connection:
         writer: asyncio.StreamWriter,
         *,
         max_request_bytes: int,
+        max_unauthenticated_bytes: int = 512 * 1024,
+        read_timeout_s: float = 30.0,
+        failed_auth_delay_s: float = 0.1,
         max_in_flight: int = 5,
         idle_timeout_s: float = 600.0,
     ) -> None:
         self.session = session
         self._reader, self._writer = reader, writer
         self._max_bytes = max_request_bytes
+        self._unauth_bytes = min(max_unauthenticated_bytes, max_request_bytes)
+        self._read_s = read_timeout_s
+        self._auth_delay_s = failed_auth_delay_s
         self._idle_s = idle_timeout_s
         self._slots = asyncio.Semaphore(max_in_flight)
         self._answers: asyncio.Queue[asyncio.Future[_Outcome] | None] = asyncio.Queue()
@@ -112,9 +125,16 @@ class Connection:
     # -- reading -----------------------------------------------------------------------
 
     async def _read_frame(self) -> bytes | None:
+        """The next frame's bytes; None when the connection is to close (logged).
+
+        Waits up to the idle timeout for a request's first byte; from then the whole
+        request must arrive within the read timeout. The size header is judged before
+        the body is read: before authentication against the (small) unauthenticated
+        limit, so a client that has not proved itself never makes the sidecar hold more.
+        """
         self._between_requests = True
         try:
-            head = await asyncio.wait_for(self._reader.readexactly(_SIZE), self._idle_s)
+            first = await asyncio.wait_for(self._reader.readexactly(1), self._idle_s)
         except TimeoutError:
             self._refuse("idle", f"no request for {self._idle_s:g} s")
             return None
@@ -122,15 +142,31 @@ class Connection:
             return None
         finally:
             self._between_requests = False
-        size = int.from_bytes(head, "big", signed=True)
-        if size < 0 or size > self._max_bytes:
+        try:
+            async with asyncio.timeout(self._read_s):
+                head = first + await self._reader.readexactly(_SIZE - 1)
+                size = int.from_bytes(head, "big", signed=True)
+                limit, setting = self._limit()
+                if size < 0 or size > limit:
+                    self._refuse(
+                        "oversized", f"a frame of {size} bytes; the limit is {limit} ({setting})"
+                    )
+                    return None
+                return await self._reader.readexactly(size)
+        except TimeoutError:
             self._refuse(
-                "oversized",
-                f"a frame of {size} bytes; the limit is {self._max_bytes} "
-                "(KOP_DEDUP_KAFKA_MAX_REQUEST_BYTES)",
+                "timeout",
+                f"a request not complete {self._read_s:g} s after its first byte "
+                "(KOP_DEDUP_KAFKA_REQUEST_READ_TIMEOUT_MS)",
             )
             return None
-        return await self._reader.readexactly(size)
+
+    def _limit(self) -> tuple[int, str]:
+        """The largest frame the connection takes now, and the setting that says so."""
+        session = self.session
+        if session.auth_required and not session.authenticated:
+            return self._unauth_bytes, "KOP_DEDUP_KAFKA_MAX_UNAUTHENTICATED_BYTES"
+        return self._max_bytes, "KOP_DEDUP_KAFKA_MAX_REQUEST_BYTES"
 
     async def _read_requests(self) -> None:
         apis = self.session.shared.apis
@@ -143,7 +179,7 @@ class Connection:
                 try:
                     answer = await raw_token(self.session, frame)
                 except CloseConnection as exc:
-                    self._refuse(exc.kind, exc.reason)
+                    self._queue(_Outcome(None, (exc.kind, exc.reason), failed_auth=True))
                     return
                 self._queue(_Outcome(len(answer).to_bytes(4, "big") + answer))
                 continue
@@ -152,6 +188,16 @@ class Connection:
             if ids is None or api is None:
                 key = "none" if ids is None else str(ids[0])
                 self._refuse("unsupported", f"unknown API key {key}")
+                return
+            session = self.session
+            if session.auth_required and not session.authenticated and not api.before_auth:
+                # not decoded: before authentication only ApiVersions and SASL are (Kafka
+                # closes on any other request during the SASL exchange, without answer)
+                self._refuse(
+                    "auth",
+                    f"{api.name} before SASL authentication: authenticate with SASL/PLAIN, "
+                    "the sidecar's token as the password",
+                )
                 return
             if not api.serves(ids[1]) and api.key != API_VERSIONS_KEY:
                 self._refuse(
@@ -172,19 +218,15 @@ class Connection:
             if api.key == API_VERSIONS_KEY and not supported:
                 flexible = version >= 3  # a newer ApiVersions still sends header v2
             header = codec.parse_header(frame, flexible)
-            body = codec.decode_body(api.request, frame, header) if supported else None
+            body = None
+            if supported and len(frame) > _DECODE_ON_LOOP_BYTES:  # seconds for a huge one
+                body = await asyncio.to_thread(codec.decode_body, api.request, frame, header)
+            elif supported:
+                body = codec.decode_body(api.request, frame, header)
         except codec.FrameError as exc:
             self._refuse("malformed", str(exc))
             return False
         self.session.client_id = header.client_id
-        if self.session.auth_required and not self.session.authenticated and not api.before_auth:
-            error = errors.SaslAuthenticationFailed(
-                f"{api.name} before SASL authentication: authenticate with SASL/PLAIN, "
-                "the sidecar's token as the password"
-            )
-            answer = api.error_answer(body, version, error)
-            self._queue(self._encoded(api, header, answer, ("auth", error.message)))
-            return False
         future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
         self._answers.put_nowait(future)
         if not api.concurrent:
@@ -210,10 +252,12 @@ class Connection:
         session, version = self.session, header.api_version
         started = time.perf_counter()
         close: tuple[str, str] | None = None
+        failed_auth = False
         try:
-            answer = await api.handle(session, body, version)
+            answer = await routed.handle(session, api, body, version)
         except CloseConnection as exc:
             answer, close = exc.answer, (exc.kind, exc.reason)
+            failed_auth = exc.kind == "auth" and api.before_auth  # a SASL API refused
         except errors.KafkaError as exc:
             answer = api.error_answer(body, version, exc)
         except Exception as exc:
@@ -223,6 +267,8 @@ class Connection:
             )
             answer = api.error_answer(body, version, errors.KafkaError(f"{exc!r}"))
         outcome = self._encoded(api, header, answer, close)
+        if failed_auth:
+            outcome = _Outcome(outcome.frame, outcome.close, failed_auth=True)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "kafka request",
@@ -279,6 +325,8 @@ class Connection:
             if outcome.close is not None:
                 kind, reason = outcome.close
                 self.closed_because = kind
+                if outcome.failed_auth and self._auth_delay_s > 0:
+                    await asyncio.sleep(self._auth_delay_s)  # as Kafka, to slow guessing
                 log.info(
                     "kafka connection closed: %s",
                     reason,

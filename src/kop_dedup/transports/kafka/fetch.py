@@ -3,9 +3,10 @@
 As Kafka's ``ReplicaManager.fetchMessages`` answers a consumer:
 
 - Partitions are read in request order, each up to its ``partition_max_bytes`` and
-  all together up to ``max_bytes``; the first batch of the answer comes whole even
-  when it is larger than both (KIP-74), so a consumer always makes progress. Later
-  batches that do not fit stay for the next fetch.
+  all together up to ``max_bytes`` (at most ``KAFKA_FETCH_MAX_BYTES``); the first
+  batch of the answer comes whole even when it is larger than both (KIP-74), so a
+  consumer always makes progress. Later batches that do not fit stay for the next
+  fetch.
 - The answer goes once ``min_bytes`` are there, a partition has an error, or
   ``max_wait_ms`` (at most ``MAX_PULL_WAIT_MS``) has passed; meanwhile the fetch
   waits for a record to arrive on any of its partitions (pushed by Pulsar, not
@@ -13,9 +14,17 @@ As Kafka's ``ReplicaManager.fetchMessages`` answers a consumer:
 - An offset before the earliest still stored or after the end is
   OFFSET_OUT_OF_RANGE (1); a topic that does not exist or a partition out of range
   UNKNOWN_TOPIC_OR_PARTITION (3); an error partition reports -1 watermarks.
-- read_committed and read_uncommitted see the same records: double journaling keeps
-  what is not committed out of the data topics, so the last stable offset is the high
-  watermark and no transaction is ever aborted in what a fetch returns.
+- read_committed (isolation level 1) stops at the last stable offset (LSO): a committed
+  transaction reaches a data partition as a copy, batch by batch, after EndTxn was
+  answered, and a read_committed fetch never returns a record at or after the first
+  record of a copy not whole yet (:mod:`kop_dedup.protocol.stable`: each copied batch
+  says whose it is and how many records its transaction has there). The answer's
+  ``last_stable_offset`` is that LSO, ``high_watermark`` the end. While a copy holds
+  the LSO the fetch reads on to see it whole (the long poll waits for it), and a copy
+  the data cannot settle is asked of the transaction log
+  (:meth:`~kop_dedup.coordination.transactions.stable.StableOffsets.resolve`).
+  ``aborted_transactions`` is always empty: double journaling keeps aborted data out
+  of the data topics. read_uncommitted (level 0) reads to the end.
 - Fetch sessions (KIP-227) are not kept: every answer has session id 0, as a broker
   with no session slots answers, so clients send full fetches. An incremental fetch
   (epoch other than 0 and -1) is FETCH_SESSION_ID_NOT_FOUND (70).
@@ -35,10 +44,12 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from kop_dedup import errors
+from kop_dedup.coordination.transactions.stable import StableOffsets
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.fetching import EntryReader
 from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.pulsar.reader_pool import ReaderPool
+from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.fetched import encode_entry
 from kop_dedup.transports.kafka.registry import Api, Session
 
@@ -65,6 +76,9 @@ class _Part:
     size: int = 0
     high: int = -1
     start: int = -1
+    lso: int = -1
+    asked: bool = False
+    """The transaction log was asked about this partition's copies in this fetch."""
 
 
 def readers(session: Session) -> ReaderPool:
@@ -95,6 +109,16 @@ async def partition_topic(session: Session, topic: str, index: int) -> str:
     return session.runtime.naming.partition_topic(topic, index)
 
 
+async def _unknown(session: Session, part: _Part) -> errors.KafkaError | None:
+    """3 for a topic or partition that does not exist, before leadership is asked (the
+    cluster's lookup of a leader would create a missing topic)."""
+    try:
+        await partition_topic(session, part.topic, part.index)
+    except errors.KafkaError as exc:
+        return exc
+    return None
+
+
 async def _open(session: Session, pool: ReaderPool, part: _Part) -> None:
     try:
         ptopic = await partition_topic(session, part.topic, part.index)
@@ -103,13 +127,13 @@ async def _open(session: Session, pool: ReaderPool, part: _Part) -> None:
         part.error = translate(exc, f"fetching {part.topic}-{part.index} at {part.offset}")
 
 
-async def _read(pool: ReaderPool, part: _Part, room: int, first: bool) -> int:
-    """Read into ``part`` up to ``room`` bytes (a whole first batch when ``first``);
-    the bytes added."""
+async def _read(pool: ReaderPool, part: _Part, room: int, first: bool, committed: bool) -> int:
+    """Read into ``part`` up to ``room`` bytes (a whole first batch when ``first``;
+    ``committed``: below the last stable offset); the bytes added."""
     reader = part.reader
     assert reader is not None
     try:
-        entries = await reader.read(max(room, 1))
+        entries = await reader.read(max(room, 1), committed=committed)
     except Exception as exc:
         part.error = translate(exc, f"reading {part.topic}-{part.index}")
         part.reader = None
@@ -134,7 +158,9 @@ async def _read(pool: ReaderPool, part: _Part, room: int, first: bool) -> int:
     return added
 
 
-async def _pass(pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int) -> int:
+async def _pass(
+    pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int, committed: bool
+) -> int:
     """One read of every partition in order, within the limits; the bytes added."""
     added = 0
     for part in parts:
@@ -143,7 +169,7 @@ async def _pass(pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int
         room = min(part.max_bytes - part.size, max_bytes - total - added)
         if room <= 0 and total + added > 0:
             continue
-        got = await _read(pool, part, room, total + added == 0)
+        got = await _read(pool, part, room, total + added == 0, committed)
         if part.error is not None:
             part.batches.clear()
             part.size = 0
@@ -151,14 +177,14 @@ async def _pass(pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int
     return added
 
 
-async def _wait(parts: list[_Part], left: float, read: bool) -> bool:
+async def _wait(parts: list[_Part], left: float, read: bool, committed: bool) -> bool:
     """Wait for a record to arrive on any partition with room left (up to ``left`` s);
     False when there is nothing to wait for."""
     waits, ready = [], False
     for part in parts:
         if part.reader is None or part.error is not None or part.size >= part.max_bytes:
             continue
-        arrival = await part.reader.arrival()
+        arrival = await part.reader.arrival(committed=committed)
         if arrival is None:
             ready = True
         else:
@@ -174,18 +200,59 @@ async def _wait(parts: list[_Part], left: float, read: bool) -> bool:
 
 
 async def _fill(
-    pool: ReaderPool, parts: list[_Part], max_bytes: int, min_bytes: int, deadline: float
+    pool: ReaderPool,
+    parts: list[_Part],
+    max_bytes: int,
+    min_bytes: int,
+    deadline: float,
+    stable: StableOffsets | None,
 ) -> None:
-    """Read until ``min_bytes`` are there, a partition fails, or the deadline."""
+    """Read until ``min_bytes`` are there, a partition fails, or the deadline (``stable``:
+    read_committed, with the log to settle the copies the data cannot)."""
     total = 0
+    committed = stable is not None
     while True:
-        added = await _pass(pool, parts, max_bytes, total)
+        added = await _pass(pool, parts, max_bytes, total, committed)
         total += added
         if total >= min(min_bytes, max_bytes) or any(p.error is not None for p in parts):
             return  # enough, or all there is room for (a min_bytes over max_bytes), or an error
+        if stable is not None and await _settle(stable, parts):
+            continue  # a copy the log settled: read on at once
         left = deadline - time.monotonic()
-        if left <= 0 or not await _wait(parts, left, added > 0):
+        if left <= 0 or not await _wait(parts, left, added > 0, committed):
             return
+
+
+async def _settle(stable: StableOffsets, parts: list[_Part]) -> bool:
+    """Ask the log (once per partition and fetch) about the copies holding a partition's
+    last stable offset that its data cannot settle; whether one was settled."""
+    settled = False
+    now = time.monotonic()
+    for part in parts:
+        reader = part.reader
+        if reader is None or part.error is not None or part.asked:
+            continue
+        if reader.stable.to_ask(now):
+            part.asked = True
+            try:
+                settled = await stable.resolve(reader.stable) or settled
+            except Exception as exc:  # the log is away: the copy holds the LSO meanwhile
+                log.warning("kafka fetch: asking the log about %s: %r", reader.topic, exc)
+    return settled
+
+
+async def _stable_offset(stable: StableOffsets, part: _Part) -> None:
+    """The answer's last stable offset: the reader's, or, while a copy it met without its
+    beginning is still being copied, the partition's own (that copy began before)."""
+    assert part.reader is not None
+    tracker = part.reader.stable
+    part.lso = min(tracker.lso, part.high)
+    held = tracker.open_copies()
+    if held and not held[0].from_start and held[0].settled is None:
+        try:
+            part.lso = min(part.lso, await stable.exact(part.topic, part.index))
+        except Exception as exc:
+            part.error = translate(exc, f"the last stable offset of {part.topic}-{part.index}")
 
 
 async def _watermarks(pool: ReaderPool, part: _Part) -> None:
@@ -214,14 +281,24 @@ async def fetch(session: Session, request: Any, version: int) -> Any:
         for t in request.topics
         for p in t.partitions
     ]
+    for part in parts:
+        part.error = await _unknown(session, part) or await topology.not_leader(
+            session, part.topic, part.index
+        )
     wait_ms = min(max(request.max_wait_ms, 0), session.settings.max_pull_wait_ms)
     deadline = time.monotonic() + wait_ms / 1000
+    stable = session.runtime.stable if request.isolation_level == _READ_COMMITTED else None
     try:
-        await asyncio.gather(*(_open(session, pool, part) for part in parts))
-        await _fill(pool, parts, request.max_bytes, request.min_bytes, deadline)
+        await asyncio.gather(*(_open(session, pool, p) for p in parts if p.error is None))
+        max_bytes = min(request.max_bytes, session.settings.kafka_fetch_max_bytes)
+        await _fill(pool, parts, max_bytes, request.min_bytes, deadline, stable)
         await asyncio.gather(
             *(_watermarks(pool, p) for p in parts if p.reader is not None and p.error is None)
         )
+        if stable is not None:
+            for part in parts:
+                if part.reader is not None and part.error is None:
+                    await _stable_offset(stable, part)
     finally:
         for part in parts:
             if part.reader is not None:
@@ -246,7 +323,7 @@ def _partition(part: _Part, committed: bool) -> Any:
         partition_index=part.index,
         error_code=errors.NONE_ERRNO,
         high_watermark=part.high,
-        last_stable_offset=part.high,
+        last_stable_offset=part.lso if committed else part.high,
         log_start_offset=part.start,
         aborted_transactions=[] if committed else None,
         preferred_read_replica=-1,

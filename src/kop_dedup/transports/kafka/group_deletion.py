@@ -20,8 +20,10 @@ from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from kop_dedup import errors
 from kop_dedup.coordination.groups.deletion import GroupDeletion
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.security.authorizer import GROUP
 from kop_dedup.transports.kafka.fetch import partition_topic
 from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.routed import group_key
 
 __all__ = ["APIS"]
 
@@ -48,6 +50,7 @@ async def delete_groups(session: Session, request: Any, version: int) -> Any:
         error: errors.KafkaError | None = None
         try:
             await deletion.delete_group(group_id)
+            await session.runtime.authorizer.released(GROUP, group_id)
         except Exception as exc:
             error = translate(exc, f"deleting group {group_id!r}")
         results.append(_Result(group_id=group_id, error_code=_code(error)))
@@ -106,6 +109,13 @@ def _offset_delete_error(_request: Any, version: int, error: errors.KafkaError) 
     )
 
 
+def _first_named(request: Any, _version: int) -> tuple[int, str] | None:
+    """DeleteGroups names several groups: admin clients batch them by coordinator, so
+    the first one's coordinator is the request's."""
+    groups = list(request.groups_names or [])
+    return (0, str(groups[0])) if groups else None
+
+
 APIS = (
     Api(
         key=42,
@@ -114,6 +124,8 @@ APIS = (
         versions=(0, 2),
         handle=delete_groups,
         error_answer=_delete_groups_error,
+        coordinator_key=_first_named,
+        response=DeleteGroupsResponse,
     ),
     Api(
         key=47,
@@ -122,5 +134,7 @@ APIS = (
         versions=(0, 0),
         handle=offset_delete,
         error_answer=_offset_delete_error,
+        coordinator_key=group_key,
+        response=OffsetDeleteResponse,
     ),
 )

@@ -35,7 +35,10 @@ from kop_dedup import errors
 from kop_dedup.coordination.groups.classic import ClassicGroups, NewMemberId
 from kop_dedup.protocol.groups.classic import EMPTY, STABLE, ClassicGroup, JoinRequest
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.security.authorizer import GROUP
+from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.routed import group_key
 
 __all__ = ["APIS"]
 
@@ -299,7 +302,7 @@ async def list_groups(session: Session, request: Any, version: int) -> Any:
     types = {t.lower() for t in getattr(request, "types_filter", None) or []}
     out = []
     try:
-        for p in range(store.parts.count):
+        for p in topology.listed_group_partitions(session, store.parts.count):
             await store.read_partition(p)
             for group_id in store.groups_in(p):
                 group = classic.group(group_id)
@@ -320,8 +323,12 @@ async def list_groups(session: Session, request: Any, version: int) -> Any:
                         group_type="classic",
                     )
                 )
+        mine = await session.runtime.authorizer.visible(
+            session.identity, GROUP, [g.group_id for g in out]
+        )
     except Exception as exc:
         return _list_error(request, version, _failed(exc, "listing groups"))
+    out = [g for g in out if g.group_id in set(mine)]
     return ListGroupsResponse(
         version=version, throttle_time_ms=0, error_code=errors.NONE_ERRNO, groups=out
     )
@@ -333,6 +340,13 @@ def _list_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
     )
 
 
+def _first_group(request: Any, _version: int) -> tuple[int, str] | None:
+    """DescribeGroups names several groups: admin clients batch them by coordinator, so
+    the first one's coordinator is the request's."""
+    groups = list(request.groups or [])
+    return (0, str(groups[0])) if groups else None
+
+
 APIS = (
     Api(
         key=11,
@@ -341,6 +355,8 @@ APIS = (
         versions=(0, 9),
         handle=join_group,
         error_answer=_join_error,
+        coordinator_key=group_key,
+        response=JoinGroupResponse,
     ),
     Api(
         key=12,
@@ -349,6 +365,8 @@ APIS = (
         versions=(0, 4),
         handle=heartbeat,
         error_answer=_heartbeat_error,
+        coordinator_key=group_key,
+        response=HeartbeatResponse,
     ),
     Api(
         key=13,
@@ -357,6 +375,8 @@ APIS = (
         versions=(0, 5),
         handle=leave_group,
         error_answer=_leave_error,
+        coordinator_key=group_key,
+        response=LeaveGroupResponse,
     ),
     Api(
         key=14,
@@ -365,6 +385,8 @@ APIS = (
         versions=(0, 5),
         handle=sync_group,
         error_answer=_sync_error,
+        coordinator_key=group_key,
+        response=SyncGroupResponse,
     ),
     Api(
         key=15,
@@ -373,6 +395,8 @@ APIS = (
         versions=(0, 5),
         handle=describe_groups,
         error_answer=_describe_error,
+        coordinator_key=_first_group,
+        response=DescribeGroupsResponse,
     ),
     Api(
         key=16,

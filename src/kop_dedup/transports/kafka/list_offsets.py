@@ -6,8 +6,11 @@ the beginning or the end, or looks up ``offsets_for_times``:
 
 - -2 EARLIEST: the first offset still stored at or after the log start offset
   (DeleteRecords moves it; the end when nothing is);
-- -1 LATEST: the end, the next offset to be written (read_committed asks for the last
-  stable offset: the same here, only committed records reach a data topic);
+- -1 LATEST: the end, the next offset to be written; with isolation READ_COMMITTED
+  (v2+) the last stable offset (LSO): the first record of the earliest copy of a
+  committed transaction not whole yet in the partition, else the end, never an offset
+  inside a transaction
+  (:meth:`~kop_dedup.coordination.transactions.stable.StableOffsets.exact`);
 - -3 MAX_TIMESTAMP (v7): the record with the greatest timestamp of the last entry
   (Kafka searches the whole partition; records here are stored in publish order);
 - -4 EARLIEST_LOCAL (v8): the earliest (nothing is tiered away from the broker);
@@ -44,6 +47,7 @@ from kafka.protocol.consumer import (
 from kop_dedup import errors
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.reader_pool import TimedOffset
+from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.fetch import partition_topic, readers
 from kop_dedup.transports.kafka.registry import Api, Session
 
@@ -57,6 +61,8 @@ _SINCE = {EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 """The version each special timestamp came with (KIP-405, KIP-1005, KIP-1023)."""
 _LEADER_EPOCH = 0
 _UNKNOWN = -1
+_ISOLATION_FROM = 2
+_READ_COMMITTED = 1
 
 
 def _partition(
@@ -72,7 +78,9 @@ def _partition(
     )
 
 
-async def _one(session: Session, topic: str, index: int, timestamp: int, version: int) -> Any:
+async def _one(
+    session: Session, topic: str, index: int, timestamp: int, version: int, committed: bool
+) -> Any:
     if timestamp in _SINCE and version < _SINCE[timestamp]:
         return _partition(
             index,
@@ -81,7 +89,7 @@ async def _one(session: Session, topic: str, index: int, timestamp: int, version
             ),
         )
     try:
-        found = await _lookup(session, topic, index, timestamp, version)
+        found = await _lookup(session, topic, index, timestamp, version, committed)
     except Exception as exc:
         return _partition(index, translate(exc, f"listing offsets of {topic}-{index}"))
     if found is None:
@@ -90,13 +98,15 @@ async def _one(session: Session, topic: str, index: int, timestamp: int, version
 
 
 async def _lookup(
-    session: Session, topic: str, index: int, timestamp: int, version: int
+    session: Session, topic: str, index: int, timestamp: int, version: int, committed: bool
 ) -> TimedOffset | None:
     """The offset (and timestamp, -1 for the special ones) a timestamp asks for."""
     ptopic = await partition_topic(session, topic, index)
     pool = readers(session)
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return TimedOffset(await pool.start(ptopic, fresh=True), _UNKNOWN)
+    if timestamp == LATEST and committed:
+        return TimedOffset(await session.runtime.stable.exact(topic, index), _UNKNOWN)
     if timestamp == LATEST:
         return TimedOffset(await pool.end(ptopic, fresh=True), _UNKNOWN)
     if timestamp == LATEST_TIERED:
@@ -108,6 +118,7 @@ async def _lookup(
 
 async def list_offsets(session: Session, request: Any, version: int) -> Any:
     asked = [(t.name, p.partition_index, p.timestamp) for t in request.topics for p in t.partitions]
+    committed = version >= _ISOLATION_FROM and request.isolation_level == _READ_COMMITTED
     twice = {tp for tp, n in Counter((t, p) for t, p, _ in asked).items() if n > 1}
 
     async def answer(topic: str, index: int, timestamp: int) -> Any:
@@ -115,7 +126,13 @@ async def list_offsets(session: Session, request: Any, version: int) -> Any:
             return _partition(
                 index, errors.InvalidRequest(f"{topic}-{index} is named twice in one request")
             )
-        return await _one(session, topic, index, timestamp, version)
+        try:  # 3 before leadership: the cluster's lookup of a leader creates a topic
+            await partition_topic(session, topic, index)
+        except errors.KafkaError as exc:
+            return _partition(index, exc)
+        if (refused := await topology.not_leader(session, topic, index)) is not None:
+            return _partition(index, refused)
+        return await _one(session, topic, index, timestamp, version, committed)
 
     answers = await asyncio.gather(*(answer(*a) for a in asked))
     topics: dict[str, list[Any]] = {}

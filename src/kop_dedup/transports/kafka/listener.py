@@ -18,15 +18,19 @@ import contextlib
 import logging
 import socket
 import ssl
+import time
 import uuid
 
+from kop_dedup.errors import KafkaError
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.pulsar.produced import ProducedOffsets
 from kop_dedup.runtime import Runtime
+from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import split_address
+from kop_dedup.transports.kafka import routed
 from kop_dedup.transports.kafka.apis import API_TABLE
 from kop_dedup.transports.kafka.connection import Connection
-from kop_dedup.transports.kafka.registry import Node, Session, Shared
+from kop_dedup.transports.kafka.registry import CloseConnection, Node, Session, Shared
 
 __all__ = ["KafkaListener", "ListenerError"]
 
@@ -57,6 +61,8 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._handlers: set[asyncio.Task[None]] = set()
+        self._per_address: dict[str, int] = {}
+        self._refusal_logged = 0.0
         self.bound: tuple[str, int] = address
         self.node = Node(0, address[0], address[1], cluster_id(settings.tenant, settings.namespace))
         self._shared: Shared | None = None
@@ -104,7 +110,7 @@ class KafkaListener:
             apis=API_TABLE,
             offsets=ProducedOffsets(self.runtime.admin, mode=self.settings.kafka_produce_offsets),
             stats=self.stats,
-            tokens=self.settings.http_tokens(),
+            auth=Authenticator.from_settings(self.settings),
         )
         log.info(
             "kafka listener on %s:%d, advertised as %s:%d%s%s",
@@ -112,8 +118,14 @@ class KafkaListener:
             self.node.host,
             self.node.port,
             " (TLS)" if self._tls() is not None else "",
-            " (SASL/PLAIN)" if self._shared.tokens else "",
+            " (SASL/PLAIN)" if self._shared.auth.enabled else "",
         )
+
+    def joined(self, node_id: int) -> None:
+        """The node joined its cluster as ``node_id``: the id Metadata gives this node."""
+        self.node = Node(node_id, self.node.host, self.node.port, self.node.cluster_id)
+        if self._shared is not None:
+            self._shared.node = self.node
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         shared = self._shared
@@ -121,6 +133,17 @@ class KafkaListener:
             writer.close()
             return
         peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if peer else "?"
+        refused = self._over_limit(address)
+        if refused is not None:
+            self.stats.connection_opened()
+            now = time.monotonic()
+            if now - self._refusal_logged >= 1.0:  # once a second at most: a flood is one line
+                self._refusal_logged = now
+                log.info("kafka connection refused: %s", refused, extra={"peer": address})
+            writer.close()
+            self.stats.connection_closed("limit")
+            return
         with contextlib.suppress(OSError):
             sock = writer.get_extra_info("socket")
             if sock is not None:
@@ -130,8 +153,12 @@ class KafkaListener:
             reader,
             writer,
             max_request_bytes=self.settings.kafka_max_request_bytes,
+            max_unauthenticated_bytes=self.settings.kafka_max_unauthenticated_bytes,
+            read_timeout_s=self.settings.kafka_request_read_timeout_ms / 1000,
+            failed_auth_delay_s=self.settings.kafka_failed_auth_delay_ms / 1000,
         )
         self._connections.add(connection)
+        self._per_address[address] = self._per_address.get(address, 0) + 1
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
@@ -139,8 +166,56 @@ class KafkaListener:
             await connection.serve()
         finally:
             self._connections.discard(connection)
+            left = self._per_address.pop(address, 1) - 1
+            if left > 0:
+                self._per_address[address] = left
             if task is not None:
                 self._handlers.discard(task)
+
+    def _over_limit(self, address: str) -> str | None:
+        """Why a new connection from ``address`` is refused (None: it is not)."""
+        s = self.settings
+        if len(self._connections) >= s.kafka_max_connections:
+            return (
+                f"{len(self._connections)} connections open, the limit "
+                "(KOP_DEDUP_KAFKA_MAX_CONNECTIONS)"
+            )
+        if self._per_address.get(address, 0) >= s.kafka_max_connections_per_address:
+            return (
+                f"{self._per_address[address]} connections open from {address}, the limit "
+                "(KOP_DEDUP_KAFKA_MAX_CONNECTIONS_PER_ADDRESS)"
+            )
+        return None
+
+    async def forwarded(
+        self, api_key: int, version: int, client_id: str, body: bytes, by: str
+    ) -> bytes | None:
+        """A Kafka request another node forwarded (its body at ``version``): handled here
+        as if a client of this listener had sent it; the response body (None: no answer,
+        acks=0). ValueError for an API or version this listener does not serve, or a
+        body that does not parse."""
+        shared = self._shared
+        api = None if shared is None else shared.apis.get(api_key)
+        if shared is None or api is None or not api.serves(version):
+            raise ValueError(f"API {api_key} v{version} is not served here")
+        try:
+            request = api.request.decode(memoryview(body), version=version)
+        except Exception as exc:
+            raise ValueError(
+                f"the forwarded {api.name} v{version} does not parse: {exc!r}"
+            ) from exc
+        session = Session(
+            shared, peer=f"node {by}", client_id=client_id, authenticated=True, forwarded=True
+        )
+        try:
+            answer = await routed.handle(session, api, request, version)
+        except CloseConnection as exc:
+            answer = exc.answer
+        except KafkaError as exc:
+            answer = api.error_answer(request, version, exc)
+        if answer is None:
+            return None
+        return bytes(answer.encode(version=version))
 
     @property
     def connections(self) -> int:

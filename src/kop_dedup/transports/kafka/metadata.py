@@ -1,20 +1,24 @@
-"""Metadata and FindCoordinator: this sidecar is the whole cluster.
+"""Metadata and FindCoordinator: the cluster as :mod:`.topology` tells it.
 
-The cluster has one broker, this node at its advertised address, which leads every
-partition and coordinates every group and transactional id (any sidecar serves any
-of them: their state is in Pulsar). Topics are the partitioned topics of the Kafka
-namespace (``KOP_DEDUP_NAMESPACE``). A Metadata request naming a topic that does not
-exist creates it with ``KAFKA_DEFAULT_PARTITIONS`` when ``KAFKA_AUTO_CREATE_TOPICS``
-is on and the client allows it (v4+), and answers it at once (Kafka answers
-LEADER_NOT_AVAILABLE first and lets the client ask again); otherwise
+Brokers are the cluster's live nodes at their advertised addresses (this node alone
+in sidecar mode); each partition's leader is the node the cluster's placement names
+(:mod:`kop_dedup.cluster.placement`), the same answer from every node; FindCoordinator
+answers the owner of the key's state partition. Topics are the partitioned topics of
+the Kafka namespace (``KOP_DEDUP_NAMESPACE``). A Metadata request naming a topic that
+does not exist creates it with ``KAFKA_DEFAULT_PARTITIONS`` when
+``KAFKA_AUTO_CREATE_TOPICS`` is on and the client allows it (v4+), at most
+``KAFKA_MAX_AUTO_CREATE_TOPICS`` per request (the others: 3), and answers it at
+once (Kafka answers LEADER_NOT_AVAILABLE first and lets the client ask again); otherwise
 UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a name Kafka (or the
 mapping to Pulsar) refuses. Topic ids are not served: they are zero, so clients keep
-to names (Produce and Fetch are capped at v12).
+to names (Produce and Fetch are capped at v12). Leader epochs are 0: leadership is
+recomputed, not elected, so there is no epoch every node would agree on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from kafka.protocol.metadata import (
@@ -27,16 +31,23 @@ from kafka.protocol.metadata import (
 from kop_dedup import errors
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
-from kop_dedup.transports.kafka.registry import Api, Node, Session
+from kop_dedup.security.authorizer import DESCRIBE
+from kop_dedup.transports.kafka import topology
+from kop_dedup.transports.kafka.registry import Api, Session
 
-__all__ = ["APIS", "brokers", "controller_id", "find_coordinator", "metadata"]
+__all__ = ["APIS", "find_coordinator", "metadata"]
+
+log = logging.getLogger("kop_dedup.kafka")
 
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
 _COORDINATOR_KEY_TYPES = (0, 1)  # group, transaction
+_ASK_EACH_UP_TO = 32  # more topics named in one request: the namespace is listed once
 
 
-def _topic(name: str | None, error: errors.KafkaError | None, partitions: int = 0) -> Any:
+def _topic(
+    name: str | None, error: errors.KafkaError | None, leaders: dict[int, int] | None = None
+) -> Any:
     return _Topic(
         error_code=errors.NONE_ERRNO if error is None else error.errno,
         name=name,
@@ -46,13 +57,13 @@ def _topic(name: str | None, error: errors.KafkaError | None, partitions: int = 
             _Partition(
                 error_code=errors.NONE_ERRNO,
                 partition_index=i,
-                leader_id=0,
+                leader_id=leader,
                 leader_epoch=0,
-                replica_nodes=[0],
-                isr_nodes=[0],
+                replica_nodes=[leader],
+                isr_nodes=[leader],
                 offline_replicas=[],
             )
-            for i in range(partitions)
+            for i, leader in sorted((leaders or {}).items())
         ],
         authorized_operations=None,
     )
@@ -74,38 +85,23 @@ async def _describe(session: Session, name: str | None, create: bool) -> Any:
         return _topic(name, exc)
     except Exception as exc:
         return _topic(name, translate(exc, f"describing topic {name}"))
-    return _topic(name, None, count)
-
-
-def brokers(session: Session) -> list[Node]:
-    """The brokers of the cluster, as Metadata lists them (DescribeCluster answers the
-    same list): this node."""
-    return [session.shared.node]
-
-
-def controller_id(session: Session) -> int:
-    """The controller Metadata and DescribeCluster name: this node."""
-    return session.shared.node.node_id
+    return _topic(name, None, topology.leaders(session, name, count))
 
 
 def _answer(session: Session | None, version: int, topics: list[Any]) -> Any:
-    node = None if session is None else session.shared.node
-    listed = (
-        []
-        if session is None
-        else [
-            MetadataResponse.MetadataResponseBroker(
-                node_id=b.node_id, host=b.host, port=b.port, rack=None
-            )
-            for b in brokers(session)
-        ]
-    )
+    listed = [] if session is None else topology.brokers(session)
+    brokers = [
+        MetadataResponse.MetadataResponseBroker(
+            node_id=b.node_id, host=b.host, port=b.port, rack=None
+        )
+        for b in listed
+    ]
     return MetadataResponse(
         version=version,
         throttle_time_ms=0,
-        brokers=listed,
-        cluster_id=None if node is None else node.cluster_id,
-        controller_id=0 if session is None else controller_id(session),
+        brokers=brokers,
+        cluster_id=None if session is None else session.shared.node.cluster_id,
+        controller_id=-1 if session is None else topology.controller(session),
         topics=topics,
         authorized_operations=None,
         error_code=errors.NONE_ERRNO,
@@ -146,10 +142,92 @@ async def _metadata(session: Session, request: Any, version: int) -> Any:
         create = session.settings.kafka_auto_create_topics and (
             version < 4 or bool(request.allow_auto_topic_creation)
         )
-    described = await asyncio.gather(*(_describe(session, n, create) for n in names))
+    hidden = await _not_describable(session, names)
+    if everything:
+        names = [n for n in names if n not in hidden]
+    elif len(names) > _ASK_EACH_UP_TO or (
+        create and len(names) > session.settings.kafka_max_auto_create_topics
+    ):
+        shown = [n for n in names if n not in hidden]
+        many = dict(zip(shown, await _many(session, shown, create), strict=True))
+        return _answer(
+            session,
+            version,
+            [
+                many[n]
+                if n not in hidden
+                else _topic(n, errors.TopicAuthorizationFailed(hidden[n]))
+                for n in names
+            ],
+        )
+    described = await asyncio.gather(
+        *(
+            _describe(session, n, create)
+            if n not in hidden
+            else _refused(n, errors.TopicAuthorizationFailed(hidden[n]))
+            for n in names
+        )
+    )
     if everything:  # a topic deleted between the listing and now is just gone
         described = [t for t in described if t.error_code != errors.UnknownTopicOrPartition.errno]
     return _answer(session, version, list(described))
+
+
+async def _many(session: Session, names: list[str | None], create: bool) -> list[Any]:
+    """Many topics named at once: the namespace is listed once, a topic not in it is
+    answered 3 without a lookup, and at most ``KAFKA_MAX_AUTO_CREATE_TOPICS`` of them are
+    created (the others are answered 3: a later request may create them)."""
+    existing = set(await session.runtime.admin.topics())
+    cap = session.settings.kafka_max_auto_create_topics if create else 0
+    answers: list[Any] = []
+    lookups: dict[int, tuple[str | None, bool]] = {}  # answer index -> (name, create)
+    missing = 0
+    for name in names:
+        if name is None or name in existing:
+            lookups[len(answers)] = (name, False)
+            answers.append(None)
+            continue
+        try:
+            validate_topic(name)
+        except errors.InvalidTopic as exc:
+            answers.append(_topic(name, exc))
+            continue
+        missing += 1
+        if missing <= cap:
+            lookups[len(answers)] = (name, True)
+            answers.append(None)
+            continue
+        why = "past KOP_DEDUP_KAFKA_MAX_AUTO_CREATE_TOPICS" if create else "it does not exist"
+        answers.append(_topic(name, errors.UnknownTopicOrPartition(why)))
+    if create and missing > cap:
+        log.info(
+            "kafka metadata: %d missing topics named, %d created (KAFKA_MAX_AUTO_CREATE_TOPICS)",
+            missing,
+            cap,
+            extra={"peer": session.peer, "client_id": session.client_id},
+        )
+    described = await asyncio.gather(*(_describe(session, n, c) for n, c in lookups.values()))
+    for i, topic in zip(lookups, described, strict=True):
+        answers[i] = topic
+    return answers
+
+
+async def _not_describable(session: Session, names: list[str | None]) -> dict[str | None, str]:
+    """Of ``names``, those the caller's role may neither produce nor consume (nor create),
+    with why: listed as 29 TOPIC_AUTHORIZATION_FAILED, or left out of a full listing."""
+    who = session.identity
+    if who.superuser:
+        return {}
+    authorizer = session.runtime.authorizer
+    return {
+        n: f"role {who.role!r} has neither produce nor consume permission on topic {n!r}"
+        for n in names
+        if n is not None and not await authorizer.may(who, DESCRIBE, n)
+    }
+
+
+async def _refused(name: str | None, error: errors.KafkaError) -> Any:
+    return _topic(name, error)
 
 
 def _metadata_error(request: Any, version: int, error: errors.KafkaError) -> Any:
@@ -163,14 +241,14 @@ def _metadata_error(request: Any, version: int, error: errors.KafkaError) -> Any
 # -- FindCoordinator ----------------------------------------------------------------------
 
 
-def _coordinator(session: Session | None, key_type: int) -> tuple[Any, ...]:
-    """(error, node id, host, port) for a key (any key: this node coordinates all)."""
+def _coordinator(session: Session | None, key_type: int, key: str) -> tuple[Any, ...]:
+    """(error, node id, host, port) for a key: its coordinator (:mod:`.topology`)."""
     if session is None:
         return errors.KafkaError(), -1, "", -1
     if key_type not in _COORDINATOR_KEY_TYPES:
         return errors.InvalidRequest(f"unknown coordinator key type {key_type}"), -1, "", -1
-    node = session.shared.node
-    return None, node.node_id, node.host, node.port
+    broker = topology.coordinator_of(session, key_type, key)
+    return None, broker.node_id, broker.host, broker.port
 
 
 async def find_coordinator(session: Session, request: Any, version: int) -> Any:
@@ -182,7 +260,7 @@ def _find_answer(
 ) -> Any:
     key_type = 0 if version < 1 else request.key_type
     if version < 4:
-        error, node_id, host, port = _coordinator(session, key_type)
+        error, node_id, host, port = _coordinator(session, key_type, request.key)
         error = forced or error
         return FindCoordinatorResponse(
             version=version,
@@ -195,7 +273,7 @@ def _find_answer(
         )
     coordinators = []
     for key in request.coordinator_keys:
-        error, node_id, host, port = _coordinator(session, key_type)
+        error, node_id, host, port = _coordinator(session, key_type, key)
         error = forced or error
         coordinators.append(
             FindCoordinatorResponse.Coordinator(

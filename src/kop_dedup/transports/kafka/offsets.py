@@ -35,6 +35,7 @@ from kop_dedup.coordination.groups.store import UNKNOWN_OFFSET, CommittedOffset,
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.kafka.fetch import partition_topic
 from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.routed import group_key
 
 __all__ = ["APIS", "offset_commit", "offset_fetch"]
 
@@ -259,6 +260,15 @@ def _fetch_error(request: Any, version: int, error: errors.KafkaError) -> Any:
     )
 
 
+def _fetch_key(request: Any, version: int) -> tuple[int, str] | None:
+    """OffsetFetch names one group (v0-7) or several (v8+, batched by coordinator by
+    admin clients: the first one's coordinator is the request's)."""
+    if version < 8:
+        return group_key(request, version)
+    groups = list(request.groups or [])
+    return (0, str(groups[0].group_id)) if groups else None
+
+
 APIS = (
     Api(
         key=8,
@@ -267,6 +277,8 @@ APIS = (
         versions=(2, 9),
         handle=offset_commit,
         error_answer=_commit_error,
+        coordinator_key=group_key,
+        response=OffsetCommitResponse,
     ),
     Api(
         key=9,
@@ -275,5 +287,7 @@ APIS = (
         versions=(1, 9),
         handle=offset_fetch,
         error_answer=_fetch_error,
+        coordinator_key=_fetch_key,
+        response=OffsetFetchResponse,
     ),
 )

@@ -31,16 +31,20 @@ The base offset: see :mod:`kop_dedup.pulsar.produced` (``KAFKA_PRODUCE_OFFSETS``
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from kop_dedup import errors
+from kop_dedup.cluster.peers import PeerUnavailable
+from kop_dedup.cluster.placement import Member
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.pulsar.naming import validate_topic
-from kop_dedup.transports.kafka import txn_codes
-from kop_dedup.transports.kafka.batches import decode_batch, is_transactional
+from kop_dedup.transports.kafka import topology, txn_codes
+from kop_dedup.transports.kafka.batches import decode_batch, is_compressed, is_transactional
+from kop_dedup.transports.kafka.forward import forward
 from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
 
 __all__ = ["APIS", "produce"]
@@ -49,6 +53,7 @@ _Topic = ProduceResponse.TopicProduceResponse
 _Partition = _Topic.PartitionProduceResponse
 _ACKS = (-1, 0, 1)
 _MIN_SERVED = 3
+_ON_LOOP_BYTES = 64 * 1024  # larger batches, and compressed ones, are decoded in a thread
 _IMPLICIT_ADD_FROM = 12  # transactions v2 (KIP-890): the first batch adds its partition
 Answer = tuple[int, errors.KafkaError | None, int]
 """(partition, error, base offset) for one partition's batch."""
@@ -82,14 +87,20 @@ async def _decoded(
         return errors.UnknownTopicOrPartition(
             f"topic {topic!r} has partitions 0..{count - 1}; got {index}"
         )
+    s = session.settings
+    decode = functools.partial(
+        decode_batch,
+        topic,
+        index,
+        data,
+        produce_version=version,
+        max_records=s.max_batch_records,
+        max_bytes=s.max_batch_bytes,
+    )
     try:
-        return decode_batch(
-            topic,
-            index,
-            data,
-            produce_version=version,
-            max_records=session.settings.max_batch_records,
-        )
+        if len(data) > _ON_LOOP_BYTES or is_compressed(data):
+            return await asyncio.to_thread(decode)  # inflating or walking it takes a while
+        return decode()
     except errors.KafkaError as exc:
         return exc
 
@@ -135,11 +146,65 @@ async def _transactional(
     return out
 
 
-async def _all(
-    session: Session, version: int, request: Any, parts: list[tuple[str, Any]], deadline: float
+async def _elsewhere(
+    session: Session,
+    version: int,
+    request: Any,
+    parts: list[tuple[str, Any]],
+    indexes: list[int],
+    owner: Member,
 ) -> list[Answer]:
-    """Every partition's answer, in request order: idempotent batches side by side,
-    the transactional ones together through the coordinator."""
+    """Some of the request's batches, produced by the node that owns them: the
+    transactional ones by their transactional id's coordinator (it journals them,
+    whichever node leads their partitions), plain ones by their partition's leader
+    (sidecar mode: the client reaches no other node)."""
+    topics: dict[str, list[Any]] = {}
+    for i in indexes:
+        topics.setdefault(parts[i][0], []).append(parts[i][1])
+    transactional = is_transactional(parts[indexes[0]][1].records or b"")
+    sub = ProduceRequest(
+        version=version,
+        transactional_id=request.transactional_id if transactional else None,
+        acks=-1,
+        timeout_ms=request.timeout_ms,
+        topic_data=[
+            ProduceRequest.TopicProduceData(name=name, partition_data=datas)
+            for name, datas in topics.items()
+        ],
+    )
+    try:
+        answer = await forward(session, owner, ProduceResponse, 0, version, sub)
+    except PeerUnavailable as exc:
+        session.runtime.cluster.stats.forward_failures += 1
+        why = f"node {owner.node_id}, which owns them, could not be reached ({exc}); retry"
+        unreachable: errors.KafkaError = (
+            errors.NotEnoughReplicas(why) if transactional else errors.NotLeaderOrFollower(why)
+        )
+        return [(parts[i][1].index, unreachable, -1) for i in indexes]
+    found = {(t.name, p.index): p for t in answer.responses for p in t.partition_responses}
+    out: list[Answer] = []
+    for i in indexes:
+        name, data = parts[i]
+        p = found.get((name, data.index))
+        if p is None or p.error_code == errors.NONE_ERRNO:
+            error = None if p is not None else errors.KafkaError(f"node {owner.node_id} lost it")
+            out.append((data.index, error, -1 if p is None else p.base_offset))
+            continue
+        cls = errors.error_for_code(p.error_code)
+        out.append((data.index, cls(p.error_message or cls.name), p.base_offset))
+    return out
+
+
+Led = dict[int, tuple[Member, list[int]]]
+"""Leader node id -> (leader, indexes of the batches it leads)."""
+
+
+async def _sort(
+    session: Session, version: int, parts: list[tuple[str, Any]]
+) -> tuple[dict[int, Answer], dict[int, KafkaBatch], dict[int, KafkaBatch], Led]:
+    """The request's partitions by where they go: (answered already: refused; plain
+    batches produced here; transactional ones; plain ones led by other nodes, sidecar
+    mode only: in cluster mode those are answered 6)."""
     datas = [p.records or b"" for _, p in parts]
     decoded = await asyncio.gather(
         *(_decoded(session, version, t, p.index, d) for (t, p), d in zip(parts, datas, strict=True))
@@ -147,22 +212,54 @@ async def _all(
     results: dict[int, Answer] = {}
     plain: dict[int, KafkaBatch] = {}
     txn: dict[int, KafkaBatch] = {}
+    led: Led = {}
+    sidecar = session.runtime.cluster.mode == "sidecar" and not session.forwarded
     for i, ((_, p), batch) in enumerate(zip(parts, decoded, strict=True)):
         if isinstance(batch, errors.KafkaError):
             results[i] = (p.index, batch, -1)
         elif is_transactional(datas[i]):
             txn[i] = batch
+        elif sidecar and (
+            leader := await topology.leader_elsewhere(session, batch.topic, batch.partition)
+        ):
+            led.setdefault(leader.node_id, (leader, []))[1].append(i)
+        elif refused := await topology.not_leader(session, batch.topic, batch.partition):
+            results[i] = (p.index, refused, -1)
         else:
             plain[i] = batch
+    return results, plain, txn, led
+
+
+async def _all(
+    session: Session, version: int, request: Any, parts: list[tuple[str, Any]], deadline: float
+) -> list[Answer]:
+    """Every partition's answer, in request order: idempotent batches side by side (6
+    for a partition another node leads), the transactional ones together through the
+    coordinator (here, or forwarded to it)."""
+    results, plain, txn, led = await _sort(session, version, parts)
+    tid = request.transactional_id
+    owner = None
+    if txn and not session.forwarded and tid is not None:
+        owner = session.runtime.cluster.txn_coordinator(tid)
 
     async def transactional() -> list[Answer]:
         if not txn:
             return []
-        tid = request.transactional_id
+        if owner is not None and not session.runtime.cluster.is_me(owner):
+            return await _elsewhere(session, version, request, parts, list(txn), owner)
         return await _transactional(session, version, tid, list(txn.values()), deadline)
 
-    journaled, stored = await asyncio.gather(
-        transactional(), asyncio.gather(*(_one(session, b, deadline) for b in plain.values()))
+    async def to_leaders() -> None:
+        answers = await asyncio.gather(
+            *(_elsewhere(session, version, request, parts, ix, m) for m, ix in led.values())
+        )
+        for (_, ix), answered in zip(led.values(), answers, strict=True):
+            results.update(zip(ix, answered, strict=True))
+
+    journaled, stored, _ = await asyncio.gather(
+        transactional(),
+        asyncio.gather(*(_one(session, b, deadline) for b in plain.values())),
+        to_leaders(),
     )
     results.update(zip(txn, journaled, strict=True))
     results.update(zip(plain, stored, strict=True))

@@ -27,6 +27,7 @@ from kop_dedup.coordination.transactions.requests import InitProducerId
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.transports.kafka import txn_codes
 from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.routed import txn_key
 
 __all__ = ["APIS", "init_producer_id"]
 
@@ -53,6 +54,7 @@ async def init_producer_id(session: Session, request: Any, version: int) -> Any:
             raise
         except Exception as exc:
             raise translate(exc, "allocating a producer id") from exc
+        await _claim(session, pid)
         return _answer(version, None, pid, 0)
     if tid == "":
         return _answer(version, errors.InvalidRequest("an empty transactional id"))
@@ -76,9 +78,16 @@ async def init_producer_id(session: Session, request: Any, version: int) -> Any:
                 producer_epoch=current[1] if known else None,
             )
         )
+        await _claim(session, ids.producer_id)
     except Exception as exc:
         return _answer(version, txn_codes.for_api("InitProducerId", version, exc))
     return _answer(version, None, ids.producer_id, ids.producer_epoch)
+
+
+async def _claim(session: Session, producer_id: int) -> None:
+    """The producer id is the caller's role's (its batches are refused to others)."""
+    if not session.identity.superuser:
+        await session.runtime.authorizer.claim_producer(session.identity, producer_id)
 
 
 def _error(_request: Any, version: int, error: errors.KafkaError) -> Any:
@@ -93,5 +102,7 @@ APIS = (
         versions=(0, 5),
         handle=init_producer_id,
         error_answer=_error,
+        coordinator_key=txn_key,
+        response=InitProducerIdResponse,
     ),
 )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kop_dedup.errors import KafkaError
+from kop_dedup.security.identity import ANONYMOUS, Authenticator, Identity
 
 if TYPE_CHECKING:
     from kop_dedup.observability.wire import WireStats
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Api",
     "CloseConnection",
+    "CoordinatorKey",
     "ErrorAnswer",
     "Handler",
     "Node",
@@ -41,6 +43,8 @@ Handler = Callable[["Session", Any, int], Awaitable[Any]]
 """(session, decoded request, version) -> response message, or None for no answer."""
 ErrorAnswer = Callable[[Any, int, KafkaError], Any]
 """(decoded request, version, error) -> a response of the API carrying the error."""
+CoordinatorKey = Callable[[Any, int], tuple[int, str] | None]
+"""(decoded request, version) -> (key type, key) of the coordinator that serves it."""
 
 
 class CloseConnection(Exception):
@@ -78,6 +82,13 @@ class Api:
     concurrent: bool = False
     before_auth: bool = False
     advertised: bool = True
+    coordinator_key: CoordinatorKey | None = None
+    """For an API a group or transaction coordinator serves: the (key type, key) a request
+    names (0 a group id, 1 a transactional id; None: any node serves it), so that the
+    listener refuses it (16) or forwards it (sidecar mode) on another node
+    (:mod:`kop_dedup.transports.kafka.routed`)."""
+    response: Any = None
+    """The kafka-python response class (decodes a forwarded request's answer)."""
 
     def serves(self, version: int) -> bool:
         low = self.versions[0] if self.served_from is None else self.served_from
@@ -104,8 +115,8 @@ class Shared:
     apis: Mapping[int, Api]
     offsets: ProducedOffsets
     stats: WireStats
-    tokens: frozenset[str]
-    """SASL/PLAIN passwords accepted (the HTTP tokens); empty: authentication off."""
+    auth: Authenticator
+    """Who a SASL/PLAIN password is (the HTTP tokens, roles and JWTs); off: no SASL."""
     readers: ReaderPool | None = None
     """Pulsar readers kept between fetches (:mod:`.fetch` opens it at the first read;
     the listener closes it after its connections)."""
@@ -124,6 +135,11 @@ class Session:
     raw_sasl: bool = False
     """SaslHandshake v0 answered: the next frame is a bare SASL token, not a request."""
     user: str | None = None
+    identity: Identity = ANONYMOUS
+    """The authenticated caller (its role); everyone is a superuser with auth off."""
+    forwarded: bool = False
+    """A request another node forwarded (``/internal/v1/kafka``): served here, never
+    forwarded again."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Per-connection state a handler module keeps (keyed by its module name)."""
 
@@ -137,4 +153,4 @@ class Session:
 
     @property
     def auth_required(self) -> bool:
-        return bool(self.shared.tokens)
+        return self.shared.auth.enabled

@@ -1,20 +1,22 @@
-"""SASL/PLAIN: SaslHandshake and SaslAuthenticate, the sidecar's tokens as passwords.
+"""SASL/PLAIN: SaslHandshake and SaslAuthenticate, a token as the password.
 
-When tokens are configured (``KOP_DEDUP_AUTH_TOKENS``/``_FILE``, the HTTP ones) a
-connection must authenticate before any request other than ApiVersions and the SASL
-ones; the user name may be anything, the password must be a token. As Kafka's
+When authentication is on (tokens, a roles file or JWT keys: the HTTP ones, see
+:mod:`kop_dedup.security.identity`) a connection must authenticate before any request
+other than ApiVersions and the SASL ones; the user name may be anything, the password
+must be a token, and the token's role is the connection's identity. As Kafka's
 ``SaslServerAuthenticator``: an unknown mechanism answers UNSUPPORTED_SASL_MECHANISM,
 wrong credentials SASL_AUTHENTICATION_FAILED with a message, and both then close the
-connection; a request before authentication is answered SASL_AUTHENTICATION_FAILED
-and the connection closed (the connection does that), so a client without SASL
-fails at once instead of hanging. Without tokens both APIs answer ILLEGAL_SASL_STATE,
+connection, the close delayed by ``KAFKA_FAILED_AUTH_DELAY_MS`` (Kafka's 100 ms); a
+request before authentication closes the connection undecoded and unanswered (the
+connection does that, as Kafka's ``SaslServerAuthenticator``), so a client without SASL
+fails at once instead of hanging. A password is compared as bytes (any bytes are just a
+wrong password). Without tokens both APIs answer ILLEGAL_SASL_STATE,
 as Kafka does on a listener without SASL. SaslHandshake v0 is followed by a bare
 token (no request header), answered with a bare (empty) token.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 from typing import Any
 
@@ -36,14 +38,17 @@ MECHANISMS = ("PLAIN",)
 
 
 def _check_plain(session: Session, token: bytes) -> str:
-    """The user name of a valid PLAIN token (``authzid NUL user NUL password``);
-    SaslAuthenticationFailed otherwise."""
+    """The user name of a valid PLAIN token (``authzid NUL user NUL password``), the
+    session's identity set to the password's; SaslAuthenticationFailed otherwise."""
     parts = token.split(b"\0")
     if len(parts) != 3:
         raise errors.SaslAuthenticationFailed(
             "Authentication failed: invalid SASL/PLAIN response: expected 3 tokens"
         )
-    authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
+    authzid, user = (p.decode("utf-8", "replace") for p in parts[:2])
+    # any bytes at all are just a wrong password, no error (surrogateescape keeps them
+    # exact: authenticate() compares the bytes)
+    password = parts[2].decode("utf-8", "surrogateescape")
     if not user:
         raise errors.SaslAuthenticationFailed("Authentication failed: username not specified")
     if authzid and authzid != user:
@@ -51,8 +56,10 @@ def _check_plain(session: Session, token: bytes) -> str:
             "Authentication failed: Client requested an authorization id that is different "
             "from username"
         )
-    if not any(hmac.compare_digest(password, t) for t in session.shared.tokens):
+    who = session.shared.auth.authenticate(password)
+    if who is None:
         raise errors.SaslAuthenticationFailed("Authentication failed: Invalid username or password")
+    session.identity = who
     return user
 
 

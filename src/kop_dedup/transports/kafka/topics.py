@@ -135,9 +135,12 @@ async def _delete(session: Session, name: str | None) -> Any:
         return _deleted(None, errors.UnknownTopicOrPartition("topic ids are not served"))
     try:
         validate_topic(name)
+        full = session.runtime.naming.topic(name)
         kept = session.shared.readers
         if kept is not None:  # close this topic's readers first: none reconnects to it
-            await kept.forget(session.runtime.naming.topic(name))
+            await kept.forget(full)
+        await session.runtime.stable.forget(full)
+        await session.runtime.service.channels.forget_topic(full)  # and its producers
         await session.runtime.admin.delete_topic(name)
     except errors.InvalidTopic:
         return _deleted(name, errors.UnknownTopicOrPartition(f"topic {name!r} does not exist"))

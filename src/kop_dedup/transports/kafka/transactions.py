@@ -44,11 +44,14 @@ from kafka.protocol.producer import (
 )
 
 from kop_dedup import errors
+from kop_dedup.cluster.peers import PeerUnavailable
 from kop_dedup.coordination.transactions.requests import EndTxn, StageOffsets, TxnOffset
 from kop_dedup.transports.kafka import txn_codes
 from kop_dedup.transports.kafka.fetch import partition_topic
+from kop_dedup.transports.kafka.forward import forward
 from kop_dedup.transports.kafka.offsets import MAX_METADATA_BYTES
 from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.routed import group_key, txn_key
 
 __all__ = ["APIS", "add_offsets", "add_partitions", "end_txn", "txn_offset_commit"]
 
@@ -190,6 +193,20 @@ def _member(request: Any, version: int) -> tuple[str | None, int | None]:
 
 
 async def txn_offset_commit(session: Session, request: Any, version: int) -> Any:
+    """Sent to the group's coordinator (checked by :mod:`.routed`); the offsets are staged
+    in the transaction by the transactional id's coordinator: here, or forwarded to it."""
+    cluster = session.runtime.cluster
+    tid = request.transactional_id
+    owner = None if session.forwarded or not tid else cluster.txn_coordinator(tid)
+    if owner is not None and not cluster.is_me(owner) and cluster.membership.joined:
+        try:
+            return await forward(session, owner, TxnOffsetCommitResponse, 28, version, request)
+        except PeerUnavailable as exc:
+            cluster.stats.forward_failures += 1
+            raise errors.CoordinatorNotAvailable(
+                f"the coordinator of {tid!r}, node {owner.node_id}, could not be reached "
+                f"({exc}); retry"
+            ) from exc
     asked = [(t.name, p) for t in request.topics for p in t.partitions]
     checked = await asyncio.gather(*(_checked(session, t, p) for t, p in asked))
     staged = tuple(c for c in checked if isinstance(c, TxnOffset))
@@ -275,6 +292,12 @@ def _end_txn_error(_request: Any, version: int, error: errors.KafkaError) -> Any
     return _end_answer(version, error)
 
 
+def _add_partitions_key(request: Any, _version: int) -> tuple[int, str] | None:
+    """AddPartitionsToTxn v0-3 names one transactional id."""
+    tid = request.v3_and_below_transactional_id
+    return (1, str(tid)) if tid else None
+
+
 APIS = (
     Api(
         key=24,
@@ -283,6 +306,8 @@ APIS = (
         versions=(0, 3),
         handle=add_partitions,
         error_answer=_add_partitions_error,
+        coordinator_key=_add_partitions_key,
+        response=AddPartitionsToTxnResponse,
     ),
     Api(
         key=25,
@@ -291,6 +316,8 @@ APIS = (
         versions=(0, 4),
         handle=add_offsets,
         error_answer=_add_offsets_error,
+        coordinator_key=txn_key,
+        response=AddOffsetsToTxnResponse,
     ),
     Api(
         key=26,
@@ -299,6 +326,8 @@ APIS = (
         versions=(0, 4),
         handle=end_txn,
         error_answer=_end_txn_error,
+        coordinator_key=txn_key,
+        response=EndTxnResponse,
     ),
     Api(
         key=28,
@@ -307,5 +336,7 @@ APIS = (
         versions=(0, 4),
         handle=txn_offset_commit,
         error_answer=_txn_offset_commit_error,
+        coordinator_key=group_key,
+        response=TxnOffsetCommitResponse,
     ),
 )

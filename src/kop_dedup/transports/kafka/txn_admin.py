@@ -3,7 +3,8 @@
 Flink's transactional id pooling ask.
 
 ListTransactions and DescribeTransactions read the transaction log (every partition,
-any sidecar's: every change made before the call) through the transaction coordinator
+any sidecar's: every change made before the call; in cluster mode ListTransactions
+names the ids this node coordinates, as a Kafka broker does) through the transaction coordinator
 (:mod:`kop_dedup.protocol.transaction_listing` has the filters); an unknown
 transactional id is TRANSACTIONAL_ID_NOT_FOUND. The state names are Kafka's.
 
@@ -35,6 +36,8 @@ from kop_dedup.clock import now_ms
 from kop_dedup.protocol import transaction_listing as listing
 from kop_dedup.protocol.records import SEQ_MODULUS, from_pulsar
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.security.authorizer import TXN
+from kop_dedup.transports.kafka import topology
 from kop_dedup.transports.kafka.fetch import partition_topic
 from kop_dedup.transports.kafka.registry import Api, Session
 
@@ -64,7 +67,17 @@ async def list_transactions(session: Session, request: Any, version: int) -> Any
     state = session.runtime.transactions.state
     try:
         await state.read_all()
-        chosen = listing.select(state, filters, now_ms())
+        chosen = [
+            t
+            for t in listing.select(state, filters, now_ms())
+            if topology.lists_transaction(session, t.transactional_id)
+        ]
+        mine = set(
+            await session.runtime.authorizer.visible(
+                session.identity, TXN, [t.transactional_id for t in chosen]
+            )
+        )
+        chosen = [t for t in chosen if t.transactional_id in mine]
     except Exception as exc:
         return _list_answer(version, translate(exc, "listing transactions"), unknown, [])
     return _list_answer(version, None, unknown, chosen)

@@ -1,0 +1,69 @@
+"""Letting go of producer names another node owns now, so that it can open them at once.
+
+A Pulsar producer name is held by one connection at a time: a new owner that tries a
+name the previous one still holds is refused (ProducerBusy) until that one closes it.
+So when ownership moves this node closes, as soon as nothing is in flight on them:
+
+- the produce channels (``<prefix>-<pid>-<epoch>`` on a data partition) of the
+  partitions another node leads after a membership change (:meth:`Handover.retire_moved`);
+- the journal channels of the producer ids whose transactions another node coordinates
+  (their transaction-log partition moved: :meth:`Handover.release_journals`).
+
+Copy producers are released by the transaction coordinator itself (it owns them).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kop_dedup.cluster.ownership import Cluster
+from kop_dedup.cluster.placement import ClusterView
+from kop_dedup.produce.channels import ChannelManager
+from kop_dedup.pulsar.naming import Naming
+
+__all__ = ["Handover"]
+
+log = logging.getLogger(__name__)
+
+
+class Handover:
+    def __init__(
+        self, cluster: Cluster, channels: ChannelManager, naming: Naming, *, journals: str
+    ) -> None:
+        self._cluster, self._channels, self._naming = cluster, channels, naming
+        self._journals = journals
+        """The prefix of journal partition topics (``persistent://<sys>/txn-journal.``)."""
+        self._seen: tuple[int, ...] = ()
+
+    def release_journals(self, producer_ids: frozenset[int]) -> None:
+        """Another node coordinates these producer ids now: free their journal names."""
+        prefix = self._journals
+        self._channels.retire_moved(
+            lambda key: key[0].startswith(prefix) and key[1] in producer_ids
+        )
+
+    async def retire_moved(self, view: ClusterView) -> None:
+        """After a membership change: close the channels of partitions another node leads
+        now (a listener of every listing; nothing to do while the members stay)."""
+        if view.node_ids == self._seen:
+            return
+        self._seen = view.node_ids
+        data = f"persistent://{self._naming.namespace_path}/"
+        moved: set[str] = set()
+        for ptopic in {key[0] for key in self._channels.open_keys()}:
+            topic, sep, index = ptopic.removeprefix(data).rpartition("-partition-")
+            if not ptopic.startswith(data) or not sep or not index.isdigit():
+                continue
+            try:
+                leader = await self._cluster.leader_of(topic, int(index))
+            except Exception:  # noqa: S112 - a topic gone: its channels idle out
+                continue
+            if leader is not None and not self._cluster.is_me(leader):
+                moved.add(ptopic)
+        if moved:
+            closed = self._channels.retire_moved(lambda key: key[0] in moved)
+            log.info(
+                "cluster: %d partition(s) led elsewhere now; %d producer(s) closed at once",
+                len(moved),
+                closed,
+            )

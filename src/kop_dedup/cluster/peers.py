@@ -1,0 +1,156 @@
+"""Talking to the other nodes: requests forwarded to the node that owns what they name.
+
+Nodes reach each other over their HTTP APIs (``Member.peer_url``). What travels:
+
+- a client's HTTP request, forwarded as it came (method, path, query, body, its
+  ``Authorization``) with the header :data:`FORWARDED` naming the forwarding node: the
+  owner serves it locally, never forwards it again, and its answer goes back to the
+  client unchanged (:meth:`Peers.forward`);
+- a Kafka request (or the part of one that another node owns), encoded at the client's
+  version, to ``POST /internal/v1/kafka``: the owner runs it through its own Kafka
+  handlers and answers the encoded response (:meth:`Peers.kafka`);
+- a few calls one coordinator makes of another (the transaction coordinator staging or
+  committing offsets in a group another node coordinates): JSON to ``/internal/v1/...``
+  (:meth:`Peers.call`).
+
+A node that cannot be reached (it died a moment ago: the next listing drops it) is a
+:class:`PeerUnavailable`, which the transports answer with a retriable code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from kop_dedup.cluster.placement import Member
+
+__all__ = ["FORWARDED", "INTERNAL", "PeerAnswer", "PeerUnavailable", "Peers"]
+
+log = logging.getLogger(__name__)
+
+FORWARDED = "x-kop-forwarded-by"
+"""The header a forwarded request carries: the node id that forwarded it."""
+INTERNAL = "/internal/v1"
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",
+        "content-length",
+        "proxy-authorization",
+        "proxy-connection",
+    }
+)
+
+
+class PeerUnavailable(ConnectionError):
+    """The owner could not be reached (or did not answer in time)."""
+
+
+class PeerAnswer:
+    """What the owner answered: status, headers (hop-by-hop ones dropped), body."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+
+class Peers:
+    def __init__(self, *, me: int, token: str | None, timeout_s: float) -> None:
+        self._me = me
+        self._token = token
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=5.0),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        )
+
+    def identify(self, node_id: int) -> None:
+        """This node's id (known once it joined), sent in :data:`FORWARDED`."""
+        self._me = node_id
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def forward(
+        self,
+        owner: Member,
+        method: str,
+        path: str,
+        *,
+        query: bytes = b"",
+        headers: Iterable[tuple[bytes, bytes]] = (),
+        body: bytes = b"",
+    ) -> PeerAnswer:
+        """A client's HTTP request, sent on to ``owner`` as it came."""
+        sent = {
+            k.decode("latin-1"): v.decode("latin-1")
+            for k, v in headers
+            if k.decode("latin-1").lower() not in _HOP_BY_HOP
+        }
+        sent[FORWARDED] = str(self._me)
+        url = owner.peer_url + path + (f"?{query.decode('latin-1')}" if query else "")
+        try:
+            resp = await self._http.request(method, url, headers=sent, content=body)
+        except httpx.HTTPError as exc:
+            raise PeerUnavailable(f"node {owner.node_id} ({owner.peer_url}): {exc!r}") from exc
+        kept = [
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in resp.headers.multi_items()
+            if k.lower() not in _HOP_BY_HOP and k.lower() != "content-encoding"
+        ]
+        return PeerAnswer(resp.status_code, kept, resp.content)
+
+    async def kafka(
+        self, owner: Member, api_key: int, version: int, client_id: str, body: bytes
+    ) -> bytes:
+        """A Kafka request body (encoded at ``version``) handled by ``owner``; its
+        response body. PeerUnavailable when the owner cannot answer it."""
+        headers = {
+            "content-type": "application/octet-stream",
+            "x-kafka-api-key": str(api_key),
+            "x-kafka-api-version": str(version),
+            "x-kafka-client-id": client_id,
+            FORWARDED: str(self._me),
+            **self._auth(),
+        }
+        try:
+            resp = await self._http.post(
+                f"{owner.peer_url}{INTERNAL}/kafka", headers=headers, content=body
+            )
+        except httpx.HTTPError as exc:
+            raise PeerUnavailable(f"node {owner.node_id} ({owner.peer_url}): {exc!r}") from exc
+        if resp.status_code != 200:
+            raise PeerUnavailable(
+                f"node {owner.node_id} answered {resp.status_code} to a forwarded Kafka "
+                f"request: {resp.text[:200]}"
+            )
+        return resp.content
+
+    async def call(self, owner: Member, name: str, payload: Mapping[str, Any]) -> Any:
+        """An internal call ``name`` (``POST /internal/v1/<name>``) on ``owner``: its JSON
+        answer. A Kafka error the owner raised comes back as ``{"errorCode": ...}`` for
+        the caller to raise again."""
+        try:
+            resp = await self._http.post(
+                f"{owner.peer_url}{INTERNAL}/{name}",
+                json=dict(payload),
+                headers={FORWARDED: str(self._me), **self._auth()},
+            )
+        except httpx.HTTPError as exc:
+            raise PeerUnavailable(f"node {owner.node_id} ({owner.peer_url}): {exc!r}") from exc
+        if resp.status_code != 200:
+            raise PeerUnavailable(
+                f"node {owner.node_id} answered {resp.status_code} to {name}: {resp.text[:200]}"
+            )
+        return resp.json()
+
+    def _auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._token}"} if self._token else {}

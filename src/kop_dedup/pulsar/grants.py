@@ -1,0 +1,104 @@
+"""Pulsar's permissions, read through its admin API and reused for a stated while.
+
+What ``pulsar-admin namespaces grant-permission`` and ``topics grant-permission`` store
+(the broker keeps them whether or not it enforces authorization itself), and the
+tenant's ``adminRoles``:
+
+- ``GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/permissions``: a topic's
+  grants, the namespace's merged in (Pulsar answers both); 404 for a topic that does
+  not exist, whose grants are then the namespace's;
+- ``GET /admin/v2/namespaces/{tenant}/{namespace}/permissions``;
+- ``GET /admin/v2/tenants/{tenant}``: ``adminRoles``.
+
+Every answer is reused for ``ttl_s`` (``auth_permissions_ttl_ms``): a grant or a
+revocation counts within that long. Concurrent askers of one path share one call.
+
+>>> grants = Grants(admin, "public/kafka", ttl_s=10.0)
+>>> await grants.topic("orders")     # role -> actions
+{'alice': frozenset({'produce', 'consume'})}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
+from kop_dedup.pulsar.naming import validate_topic
+
+__all__ = ["Grants", "RoleActions"]
+
+RoleActions = Mapping[str, frozenset[str]]
+"""role -> the actions granted to it (``produce``, ``consume``, ...)."""
+
+_MAX_CACHED = 10_000
+
+
+def _actions(doc: Any) -> dict[str, frozenset[str]]:
+    if not isinstance(doc, dict):
+        return {}
+    return {
+        str(role): frozenset(str(a) for a in actions)
+        for role, actions in doc.items()
+        if isinstance(actions, list)
+    }
+
+
+class Grants:
+    """The grants of one namespace's topics, cached for ``ttl_s``."""
+
+    def __init__(self, admin: PulsarAdmin, namespace_path: str, *, ttl_s: float) -> None:
+        self._admin, self._ns, self._ttl = admin, namespace_path, ttl_s
+        self.ttl_s = ttl_s
+        self._tenant = namespace_path.split("/", 1)[0]
+        self._cache: dict[str, tuple[float, Any]] = {}
+        self._pending: dict[str, asyncio.Future[Any]] = {}
+
+    async def topic(self, topic: str) -> RoleActions:
+        """Who may do what on Kafka topic ``topic`` (its grants and its namespace's);
+        InvalidTopic (17) for a name Kafka does not allow, before any admin call."""
+        validate_topic(topic)
+        return await self._cached(f"topic:{topic}", lambda: self._topic(topic))  # type: ignore[no-any-return]
+
+    async def namespace(self) -> RoleActions:
+        return await self._cached("ns", self._namespace)  # type: ignore[no-any-return]
+
+    async def tenant_admins(self) -> frozenset[str]:
+        """The tenant's ``adminRoles``."""
+        return await self._cached("tenant", self._tenant_admins)  # type: ignore[no-any-return]
+
+    async def _topic(self, topic: str) -> RoleActions:
+        path = f"/admin/v2/persistent/{self._ns}/{urllib.parse.quote(topic, safe='')}/permissions"
+        try:
+            return _actions(await self._admin.get_json(path))
+        except AdminError as exc:
+            if exc.status != 404:
+                raise
+        return await self.namespace()
+
+    async def _namespace(self) -> RoleActions:
+        return _actions(await self._admin.get_json(f"/admin/v2/namespaces/{self._ns}/permissions"))
+
+    async def _tenant_admins(self) -> frozenset[str]:
+        doc = await self._admin.get_json(f"/admin/v2/tenants/{self._tenant}")
+        roles = doc.get("adminRoles") if isinstance(doc, dict) else None
+        return frozenset(str(r) for r in roles or ())
+
+    async def _cached(self, key: str, load: Any) -> Any:
+        hit = self._cache.get(key)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < self._ttl:
+            return hit[1]
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(load())
+            self._pending[key] = pending
+            pending.add_done_callback(lambda _f: self._pending.pop(key, None))
+        value = await asyncio.shield(pending)
+        if len(self._cache) >= _MAX_CACHED:
+            self._cache.clear()
+        self._cache[key] = (now, value)
+        return value

@@ -1,0 +1,172 @@
+"""The entries a partition reader takes from Pulsar, before and after their offsets
+are counted (:mod:`.fetching` counts them): how a reader's messages group into
+entries within a byte budget, on a worker thread.
+
+>>> raw, held, drained = read_available(reader, None, max_bytes=1 << 20)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+
+from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
+from kop_dedup.protocol.stable import CopyMark
+from kop_dedup.pulsar.message_ids import MessagePosition
+from kop_dedup.pulsar.wire import (
+    PROP_EPOCH,
+    PROP_PRODUCER_ID,
+    PROP_SEQUENCE,
+    PROP_TIMESTAMP,
+    copy_mark,
+    decode_record,
+)
+
+__all__ = [
+    "ENTRY_OVERHEAD",
+    "RECORD_OVERHEAD",
+    "RawEntry",
+    "StoredEntry",
+    "position_of",
+    "read_available",
+]
+
+_READ_WAIT_MS = 5_000
+ENTRY_OVERHEAD = 61
+"""Bytes of a RecordBatch v2 header: what a batch costs besides its records."""
+RECORD_OVERHEAD = 20
+"""About what a record costs in a RecordBatch besides its key, value and headers."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """The records of one entry (or of its rest, after a read that ended inside it)."""
+
+    base_offset: int
+    position: MessagePosition
+    """Where its first record is: (ledger, entry, batch index)."""
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    """The first record's sequence; -1 for records written without one."""
+    records: tuple[KafkaRecord, ...]
+    publish_time_ms: int
+    size: int
+    """About the bytes of the entry as a RecordBatch (payloads plus overheads)."""
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + len(self.records)
+
+    def starting_at(self, index: int) -> StoredEntry:
+        """The same entry from its ``index``-th record on."""
+        if index <= 0:
+            return self
+        ledger, entry, batch = self.position
+        return StoredEntry(
+            self.base_offset + index,
+            (ledger, entry, max(batch, 0) + index),
+            self.producer_id,
+            self.producer_epoch,
+            -1 if self.base_sequence < 0 else (self.base_sequence + index) % SEQ_MODULUS,
+            self.records[index:],
+            self.publish_time_ms,
+            self.size,
+        )
+
+
+@dataclass(slots=True)
+class RawEntry:
+    """An entry as read, before its offsets are known."""
+
+    ledger: int
+    entry: int
+    batch_index: int
+    """Its first message's (-1: a message sent without batching)."""
+    producer_id: int
+    epoch: int
+    sequence: int
+    publish_time_ms: int
+    records: list[KafkaRecord]
+    size: int
+    mark: CopyMark | None
+    """The copy its records belong to (from its first message read)."""
+
+    @property
+    def position(self) -> MessagePosition:
+        return self.ledger, self.entry, self.batch_index
+
+    @property
+    def last(self) -> MessagePosition:
+        """Its last message's position (a batch's messages come in batch-index order)."""
+        first = self.batch_index
+        return self.ledger, self.entry, first if first < 0 else first + len(self.records) - 1
+
+
+def position_of(msg: Any) -> MessagePosition:
+    mid = msg.message_id()
+    return mid.ledger_id(), mid.entry_id(), mid.batch_index()
+
+
+def read_available(reader: Any, held: Any, max_bytes: int) -> tuple[list[RawEntry], Any, bool]:
+    """Entries available now, starting with the message ``held`` back, until ``max_bytes``
+    (estimated) are read and an entry is complete: (entries, the first message of the
+    next entry when it was read, whether the topic had nothing more). Blocking calls: a
+    worker thread. Per message, only what a record needs is asked of the client; the
+    producer's id, epoch and sequence, the batch index and the publish time only of an
+    entry's first message."""
+    out: list[RawEntry] = []
+    size = 0
+    current: RawEntry | None = None
+    msg = held
+    while True:
+        if msg is None:
+            try:  # what the client holds already: no round trip, no wait
+                msg = reader.read_next(0)
+            except pulsar.Timeout:
+                if not reader.has_message_available():  # asks the broker when need be
+                    return out, None, True
+                try:
+                    msg = reader.read_next(_READ_WAIT_MS)
+                except pulsar.Timeout:  # said available, not delivered in time: next read
+                    return out, None, False
+        mid = msg.message_id()
+        ledger, entry = mid.ledger_id(), mid.entry_id()
+        props = msg.properties()
+        if current is None or entry != current.entry or ledger != current.ledger:
+            if size >= max_bytes:
+                return out, msg, False
+            seq = props.get(PROP_SEQUENCE)
+            pid = int(props.get(PROP_PRODUCER_ID, "-1"))
+            current = RawEntry(
+                ledger,
+                entry,
+                mid.batch_index(),
+                pid,
+                int(props.get(PROP_EPOCH, "-1")),
+                -1 if seq is None else int(seq),
+                msg.publish_timestamp(),
+                [],
+                ENTRY_OVERHEAD,
+                copy_mark(props, pid),
+            )
+            out.append(current)
+            size += ENTRY_OVERHEAD
+        payload = msg.data()
+        record = decode_record(
+            payload,
+            msg.partition_key(),
+            props,
+            None if PROP_TIMESTAMP in props else msg.event_timestamp(),
+        )
+        n = len(payload) + RECORD_OVERHEAD
+        if record.key:
+            n += len(record.key)
+        if record.headers:
+            n += sum(len(h.key) + len(h.value or b"") for h in record.headers)
+        current.records.append(record)
+        current.size += n
+        size += n
+        msg = None

@@ -1,0 +1,219 @@
+"""What a role may do: Pulsar's grants for topics, first use for ids and groups.
+
+One question per resource, asked by both transports before they call a coordinator:
+
+============================  ==========================================================
+operation                     needs
+============================  ==========================================================
+produce (a topic)             ``produce`` on the topic (29 TOPIC_AUTHORIZATION_FAILED)
+fetch, pull, offsets (topic)  ``consume`` on the topic (29)
+describe a topic (Metadata)   ``produce`` or ``consume`` (29); auto-creation the same
+create/delete topics, configs the tenant's admin role or a superuser (29)
+a transactional id            its owner, the role that used it first (53); a look
+                              (describe) at one nobody owns is allowed, claims nothing
+a group (join, offsets, ...)  its owner, the role that used it first (30); the same
+delete a group                the tenant's admin role or a superuser (30)
+a producer id in a batch      not given to another role by init-producer-id (31
+                              CLUSTER_AUTHORIZATION_FAILED: Kafka's IdempotentWrite)
+============================  ==========================================================
+
+A superuser (``superuser_roles``, the ``auth_tokens``) may do everything and claims
+nothing. With authentication off every caller is :data:`~.identity.ANONYMOUS`, a
+superuser: no check is made, no admin call, no table read. Grants are reused for
+``auth_permissions_ttl_ms`` (:mod:`kop_dedup.pulsar.grants`). A failure to read them
+(Pulsar away) is the one translation's Kafka error (retriable mostly), never a
+permission.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from kop_dedup import errors
+from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.failures import translate
+from kop_dedup.pulsar.grants import Grants
+from kop_dedup.pulsar.tables import PulsarClient
+from kop_dedup.security.identity import Authenticator, Identity
+from kop_dedup.security.owners import Owners
+from kop_dedup.settings import Settings
+
+__all__ = [
+    "CONSUME",
+    "DESCRIBE",
+    "GROUP",
+    "OPEN",
+    "PRODUCE",
+    "PRODUCER",
+    "TXN",
+    "Access",
+    "Authorizer",
+]
+
+_MAX_UNOWNED = 100_000
+
+PRODUCE, CONSUME, DESCRIBE = "produce", "consume", "describe"
+TXN, GROUP, PRODUCER = "txn", "group", "pid"
+
+
+class Authorizer:
+    """Decides per :class:`Identity` (see the module's table)."""
+
+    def __init__(self, grants: Grants | None, owners: Owners | None) -> None:
+        self._grants, self._owners = grants, owners
+        self._unowned: dict[int, float] = {}
+        """Producer ids found without an owner (allocated by a superuser or before
+        roles), and when: asked of Pulsar again after the grants' staleness."""
+
+    @classmethod
+    def build(
+        cls, auth: Authenticator, settings: Settings, admin: PulsarAdmin, client: PulsarClient
+    ) -> Authorizer:
+        """The sidecar's authorizer: no checks at all when authentication is off."""
+        if not auth.enabled:
+            return cls(None, None)
+        namespace = f"{settings.tenant}/{settings.namespace}"
+        owners = f"persistent://{settings.tenant}/{settings.system_namespace}/owners"
+        return cls(
+            Grants(admin, namespace, ttl_s=settings.auth_permissions_ttl_ms / 1000),
+            Owners(client, owners),
+        )
+
+    async def may(self, who: Identity, action: str, topic: str) -> bool:
+        """Whether ``who`` may ``action`` (produce, consume, describe) ``topic``."""
+        if who.superuser or self._grants is None:
+            return True
+        try:
+            granted = (await self._grants.topic(topic)).get(who.role, frozenset())
+        except Exception as exc:
+            raise translate(exc, "reading the topic's permissions in Pulsar") from exc
+        if action == DESCRIBE:
+            return bool(granted & {PRODUCE, CONSUME}) or await self.is_admin(who)
+        return action in granted or await self.is_admin(who)
+
+    async def require(self, who: Identity, action: str, topics: Iterable[str]) -> None:
+        """29 TOPIC_AUTHORIZATION_FAILED unless ``who`` may ``action`` every topic."""
+        for topic in dict.fromkeys(topics):
+            if not await self.may(who, action, topic):
+                raise errors.TopicAuthorizationFailed(
+                    f"role {who.role!r} has no {action!r} permission on topic {topic!r}"
+                )
+
+    async def is_admin(self, who: Identity) -> bool:
+        """A superuser, or an admin role of the data namespace's tenant."""
+        if who.superuser or self._grants is None:
+            return True
+        try:
+            return who.role in await self._grants.tenant_admins()
+        except Exception as exc:
+            raise translate(exc, "reading the tenant's admin roles in Pulsar") from exc
+
+    async def require_admin(self, who: Identity, what: str, error: type[errors.KafkaError]) -> None:
+        if not await self.is_admin(who):
+            raise error(f"role {who.role!r} may not {what}: it needs the tenant's admin role")
+
+    async def owns(self, who: Identity, kind: str, name: str, *, claim: bool = True) -> bool:
+        """Whether ``who`` owns ``name``; superusers own all. ``claim``: a use, which
+        takes a name nobody owns; else a look, which a name nobody owns allows (there
+        is nothing of another role's to see) without taking it."""
+        if who.superuser or self._owners is None:
+            return True
+        try:
+            if claim:
+                return await self._owners.claim(kind, name, who.role)
+            return await self._owners.owner(kind, name) in (None, who.role)
+        except Exception as exc:
+            raise translate(exc, f"reading the owner of {kind} {name!r} in Pulsar") from exc
+
+    async def require_txn(
+        self, who: Identity, transactional_id: str | None, *, claim: bool = True
+    ) -> None:
+        """53 unless ``who`` owns ``transactional_id`` (none: nothing to check)."""
+        if transactional_id and not await self.owns(who, TXN, transactional_id, claim=claim):
+            raise errors.TransactionalIdAuthorizationFailed(
+                f"transactional id {transactional_id!r} belongs to another role"
+            )
+
+    async def require_group(self, who: Identity, group: str | None, *, claim: bool = True) -> None:
+        """30 unless ``who`` owns ``group``."""
+        if group and not await self.owns(who, GROUP, group, claim=claim):
+            raise errors.GroupAuthorizationFailed(f"group {group!r} belongs to another role")
+
+    async def claim_producer(self, who: Identity, producer_id: int) -> None:
+        """A producer id allocated for ``who`` (init-producer-id) is its role's."""
+        if producer_id >= 0:
+            await self.owns(who, PRODUCER, str(producer_id))
+
+    async def require_producers(self, who: Identity, producer_ids: Iterable[int]) -> None:
+        """31 CLUSTER_AUTHORIZATION_FAILED (Kafka's IdempotentWrite) for a producer id
+        another role was given: its batches could fence that role's producer. A producer
+        id nobody owns (a superuser's, or one from before roles) is anyone's."""
+        if who.superuser or self._owners is None:
+            return
+        now = time.monotonic()
+        ttl = self._grants.ttl_s if self._grants is not None else 0.0
+        for pid in {p for p in producer_ids if p >= 0}:
+            if now - self._unowned.get(pid, -ttl - 1) < ttl:
+                continue
+            try:
+                owner = await self._owners.owner(PRODUCER, str(pid))
+            except Exception as exc:
+                raise translate(exc, f"reading the owner of producer id {pid}") from exc
+            if owner is None:
+                if len(self._unowned) >= _MAX_UNOWNED:
+                    self._unowned.clear()
+                self._unowned[pid] = now
+            elif owner != who.role:
+                raise errors.ClusterAuthorizationFailed(
+                    f"producer id {pid} belongs to another role"
+                )
+
+    async def visible(self, who: Identity, kind: str, names: Iterable[str]) -> list[str]:
+        """Of ``names``, those ``who`` may see (its own; all for a superuser)."""
+        names = list(names)
+        if who.superuser or self._owners is None:
+            return names
+        try:
+            owners = await self._owners.owners(kind)
+        except Exception as exc:
+            raise translate(exc, "reading owners in Pulsar") from exc
+        return [n for n in names if owners.get(n) == who.role]
+
+    async def released(self, kind: str, name: str) -> None:
+        """``name`` is gone (a deleted group): its next user claims it."""
+        if self._owners is not None:
+            await self._owners.release(kind, name)
+
+    async def close(self) -> None:
+        if self._owners is not None:
+            await self._owners.close()
+
+
+OPEN = Authorizer(None, None)
+"""Lets everyone do everything (authentication off)."""
+
+
+class Access:
+    """One caller's questions, its identity bound (what a transport's route holds).
+
+    >>> await Access(authorizer, who).require_txn("payments-1")
+    """
+
+    def __init__(self, authorizer: Authorizer, who: Identity) -> None:
+        self.authorizer, self.who = authorizer, who
+
+    async def require(self, action: str, topics: Iterable[str]) -> None:
+        await self.authorizer.require(self.who, action, topics)
+
+    async def require_txn(self, transactional_id: str | None, *, claim: bool = True) -> None:
+        await self.authorizer.require_txn(self.who, transactional_id, claim=claim)
+
+    async def require_group(self, group: str | None, *, claim: bool = True) -> None:
+        await self.authorizer.require_group(self.who, group, claim=claim)
+
+    async def visible(self, kind: str, names: Iterable[str]) -> list[str]:
+        return await self.authorizer.visible(self.who, kind, names)
+
+    async def claim_producer(self, producer_id: int) -> None:
+        await self.authorizer.claim_producer(self.who, producer_id)

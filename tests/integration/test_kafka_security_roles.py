@@ -1,0 +1,280 @@
+"""Roles and Pulsar's permissions on the Kafka listener, through librdkafka.
+
+SASL/PLAIN with a role's token as the password; alice may produce and consume the
+data namespace, bob only consume it; root is a superuser. librdkafka raises the
+authorization errors to the application (29, 30, 53).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from kop_dedup.protocol.records import rec
+from tests.helpers import delete_namespace, uniq, wait_until
+from tests.kafka_admin_wire import list_transactions
+from tests.kafka_wire import WireClient, produce_request
+from tests.sidecar import ThreadSidecar
+
+pytestmark = pytest.mark.integration
+
+TTL_MS = 1_000
+ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\nkop-test-ops:tok-ops\n"
+
+
+class Env:
+    def __init__(self, sc: ThreadSidecar, namespace: str, admin: httpx.Client) -> None:
+        self.sc, self.namespace, self.admin = sc, namespace, admin
+
+    def conf(self, token: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": self.sc.kafka_bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "PLAIN",
+            "sasl.username": "anyone",
+            "sasl.password": token,
+            **extra,
+        }
+
+    def grant(self, role: str, actions: list[str]) -> None:
+        path = f"/admin/v2/namespaces/{self.namespace}/permissions/{role}"
+        self.admin.post(path, json=actions).raise_for_status()
+
+    def revoke(self, role: str) -> None:
+        self.admin.delete(f"/admin/v2/namespaces/{self.namespace}/permissions/{role}")
+
+
+@pytest.fixture(scope="module")
+def env(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    roles: Path = tmp_path_factory.mktemp("kroles") / "roles"
+    roles.write_text(ROLES)
+    namespace = uniq("ksec")
+    with (
+        httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin,
+        ThreadSidecar(
+            pulsar,
+            namespace=namespace,
+            system_namespace=uniq("sys"),
+            auth_roles_file=roles,
+            superuser_roles="root",
+            auth_permissions_ttl_ms=TTL_MS,
+        ) as sc,
+    ):
+        e = Env(sc, f"public/{namespace}", admin)
+        e.grant("alice", ["produce", "consume"])
+        e.grant("bob", ["consume"])
+        yield e
+    delete_namespace(pulsar.admin_url, f"public/{namespace}")
+
+
+def _deliver(producer: Producer, topic: str, value: bytes = b"v") -> KafkaError | None:
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, value, on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(30)
+    assert outcome, "no delivery report"
+    return outcome[0]
+
+
+def _created(env: Env, topic: str) -> None:
+    root = Producer(env.conf("tok-root"))
+    assert _deliver(root, topic) is None
+
+
+def test_produce_needs_the_produce_permission(env):
+    topic = uniq("kp")
+    _created(env, topic)
+    alice = Producer(env.conf("tok-alice", **{"enable.idempotence": True}))
+    assert _deliver(alice, topic) is None
+    bob = Producer(env.conf("tok-bob", **{"message.timeout.ms": 10_000}))
+    err = _deliver(bob, topic)
+    assert err is not None
+    assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+
+
+def test_another_role_cannot_take_over_a_transactional_id(env):
+    tid, topic = uniq("ktx"), uniq("kt")
+    _created(env, topic)
+    alice = Producer(env.conf("tok-alice", **{"transactional.id": tid}))
+    alice.init_transactions(30)
+    alice.begin_transaction()
+    alice.produce(topic, b"a")
+    alice.flush(30)
+    bob = Producer(env.conf("tok-bob", **{"transactional.id": tid}))
+    with pytest.raises(KafkaException) as raised:
+        bob.init_transactions(30)
+    assert raised.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    alice.commit_transaction(30)  # not fenced: bob's init did nothing
+    root = Producer(env.conf("tok-root", **{"transactional.id": tid}))
+    root.init_transactions(30)  # a superuser may fence it
+
+
+def alice_pid(env: Env, tid: str) -> int:
+    """The producer id of ``tid``'s transaction, as its owner sees it described."""
+    with httpx.Client(
+        base_url=env.sc.url, headers={"Authorization": "Bearer tok-alice"}, timeout=30
+    ) as api:
+        return int(api.get(f"/v1/transactions/{tid}").json()["producerId"])
+
+
+def _wire(env: Env, token: str) -> WireClient:
+    c = WireClient(env.sc.kafka_bootstrap)
+    assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+    auth = c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1)
+    assert auth.error_code == 0
+    return c
+
+
+def test_another_role_cannot_list_stage_into_or_end_an_open_transaction(env):
+    tid, topic = uniq("kwt"), uniq("kwt")
+    _created(env, topic)
+    path = f"/admin/v2/persistent/{env.namespace}/{topic}/permissions/bob"
+    env.admin.post(path, json=["produce"]).raise_for_status()  # bob may produce here
+    alice = Producer(env.conf("tok-alice", **{"transactional.id": tid}))
+    alice.init_transactions(30)
+    alice.begin_transaction()
+    alice.produce(topic, b"open")
+    alice.flush(30)
+    with _wire(env, "tok-bob") as bob, _wire(env, "tok-root") as root:
+        listed = list_transactions(bob, version=0).transaction_states
+        assert tid not in {t.transactional_id for t in listed}
+        listed = list_transactions(root, version=0).transaction_states
+        assert tid in {t.transactional_id for t in listed}
+        end = EndTxnRequest(transactional_id=tid, producer_id=0, producer_epoch=0, committed=False)
+        assert bob.call(end, 1).error_code == 53
+        # nor fence it with a batch of its producer id at the highest epoch
+        pid = alice_pid(env, tid)
+        fence = produce_request(
+            topic, 0, [rec(b"x")], producer_id=pid, epoch=32767, base_sequence=0
+        )
+        answer = bob.call(fence, 9)
+        assert answer.responses[0].partition_responses[0].error_code == 31
+        stage = AddOffsetsToTxnRequest(
+            transactional_id=tid, producer_id=0, producer_epoch=0, group_id=uniq("g")
+        )
+        assert bob.call(stage, 1).error_code == 53
+    alice.commit_transaction(30)  # untouched by bob
+
+
+def test_another_role_cannot_join_or_reset_a_group(env):
+    group, topic = uniq("kg"), uniq("kgt")
+    _created(env, topic)
+    alice = Consumer(env.conf("tok-alice", **{"group.id": group, "auto.offset.reset": "earliest"}))
+    alice.subscribe([topic])
+    wait_until("alice's record", lambda: _polled(alice), timeout=30)
+    alice.commit(asynchronous=False)
+    bob = Consumer(env.conf("tok-bob", **{"group.id": group, "auto.offset.reset": "earliest"}))
+    bob.subscribe([topic])
+    err = wait_until("bob's refusal", lambda: _error_of(bob), timeout=30)
+    assert err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, err
+    with pytest.raises(KafkaException) as raised:  # a reset is an offset commit
+        bob.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    assert raised.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    bob.close()
+    for token, sees in (("tok-bob", False), ("tok-alice", True), ("tok-root", True)):
+        admin = AdminClient(env.conf(token))
+        groups = admin.list_consumer_groups().result(30)
+        assert (group in {g.group_id for g in groups.valid}) is sees, token
+    alice.close()
+
+
+def _polled(consumer: Consumer) -> bool:
+    msg = consumer.poll(0.5)
+    return msg is not None and msg.error() is None
+
+
+def _error_of(consumer: Consumer) -> KafkaError | None:
+    try:
+        msg = consumer.poll(0.5)
+    except KafkaException as exc:
+        return exc.args[0]
+    return msg.error() if msg is not None and msg.error() is not None else None
+
+
+def test_deleting_a_topic_needs_the_admin_role(env):
+    topic = uniq("kd")
+    _created(env, topic)
+    alice, root = AdminClient(env.conf("tok-alice")), AdminClient(env.conf("tok-root"))
+    with pytest.raises(KafkaException) as raised:
+        alice.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    assert raised.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    root.delete_topics([topic], operation_timeout=30)[topic].result(30)
+
+
+def test_the_tenants_admin_role_administers_topics(env):
+    topic = uniq("ka")
+    tenant = env.admin.get("/admin/v2/tenants/public").json()
+    admins = tenant.get("adminRoles") or []
+    update = {**tenant, "adminRoles": [*admins, "kop-test-ops"]}
+    env.admin.post("/admin/v2/tenants/public", json=update).raise_for_status()
+    try:
+        ops = AdminClient(env.conf("tok-ops"))
+        wait_until("the admin role", lambda: _create(ops, topic), timeout=TTL_MS / 1000 + 10)
+        ops.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    finally:
+        env.admin.post("/admin/v2/tenants/public", json=tenant).raise_for_status()
+
+
+def _create(admin: AdminClient, topic: str) -> bool:
+    """Whether ``admin`` may create ``topic`` (29 while its role is not known as admin)."""
+    try:
+        admin.create_topics([NewTopic(topic, 2)], operation_timeout=30)[topic].result(30)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise
+        return False
+    return True
+
+
+def test_offsets_go_into_a_transaction_only_for_the_groups_owner(env):
+    group, topic = uniq("kog"), uniq("kot")
+    _created(env, topic)
+    alice_in = Consumer(
+        env.conf(
+            "tok-alice",
+            **{"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False},
+        )
+    )
+    alice_in.subscribe([topic])
+    wait_until("alice's record", lambda: _polled(alice_in), timeout=30)
+    offsets = [TopicPartition(topic, 0, 1)]
+    alice = Producer(env.conf("tok-alice", **{"transactional.id": uniq("kot")}))
+    alice.init_transactions(30)
+    alice.begin_transaction()
+    alice.send_offsets_to_transaction(offsets, alice_in.consumer_group_metadata(), 30)
+    alice.commit_transaction(30)
+    committed = alice_in.committed([TopicPartition(topic, 0)], timeout=30)
+    assert committed[0].offset == 1
+    bob = Producer(env.conf("tok-bob", **{"transactional.id": uniq("kob")}))
+    bob.init_transactions(30)
+    bob.begin_transaction()
+    with pytest.raises(KafkaException) as raised:
+        bob.send_offsets_to_transaction(offsets, alice_in.consumer_group_metadata(), 30)
+    assert raised.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    alice_in.close()
+
+
+def test_a_revoked_grant_refuses_produce_within_the_staleness(env):
+    topic = uniq("kr")
+    _created(env, topic)
+    env.revoke("alice")  # granted again at the end: the last test of the module
+    started = time.monotonic()
+    producer = Producer(env.conf("tok-alice", **{"message.timeout.ms": 5_000}))
+
+    def refused() -> bool:
+        err = _deliver(producer, topic)
+        return err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    try:
+        wait_until("the revocation", refused, timeout=TTL_MS / 1000 + 10)
+        assert time.monotonic() - started < TTL_MS / 1000 + 6
+    finally:
+        env.grant("alice", ["produce", "consume"])

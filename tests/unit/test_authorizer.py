@@ -1,0 +1,96 @@
+"""The authorizer's decisions from grants (pure logic; the grants come from Pulsar in
+the integration tests)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from kop_dedup import errors
+from kop_dedup.security.authorizer import CONSUME, DESCRIBE, OPEN, PRODUCE, Authorizer
+from kop_dedup.security.identity import ANONYMOUS, Identity
+
+
+class Grants:
+    def __init__(self, topics: dict[str, dict[str, frozenset[str]]], admins=frozenset()):
+        self.topics, self.admins, self.fail = topics, admins, False
+
+    async def topic(self, topic: str) -> dict[str, frozenset[str]]:
+        if self.fail:
+            raise httpx.ConnectError("refused")
+        return self.topics.get(topic, {})
+
+    async def tenant_admins(self) -> frozenset[str]:
+        return self.admins
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+ALICE, BOB, OPS = Identity("alice"), Identity("bob"), Identity("ops")
+GRANTS = Grants(
+    {"orders": {"alice": frozenset({PRODUCE}), "bob": frozenset({CONSUME})}},
+    admins=frozenset({"ops"}),
+)
+AUTH = Authorizer(GRANTS, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("who", "action", "allowed"),
+    [
+        (ALICE, PRODUCE, True),
+        (ALICE, CONSUME, False),
+        (ALICE, DESCRIBE, True),
+        (BOB, PRODUCE, False),
+        (BOB, CONSUME, True),
+        (BOB, DESCRIBE, True),
+        (Identity("carol"), DESCRIBE, False),
+        (OPS, PRODUCE, True),  # the tenant's admin role
+        (Identity("root", superuser=True), CONSUME, True),
+    ],
+)
+def test_a_topic_action_needs_its_grant(who, action, allowed):
+    assert run(AUTH.may(who, action, "orders")) is allowed
+
+
+def test_require_names_the_role_the_action_and_the_topic():
+    with pytest.raises(errors.TopicAuthorizationFailed, match=r"'bob'.*'produce'.*'orders'"):
+        run(AUTH.require(BOB, PRODUCE, ["orders"]))
+
+
+def test_administration_needs_the_tenants_admin_role():
+    assert run(AUTH.is_admin(OPS))
+    with pytest.raises(errors.GroupAuthorizationFailed):
+        run(AUTH.require_admin(ALICE, "delete groups", errors.GroupAuthorizationFailed))
+
+
+def test_with_authentication_off_nothing_is_asked():
+    assert run(OPEN.may(ANONYMOUS, PRODUCE, "anything"))
+    assert run(OPEN.owns(ANONYMOUS, "txn", "t"))
+    assert run(OPEN.visible(ANONYMOUS, "txn", ["a", "b"])) == ["a", "b"]
+
+
+def test_pulsar_away_is_a_retriable_error_not_a_refusal():
+    failing = Grants({}, frozenset())
+    failing.fail = True
+    with pytest.raises(errors.KafkaError) as raised:
+        run(Authorizer(failing, None).may(ALICE, PRODUCE, "orders"))  # type: ignore[arg-type]
+    assert raised.value.retriable
+    assert not isinstance(raised.value, errors.TopicAuthorizationFailed)
+
+
+@pytest.mark.parametrize("name", ["..", "../../acme/pay/ledger", "a/b", "a%2Fb"])
+def test_a_topic_name_kafka_refuses_never_reaches_the_admin_api(name):
+    from kop_dedup.pulsar.grants import Grants as PulsarGrants
+
+    class NoAdmin:
+        async def get_json(self, path: str) -> Any:
+            raise AssertionError(f"an admin call for {path}")
+
+    grants = PulsarGrants(NoAdmin(), "public/kafka", ttl_s=10)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidTopic):
+        run(Authorizer(grants, None).may(ALICE, PRODUCE, name))
