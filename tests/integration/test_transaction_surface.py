@@ -257,3 +257,34 @@ def test_the_next_transactions_add_partitions_waits_for_the_commit_being_applied
         assert error is None
     else:
         assert isinstance(error, errors.ConcurrentTransactions)
+
+
+def test_a_transactional_produce_whose_join_fails_in_pulsar_answers_a_retriable_code(
+    pulsar, monkeypatch
+):
+    """The transaction-log write that adds a partition times out (the broker paused or
+    killed: Pulsar's own exception): each batch is answered a retriable Kafka code, as
+    KafkaStorage/timeout errors are, instead of the exception escaping the produce path
+    (the HTTP route answered 500 in test_transaction_stream's broker kill)."""
+    import _pulsar
+    from pulsar.asyncio import PulsarException
+
+    tid, topic = uniq("tx"), uniq("a")
+
+    async def scenario(runtime: Runtime) -> None:
+        c = runtime.transactions
+        ids = await c.init_producer_id(InitProducerId(tid))
+        batch = KafkaBatch(topic, 0, ids.producer_id, ids.producer_epoch, 0, 0, (rec(b"v"),))
+
+        async def timed_out(*_: Any, **__: Any) -> None:
+            raise PulsarException(_pulsar.Result.Timeout)
+
+        monkeypatch.setattr(c.state.parts, "write", timed_out)
+        [answer] = await c.produce(tid, [batch], time.monotonic() + 30)
+        assert answer.error is not None
+        assert answer.error.retriable, answer.error
+        monkeypatch.undo()
+        [again] = await c.produce(tid, [batch], time.monotonic() + 30)  # the client's retry
+        assert again.error is None, again.error
+
+    run(pulsar, scenario)

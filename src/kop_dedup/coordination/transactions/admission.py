@@ -52,6 +52,7 @@ from kop_dedup.coordination.transactions.state import TransactionStateManager
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch, check_shape
 from kop_dedup.protocol.transactions import SHARED, Partition, Transaction, TxnState
+from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.message_ids import EntryPosition
 from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.pulsar.wire import entry_size_bound
@@ -242,8 +243,11 @@ class ProduceAdmission:
         if wanted:
             try:
                 txn = await self._join_wanted(transactional_id, txn, wanted, gate, token)
-            except errors.KafkaError as exc:
-                return [r or ProduceAnswer(exc) for r in refused]
+            except Exception as exc:  # a log write that failed (Pulsar away): a Kafka code
+                error = translate(
+                    exc, f"adding partitions to the transaction of {transactional_id!r}"
+                )
+                return [r or ProduceAnswer(error) for r in refused]
         return await self._journal_all(transactional_id, txn, batches, refused, deadline)
 
     async def _join_wanted(
