@@ -111,6 +111,23 @@ def test_a_new_epoch_is_recorded_once_its_first_batch_passes_and_then_fences(api
     assert r["highestEpoch"] == 1
 
 
+def test_pipelined_batches_of_a_new_epoch_all_follow_its_first(api, pulsar_reader_client):
+    """After an epoch bump (librdkafka bumps after a leader change), the batches of the new
+    epoch come pipelined: 0.. while it is still being recorded, then 2... The later ones
+    used to be refused 45 at once ("a new epoch must start at sequence 0"): their channel
+    had no state yet, and librdkafka took that 45 for a fatal desynchronization."""
+    topic, pid = uniq(), new_pid(api)
+    assert codes(produce(api, batch(topic, pid, 0, 3))) == [0]
+    answers = produce(
+        api,
+        batch(topic, pid, 0, 2, epoch=1),
+        batch(topic, pid, 2, 1, epoch=1),
+        batch(topic, pid, 3, 2, epoch=1),
+    )
+    assert codes(answers) == [0, 0, 0], answers
+    assert sequences(pulsar_reader_client, topic) == ["0", "1", "2", "0", "1", "2", "3", "4"]
+
+
 @pytest.fixture(scope="module")
 def small(pulsar: Any) -> Iterator[ThreadSidecar]:
     """A sidecar with a small client queue (2 batches of 50 records) and a small broker

@@ -285,20 +285,42 @@ def test_a_refused_batch_of_a_new_epoch_records_nothing(base, older, code):
     verdict = decide(
         ChannelState(),
         batch(base, epoch=32767),
-        at(older_epoch_with_state=older, recorded_epoch=older),
+        at(WINDOW, older_epoch_with_state=older, recorded_epoch=older),
     )
     refused(verdict, code)
 
 
 def test_a_new_epoch_where_the_older_one_has_state_must_start_at_zero():
     reason = refused(
-        decide(ChannelState(), batch(5, epoch=1), at(older_epoch_with_state=0)),
+        decide(ChannelState(), batch(5, epoch=1), at(WINDOW, older_epoch_with_state=0)),
         errors.OutOfOrderSequenceNumber,
     )
     assert "must start at sequence 0" in reason
     assert decide(ChannelState(), batch(0, epoch=1), at(older_epoch_with_state=0)).act is (
         Act.RECORD_EPOCH
     )
+
+
+def test_a_later_batch_of_a_new_epoch_waits_behind_its_zero_still_being_recorded():
+    """librdkafka bumps the epoch and pipelines 0, 1, 2... at once: 1 must not be refused
+    while 0 is recording the epoch (it was, 45, and librdkafka took it for a fatal
+    desynchronization), and goes once 0 is handed."""
+    state = ChannelState()
+    moment = at(older_epoch_with_state=0, recorded_epoch=0, arrived=(0, 1))
+    assert decide(state, batch(0, epoch=1), moment).act is Act.RECORD_EPOCH
+    verdict = decide(state, batch(1, epoch=1), moment)
+    assert (verdict.act, verdict.until, verdict.behind) == (Act.WAIT, DEADLINE, True)
+    assert "waits behind its sequence 0" in verdict.reason
+    recorded = replace(moment, recorded_epoch=1)
+    send(state, batch(0, epoch=1), recorded)
+    assert decide(state, batch(1, epoch=1), recorded).act is Act.SEND
+
+
+def test_a_later_batch_of_a_new_epoch_waits_the_reorder_window_for_its_zero():
+    early = decide(ChannelState(), batch(1, epoch=1), at(1.0, older_epoch_with_state=0))
+    assert (early.act, early.until) == (Act.WAIT, WINDOW)
+    late = decide(ChannelState(), batch(1, epoch=1), at(WINDOW, older_epoch_with_state=0))
+    refused(late, errors.OutOfOrderSequenceNumber)
 
 
 def test_epoch_zero_is_never_recorded():

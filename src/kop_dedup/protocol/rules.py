@@ -21,7 +21,8 @@ The rules, in the order Kafka's broker applies them (``ProducerAppendInfo``):
 2. **In sync.** After a failed send, nothing goes until the channel has resynced its
    state from the broker (``RESYNC``).
 3. **New epoch at 0.** A producer id that moves to a newer epoch on a partition where
-   an older epoch has state must start at sequence 0 (45).
+   an older epoch has state must start at sequence 0 (45); its later batches, pipelined
+   behind a 0 that is still being recorded, wait for it.
 4. **Sequence.** Batches go in sequence order, pipelined; a batch ahead of a gap waits
    (45 when the gap does not fill within the reorder window); a retry of one of the
    last stored batches is answered 46 with its original position; an older retry goes
@@ -392,21 +393,19 @@ def _retry(
 def _fresh_start(attempt: Attempt, moment: Moment) -> Verdict:
     """A producer with no state on this partition (Kafka >= 2.5 lets it start anywhere).
 
-    A newer epoch where an older one has state must start at 0. Otherwise 0 starts at
-    once; any other start waits out the reorder window for earlier batches (batches of
-    a new producer can arrive out of order over separate connections), and then only
-    the lowest of the waiting starts goes; the others follow it in order.
+    A newer epoch where an older one has state must start at 0: a later batch waits
+    behind its epoch's 0 while that is inside the sidecar (being recorded, pipelined
+    behind it), or for the reorder window for 0 to arrive, and is refused (45) after.
+    Otherwise 0 starts at once; any other start waits out the reorder window for earlier
+    batches (batches of a new producer can arrive out of order over separate
+    connections), and then only the lowest of the waiting starts goes; the others follow
+    it in order.
     """
     base = attempt.base_sequence
     first, last = base, base + attempt.count - 1
     older = moment.older_epoch_with_state
     if base != 0 and older is not None and older < attempt.epoch:
-        return _refuse(
-            errors.OutOfOrderSequenceNumber(
-                f"producer {attempt.producer_id} moved from epoch {older} to {attempt.epoch} "
-                f"on {attempt.where}: a new epoch must start at sequence 0, got {base}"
-            )
-        )
+        return _new_epoch_not_at_zero(attempt, moment, older)
     if base == 0:
         return Verdict(Act.SEND, "a new producer starting at 0", first=first, last=last)
     if moment.now < moment.gap_deadline:
@@ -420,4 +419,20 @@ def _fresh_start(attempt: Attempt, moment: Moment) -> Verdict:
         )
     return _wait(
         moment.deadline, f"batch {base}.. waited for a lower start of the same new producer"
+    )
+
+
+def _new_epoch_not_at_zero(attempt: Attempt, moment: Moment, older: int) -> Verdict:
+    """A batch of a new epoch that does not start at 0, where epoch ``older`` has state."""
+    base = attempt.base_sequence
+    span = f"batch {base}.. of producer {attempt.producer_id} epoch {attempt.epoch}"
+    if 0 in moment.arrived:
+        return _wait(moment.deadline, f"{span} waits behind its sequence 0", behind=True)
+    if moment.now < moment.gap_deadline:
+        return _wait(moment.gap_deadline, f"{span} waits for sequence 0 to arrive")
+    return _refuse(
+        errors.OutOfOrderSequenceNumber(
+            f"producer {attempt.producer_id} moved from epoch {older} to {attempt.epoch} "
+            f"on {attempt.where}: a new epoch must start at sequence 0, got {base}"
+        )
     )
