@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -126,6 +127,52 @@ def test_pipelined_batches_of_a_new_epoch_all_follow_its_first(api, pulsar_reade
     )
     assert codes(answers) == [0, 0, 0], answers
     assert sequences(pulsar_reader_client, topic) == ["0", "1", "2", "0", "1", "2", "3", "4"]
+
+
+def test_a_batch_behind_one_refused_while_the_old_owner_held_the_name_is_answered_at_once(
+    pulsar, pulsar_reader_client
+):
+    """After a hand-over the new owner answers 6 while the old one still holds the
+    producer name; the batch pipelined behind the refused one used to wait out the whole
+    reorder window for it (librdkafka resends it only after hearing about the later
+    one) and then got 45, which made librdkafka bump its epoch. One open channel at a
+    time, so that a second topic closes the first one's producer and frees the name."""
+    import pulsar as pulsar_client
+
+    topic, other = uniq(), uniq()
+    with (
+        ThreadSidecar(pulsar, reorder_window_ms=20_000, max_open_producers=1) as sc,
+        httpx.Client(base_url=sc.url, timeout=60) as api,
+    ):
+        pid = new_pid(api)
+        assert codes(produce(api, batch(topic, pid, 0, 3))) == [0]
+        assert codes(produce(api, batch(other, new_pid(api), 0, 1))) == [0]  # closes topic's
+        client = pulsar_client.Client(pulsar.service_url)
+        try:
+            holder = wait_until(  # the old owner, still holding the name
+                "the sidecar to let go of the name",
+                lambda: _hold(client, f"{NS}/{topic}-partition-0", f"kop-{pid}-0"),
+            )
+            assert codes(produce(api, batch(topic, pid, 3, 1))) == [6]
+            holder.close()
+            started = time.monotonic()
+            answer = produce(api, batch(topic, pid, 4, 1))
+            took = time.monotonic() - started
+        finally:
+            client.close()
+        assert codes(answer) == [6], answer
+        assert "follows sequence 3" in answer[0]["errorMessage"]
+        assert took < 10, took  # not the 20 s reorder window
+        assert codes(produce(api, batch(topic, pid, 3, 1), batch(topic, pid, 4, 1))) == [0, 0]
+    assert sequences(pulsar_reader_client, topic) == ["0", "1", "2", "3", "4"]
+
+
+def _hold(client: Any, ptopic: str, name: str) -> Any:
+    """A Pulsar producer holding ``name`` on ``ptopic``, or None while another holds it."""
+    try:
+        return client.create_producer(ptopic, producer_name=name, send_timeout_millis=5000)
+    except Exception:
+        return None
 
 
 @pytest.fixture(scope="module")

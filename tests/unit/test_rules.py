@@ -323,6 +323,34 @@ def test_a_later_batch_of_a_new_epoch_waits_the_reorder_window_for_its_zero():
     refused(late, errors.OutOfOrderSequenceNumber)
 
 
+def test_a_batch_behind_a_gap_whose_missing_batch_was_just_refused_gets_its_answer_at_once():
+    """Node 3 took a partition over while the old owner still held the producer name:
+    17 and 18 were answered 6, and 19 (pipelined behind them) waited out the reorder
+    window for a 17 that librdkafka resends only once 19 is answered; 45 after 5 s and
+    an epoch bump. It gets 6 at once now, and waits as before once 17 is back."""
+    cause = errors.NotLeaderOrFollower("creating producer kop-1000-0: ProducerBusy")
+    verdict = decide(stored_up_to(16), batch(19), at(refused={17: cause, 18: cause}))
+    reason = refused(verdict, errors.NotLeaderOrFollower)
+    assert "follows sequence 17" in reason
+    assert "ProducerBusy" in reason
+    back = at(arrived=(17, 19), refused={17: cause})
+    assert decide(stored_up_to(16), batch(19), back).act is Act.WAIT
+    timed_out = errors.RequestTimedOut("slow")
+    later = decide(stored_up_to(16), batch(19), at(refused={15: timed_out}))
+    assert later.act is Act.WAIT  # a refusal of another sequence is no reason
+
+
+def test_a_new_producer_above_a_refused_start_is_refused_too_instead_of_starting_there():
+    """Without the refusal it would wait out the window and then start at 3, after
+    which the resent 0 would lie below the start (45, never stored)."""
+    cause = errors.RequestTimedOut("creating the Pulsar producer")
+    refused(decide(ChannelState(), batch(3), at(refused={0: cause})), errors.RequestTimedOut)
+    refused(
+        decide(ChannelState(), batch(1, epoch=1), at(older_epoch_with_state=0, refused={0: cause})),
+        errors.RequestTimedOut,
+    )
+
+
 def test_epoch_zero_is_never_recorded():
     assert decide(ChannelState(), batch(0, epoch=0), at()).act is Act.SEND
 

@@ -40,6 +40,7 @@ ChannelKey = tuple[str, int, int]
 """(partition topic, producer id, epoch); producer id -1: the plain channel of a partition."""
 
 _CLOSE_WAIT_S = 10.0
+_REFUSALS_KEPT = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ class Channel:
         "moved",
         "opening",
         "producer",
+        "refused",
         "state",
         "topic",
         "users",
@@ -92,6 +94,9 @@ class Channel:
         self.arrived: list[int] = []
         """Base sequences of the batches inside the sidecar for this channel, from arrival
         to answer: a gap whose next batch has arrived is not a gap, only a wait."""
+        self.refused: dict[int, tuple[errors.KafkaError, float]] = {}
+        """Base sequence -> (retriable answer, when) of batches refused before they were
+        handed to Pulsar, until they arrive again (at most :data:`_REFUSALS_KEPT`)."""
         self.closed = False
         self.moved = False
         """Its partition is led by another node now (or, for a journal, its producer id's
@@ -104,6 +109,17 @@ class Channel:
         """Waiters woken by any change."""
         self._after: dict[int, list[asyncio.Future[bool]]] = {}
         """Waiters behind a gap, by the extended sequence whose hand they wait for."""
+
+    def note_refused(self, base_sequence: int, error: errors.KafkaError, now: float) -> None:
+        """A batch was answered a retriable error without being handed to Pulsar."""
+        self.refused.pop(base_sequence, None)
+        self.refused[base_sequence] = (error, now)
+        if len(self.refused) > _REFUSALS_KEPT:
+            del self.refused[next(iter(self.refused))]
+
+    def refusals_since(self, since: float) -> dict[int, errors.KafkaError]:
+        """The refusals noted at or after ``since`` (monotonic), by base sequence."""
+        return {seq: error for seq, (error, at) in self.refused.items() if at >= since}
 
     @property
     def idle(self) -> bool:

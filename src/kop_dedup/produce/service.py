@@ -36,6 +36,8 @@ __all__ = ["BatchResult", "ProduceService"]
 
 log = logging.getLogger("kop_dedup.produce")
 _T = TypeVar("_T")
+_NONE: dict[int, errors.KafkaError] = {}
+"""No refusals (shared, never written)."""
 
 Journal = tuple[str, dict[str, str]]
 """(journal partition topic, properties for every record) of a transactional batch."""
@@ -229,13 +231,17 @@ class ProduceService:
         # a journal's channel needs no dedup policy check: its namespace is the sidecar's
         channel = self.channels.lease((ptopic, pid, epoch), "" if extra else batch.topic)
         channel.arrived.append(batch.base_sequence)
+        if channel.refused:  # it is here again: batches behind it wait for it
+            channel.refused.pop(batch.base_sequence, None)
         attempt = Attempt(
             pid, epoch, batch.base_sequence, len(batch.records), f"{batch.topic}-{batch.partition}"
         )
         strict = self.settings.strict_fencing
         fresh = not strict and channel.producer is not None
         arriving, handed = True, False
-        gap_deadline = min(deadline, time.monotonic() + self.settings.reorder_window_ms / 1000)
+        window = self.settings.reorder_window_ms / 1000
+        gap_deadline = min(deadline, time.monotonic() + window)
+        answer: errors.KafkaError | None = None
         try:
             await self.channels.ensure_open(channel, deadline)
             while True:
@@ -253,6 +259,7 @@ class ProduceService:
                     queue_room=0 if producer is None else producer.room,
                     closing=self.closing,
                     arriving=arriving,
+                    refused=channel.refusals_since(now - window) if channel.refused else _NONE,
                 )
                 arriving = False
                 verdict = decide(channel.state, attempt, moment)
@@ -265,12 +272,18 @@ class ProduceService:
                         self._lost(channel, batch, "the sidecar's memory answered 46 instead")
                     return verdict.error, verdict.position
                 if act is Act.REFUSE:
+                    answer = verdict.error
                     return verdict.error, None
                 fresh = await self._carry_out(channel, verdict, deadline, now)
                 fresh = fresh or not strict
+        except errors.KafkaError as exc:
+            answer = exc
+            raise
         finally:
             channel.arrived.remove(batch.base_sequence)
             if not handed:  # a batch waiting on this one's sequence decides again
+                if answer is not None and answer.retriable:
+                    channel.note_refused(batch.base_sequence, answer, time.monotonic())
                 channel.notify()
             self.channels.release(channel)
 

@@ -24,7 +24,10 @@ The rules, in the order Kafka's broker applies them (``ProducerAppendInfo``):
    an older epoch has state must start at sequence 0 (45); its later batches, pipelined
    behind a 0 that is still being recorded, wait for it.
 4. **Sequence.** Batches go in sequence order, pipelined; a batch ahead of a gap waits
-   (45 when the gap does not fill within the reorder window); a retry of one of the
+   (45 when the gap does not fill within the reorder window; at once the retriable
+   answer of the missing batch when that was just refused, a producer still held by
+   the partition's previous owner or a timeout: the client resends it only after
+   hearing about this one); a retry of one of the
    last stored batches is answered 46 with its original position; an older retry goes
    to the broker once nothing is in flight, whose -1/-1 receipt makes it 46 (the C++
    client matches receipts only at the head of its queue, so an older sequence must
@@ -52,7 +55,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kop_dedup import errors
@@ -219,6 +222,9 @@ class Moment:
     closing: bool = False
     arriving: bool = False
     """This is the batch's first decision since it arrived (it has awaited nothing yet)."""
+    refused: Mapping[int, errors.KafkaError] = field(default_factory=dict)
+    """Base sequences of this channel's batches answered a retriable error, without being
+    handed to Pulsar, within the reorder window, and not arrived again since."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,8 +336,32 @@ def _sequence_verdict(state: ChannelState, attempt: Attempt, moment: Moment) -> 
     return _retry(state, attempt, moment, first, last, span)
 
 
+def _after_refused(attempt: Attempt, moment: Moment, lowest: int, highest: int) -> Verdict | None:
+    """A batch waiting for a lower sequence of its channel that was just answered a
+    retriable error gets that answer too, at once: a Kafka client resends the refused
+    batch only once every later one is answered (librdkafka drains, Java re-enqueues in
+    order), so waiting out the reorder window for it would only end in 45 and an epoch
+    bump. None when no batch starting in ``lowest..highest`` was refused."""
+    if not moment.refused:
+        return None
+    lower = [s for s in moment.refused if lowest <= s <= highest and s not in moment.arrived]
+    if not lower:
+        return None
+    first = min(lower)
+    cause = moment.refused[first]
+    return _refuse(
+        type(cause)(
+            f"batch {attempt.base_sequence}.. follows sequence {first} of producer "
+            f"{attempt.producer_id} on {attempt.where}, which was just answered {cause.name} "
+            f"({cause.message}); send both again, in order (it is safe)"
+        )
+    )
+
+
 def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str, after: int) -> Verdict:
     arrived = expected in moment.arrived
+    if not arrived and (refused := _after_refused(attempt, moment, expected, expected)):
+        return refused
     if moment.now < moment.gap_deadline:
         return _wait(
             moment.gap_deadline,
@@ -408,6 +438,8 @@ def _fresh_start(attempt: Attempt, moment: Moment) -> Verdict:
         return _new_epoch_not_at_zero(attempt, moment, older)
     if base == 0:
         return Verdict(Act.SEND, "a new producer starting at 0", first=first, last=last)
+    if refused := _after_refused(attempt, moment, 0, base - 1):
+        return refused
     if moment.now < moment.gap_deadline:
         return _wait(
             moment.gap_deadline,
@@ -426,6 +458,8 @@ def _new_epoch_not_at_zero(attempt: Attempt, moment: Moment, older: int) -> Verd
     """A batch of a new epoch that does not start at 0, where epoch ``older`` has state."""
     base = attempt.base_sequence
     span = f"batch {base}.. of producer {attempt.producer_id} epoch {attempt.epoch}"
+    if refused := _after_refused(attempt, moment, 0, 0):
+        return refused
     if 0 in moment.arrived:
         return _wait(moment.deadline, f"{span} waits behind its sequence 0", behind=True)
     if moment.now < moment.gap_deadline:
