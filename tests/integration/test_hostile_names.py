@@ -22,7 +22,6 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
 )
 from kafka.protocol.consumer import (
-    FetchRequest,
     ListOffsetsRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
@@ -37,6 +36,7 @@ from kafka.protocol.producer import (
 from kop_dedup import errors
 from kop_dedup.protocol.records import rec
 from tests.helpers import uniq
+from tests.integration.kafka_consume import fetch_request
 from tests.kafka_wire import WireClient, produce_request
 from tests.sidecar import ThreadSidecar
 from tests.tcp_proxy import RecordingProxy
@@ -163,31 +163,7 @@ def test_the_kafka_wire_refuses_the_name_everywhere_without_an_admin_call(watche
             ),
             (
                 "Fetch",
-                FetchRequest(
-                    replica_id=-1,
-                    max_wait_ms=0,
-                    min_bytes=1,
-                    max_bytes=1 << 20,
-                    isolation_level=0,
-                    session_id=0,
-                    session_epoch=-1,
-                    topics=[
-                        FetchRequest.FetchTopic(
-                            topic=topic,
-                            partitions=[
-                                FetchRequest.FetchTopic.FetchPartition(
-                                    partition=0,
-                                    current_leader_epoch=-1,
-                                    fetch_offset=0,
-                                    log_start_offset=-1,
-                                    partition_max_bytes=1 << 20,
-                                )
-                            ],
-                        )
-                    ],
-                    forgotten_topics_data=[],
-                    rack_id="",
-                ),
+                fetch_request(topic, {0: 0}, max_wait_ms=0, max_bytes=1 << 20),
                 11,
             ),
             (

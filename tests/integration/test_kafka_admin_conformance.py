@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from kafka.protocol.admin import DescribeGroupsRequest
-from kafka.protocol.consumer import FetchRequest
 
+from tests.integration.kafka_consume import fetch_request
 from tests.kafka_admin_wire import (
     APPEND,
     BROKER,
@@ -204,32 +204,8 @@ def test_create_partitions_grows_topics_as_kafka_answers(conformance):
 
 def _fetch_code(c: WireClient, topic: str, offset: int) -> tuple[int, int]:
     """(code, log start offset) of a Fetch of partition 0 at ``offset``."""
-    t = FetchRequest.FetchTopic
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=100,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=1,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            t(
-                topic=topic,
-                partitions=[
-                    t.FetchPartition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                ],
-            )
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
+    request = fetch_request(
+        topic, {0: offset}, max_wait_ms=100, max_bytes=1 << 20, isolation_level=1
     )
     p = c.call(request, 11).responses[0].partitions[0]
     return p.error_code, p.log_start_offset

@@ -8,16 +8,15 @@ import uuid
 
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
-from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 
 from kop_dedup.protocol.records import rec
 from kop_dedup.transports.kafka.batches import build_batch
+from tests.integration.kafka_consume import fetch_request
 from tests.kafka_wire import WireClient, produce_request
 
 pytestmark = pytest.mark.integration
 _T = CreateTopicsRequest.CreatableTopic
-_P = FetchRequest.FetchTopic.FetchPartition
 
 
 def _topic() -> str:
@@ -174,31 +173,7 @@ def test_transactional_batches_without_the_requests_transactional_id_are_53(side
 
 def test_fetch_is_advertised_and_served(sidecar_kafka):
     topic = _created(sidecar_kafka)
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=10,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=1,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    _P(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=0,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                ],
-            )
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    request = fetch_request(topic, {0: 0}, max_wait_ms=10, max_bytes=1 << 20, isolation_level=1)
     with WireClient(sidecar_kafka) as c:
         answer = c.call(request, 11)
     assert answer.error_code == 0
