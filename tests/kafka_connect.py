@@ -9,8 +9,6 @@ graceful stop (SIGTERM: it commits its source offsets and leaves its group).
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +18,7 @@ import httpx
 
 from kop_dedup_tools import kafka_jars
 from kop_dedup_tools.launcher import free_port
+from tests.process_groups import stop_group
 
 __all__ = ["ConnectWorker"]
 
@@ -112,18 +111,7 @@ class ConnectWorker:
     def stop(self, grace: float = 30.0) -> int | None:
         """SIGTERM (a graceful stop: source offsets committed, the group left), SIGKILL
         after ``grace``; the exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode
+        return None if self.proc is None else stop_group(self.proc, grace)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -22,7 +22,6 @@ import contextlib
 import functools
 import hashlib
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -33,6 +32,7 @@ from typing import Self
 from kop_dedup_tools import kafka_jars
 from kop_dedup_tools.processes import BrokerError
 from tests.kafka_conformance import Partitions
+from tests.process_groups import kill_group, stop_group
 
 __all__ = ["StreamsApp", "counts", "expected_counts"]
 
@@ -185,24 +185,13 @@ class StreamsApp:
 
     def kill(self) -> None:
         """SIGKILL: no commit, no leave; an open transaction stays open."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            kill_group(self.proc)
 
     def stop(self, grace: float = 45.0) -> int | None:
         """SIGTERM (close: a last commit, the group left), SIGKILL after ``grace``; the
         exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode
+        return None if self.proc is None else stop_group(self.proc, grace)
 
     def __enter__(self) -> Self:
         return self.start()

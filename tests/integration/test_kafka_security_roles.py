@@ -23,6 +23,7 @@ from kop_dedup.protocol.records import rec
 from tests.helpers import delete_namespace, uniq, wait_until
 from tests.kafka_admin_wire import list_transactions
 from tests.kafka_wire import WireClient, produce_request
+from tests.pulsar_grants import Grants
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -31,9 +32,10 @@ TTL_MS = 1_000
 ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\nkop-test-ops:tok-ops\n"
 
 
-class Env:
+class Env(Grants):
     def __init__(self, sc: ThreadSidecar, namespace: str, admin: httpx.Client) -> None:
-        self.sc, self.namespace, self.admin = sc, namespace, admin
+        super().__init__(admin, namespace)
+        self.sc = sc
 
     def conf(self, token: str, **extra: Any) -> dict[str, Any]:
         return {
@@ -44,13 +46,6 @@ class Env:
             "sasl.password": token,
             **extra,
         }
-
-    def grant(self, role: str, actions: list[str]) -> None:
-        path = f"/admin/v2/namespaces/{self.namespace}/permissions/{role}"
-        self.admin.post(path, json=actions).raise_for_status()
-
-    def revoke(self, role: str) -> None:
-        self.admin.delete(f"/admin/v2/namespaces/{self.namespace}/permissions/{role}")
 
 
 @pytest.fixture(scope="module")

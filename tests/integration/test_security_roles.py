@@ -17,6 +17,7 @@ import jwt
 import pytest
 
 from tests.helpers import batch, delete_namespace, uniq, wait_until
+from tests.pulsar_grants import Grants
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -27,23 +28,15 @@ SECRET = b"0123456789abcdef0123456789abcdef"
 ALLOWED = "http://127.0.0.1:9/allowed/"
 
 
-class Env:
+class Env(Grants):
     def __init__(self, sc: ThreadSidecar, namespace: str, roles: Path, admin: httpx.Client):
-        self.sc, self.namespace, self.roles, self.admin = sc, namespace, roles, admin
+        super().__init__(admin, namespace)
+        self.sc, self.roles = sc, roles
 
     def api(self, token: str) -> httpx.Client:
         return httpx.Client(
             base_url=self.sc.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
         )
-
-    def grant(self, role: str, actions: list[str], topic: str | None = None) -> None:
-        path = f"/admin/v2/namespaces/{self.namespace}/permissions/{role}"
-        if topic is not None:
-            path = f"/admin/v2/persistent/{self.namespace}/{topic}/permissions/{role}"
-        self.admin.post(path, json=actions).raise_for_status()
-
-    def revoke(self, role: str) -> None:
-        self.admin.delete(f"/admin/v2/namespaces/{self.namespace}/permissions/{role}")
 
 
 @pytest.fixture(scope="module")
