@@ -85,6 +85,11 @@ _OVERRIDES = {
     # until the broker's keepalive drops its connection: two missed pings, 10 s here
     # instead of 60 s, before the cluster moves its partitions (docs/operations/cluster.md)
     "keepAliveIntervalSeconds": "5",
+    # the embedded bookie's ZooKeeper session (10 s by default): a broker JVM starved for
+    # 10 s on a loaded 2-core box lost it, the bookie shut down under a read, and
+    # BookKeeper's read cache crashed the JVM (IllegalReferenceCountException, then a
+    # native crash) in the middle of a CI soak
+    "zkTimeout": "30000",
 }
 
 

@@ -34,6 +34,7 @@ def test_config_overrides_ports_dedup_and_loopback(tmp_path):
     assert conf["transactionCoordinatorEnabled"] == "true"
     assert conf["bindAddress"] == "127.0.0.1"
     assert conf["defaultRetentionTimeInMinutes"] == "-1"
+    assert conf["zkTimeout"] == "30000"  # the embedded bookie's session (loadConf reads it)
 
 
 def test_data_dir_defaults_per_web_port_under_the_cache(tmp_path):
