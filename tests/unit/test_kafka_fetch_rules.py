@@ -1,6 +1,6 @@
 """The Fetch handler's rules that need no broker: KIP-74's byte limits over partitions
-read in order (stand-in readers), the last stable offset an answer carries, and who may
-commit offsets into a group the HTTP API manages (Kafka's OffsetCommit rules)."""
+read in order (stand-in readers), and who may commit offsets into a group the HTTP API
+manages (Kafka's OffsetCommit rules)."""
 
 from __future__ import annotations
 
@@ -15,67 +15,9 @@ from kop_dedup import errors
 from kop_dedup.coordination.groups.simple import Route, route
 from kop_dedup.protocol.groups import Group, GroupConfig, Member
 from kop_dedup.protocol.records import rec
-from kop_dedup.protocol.stable import CopyHead, CopyMark, StableTracker
 from kop_dedup.pulsar.fetching import StoredEntry
-from kop_dedup.transports.kafka.fetch import _Part, _pass, _stable_offset
+from kop_dedup.transports.kafka.fetch import _Part, _pass
 from kop_dedup.transports.kafka.fetched import encode_entry
-
-# -- the last stable offset of an answer --------------------------------------------------
-
-
-@dataclass
-class _Tracked:
-    stable: StableTracker
-
-
-@dataclass
-class _Partition:
-    """The partition's own LSO (StableOffsets.exact), as a tail of it would answer."""
-
-    lso: int
-    asked: int = 0
-
-    async def exact(self, topic: str, partition: int) -> int:
-        self.asked += 1
-        return self.lso
-
-
-def _answer_lso(tracker: StableTracker, high: int, partition_lso: int) -> tuple[int, int]:
-    part = _Part("t", 0, tracker.start, 1 << 20, reader=_Tracked(tracker), high=high)  # type: ignore[arg-type]
-    own = _Partition(partition_lso)
-    asyncio.run(_stable_offset(own, part))  # type: ignore[arg-type]
-    return part.lso, own.asked
-
-
-def _inside(start: int) -> StableTracker:
-    """A reader (re)created at ``start``, the second batch of a 50-record copy that began
-    at ``start - 1``: it reads the rest without the copy's first record."""
-    tracker = StableTracker(start)
-    tracker.feed(start, 49, CopyMark(7, 242), (1, 2))
-    return tracker
-
-
-def test_a_reader_begun_inside_a_complete_copy_answers_the_partitions_lso_not_its_start():
-    """The 20-fault soak: after a broker restart a consumer at 3551 (inside a committed
-    transaction [3550, 3599]) was answered LSO 3551, its own position, and took it for
-    the end (EOF inside the transaction), while the log could not be asked. The answer is
-    the partition's LSO now: past the copy once complete, below it while copying."""
-    assert _answer_lso(_inside(3551), high=3600, partition_lso=3600) == (3600, 1)
-    assert _answer_lso(_inside(3551), high=3600, partition_lso=3550) == (3550, 1)
-    tracker = _inside(3551)
-    assert tracker.lso == 3551  # the reader's own bound: where it began
-    assert tracker.began_inside
-
-
-def test_a_reader_that_saw_every_copy_from_its_beginning_answers_its_own_lso():
-    tracker = StableTracker(3500)
-    tracker.feed(3500, 50, None, (1, 1))
-    tracker.feed(3550, 1, CopyMark(7, 242, CopyHead("app", 0, 50)), (1, 2))
-    assert not tracker.began_inside
-    assert _answer_lso(tracker, high=3551, partition_lso=3551) == (3550, 0)
-    tracker.settle((7, 242))  # settled by the log: it waits for a read to drain, as before
-    assert not tracker.began_inside
-
 
 # -- KIP-74 -------------------------------------------------------------------------------------
 

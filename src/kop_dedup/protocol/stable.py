@@ -177,15 +177,6 @@ class StableTracker:
         return min((self.bound(c) for c in self._open.values()), default=self.end)
 
     @property
-    def began_inside(self) -> bool:
-        """Whether the earliest copy holding the LSO is one the reader met without its
-        beginning and the log has not settled: :attr:`lso` is then where the reader
-        began, a bound inside that transaction (it began before the reader's start),
-        not an answer for a client (one reading from there would take it for the end)."""
-        held = self.open_copies()
-        return bool(held) and not held[0].from_start and held[0].settled is None
-
-    @property
     def holding(self) -> bool:
         """Whether a copy holds the LSO below the end of what was read."""
         return bool(self._open)

@@ -242,21 +242,17 @@ async def _settle(stable: StableOffsets, parts: list[_Part]) -> bool:
 
 
 async def _stable_offset(stable: StableOffsets, part: _Part) -> None:
-    """The answer's last stable offset: the reader's, or, while it holds a copy it met
-    without its beginning that the log has not settled, the partition's own (below the
-    copy while it is being copied, past it once complete). The reader's bound is then
-    where it began, inside that transaction: a consumer at that offset took it for the
-    end (an EOF inside a committed transaction, seen after a broker restart, when the
-    log could not be asked)."""
+    """The answer's last stable offset: the reader's, or, while a copy it met without its
+    beginning is still being copied, the partition's own (that copy began before)."""
     assert part.reader is not None
     tracker = part.reader.stable
-    if not tracker.began_inside:
-        part.lso = min(tracker.lso, part.high)
-        return
-    try:
-        part.lso = min(await stable.exact(part.topic, part.index), part.high)
-    except Exception as exc:
-        part.error = translate(exc, f"the last stable offset of {part.topic}-{part.index}")
+    part.lso = min(tracker.lso, part.high)
+    held = tracker.open_copies()
+    if held and not held[0].from_start and held[0].settled is None:
+        try:
+            part.lso = min(part.lso, await stable.exact(part.topic, part.index))
+        except Exception as exc:
+            part.error = translate(exc, f"the last stable offset of {part.topic}-{part.index}")
 
 
 async def _watermarks(pool: ReaderPool, part: _Part) -> None:
