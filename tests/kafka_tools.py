@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from kop_dedup_tools import kafka_jars
+from tests.process_groups import kill_group
 
 __all__ = [
     "ConsumedRecord",
@@ -193,9 +194,7 @@ class ToolProcess:
         )
 
     def kill(self) -> None:
-        if self.running():
-            self._signal(signal.SIGKILL)
-        self.proc.wait()
+        kill_group(self.proc)
         if self.ended is None:
             self.ended = time.monotonic()
 
