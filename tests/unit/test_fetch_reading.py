@@ -123,6 +123,23 @@ def test_a_message_the_broker_has_but_the_client_has_not_yet_ends_the_read_undra
     assert (raw, held, drained) == ([], None, False)
 
 
+def test_a_message_the_client_hands_out_again_after_a_reconnection_is_read_once():
+    """A reader opened inclusive subscribes again at the last message it handed out and
+    hands it out again: the one held back (the next entry's first), or one inside the
+    entry being read. Kept, it was counted twice and every later offset shifted by one
+    (tests/integration/test_reader_reconnects.py shows the client doing it)."""
+    messages = _messages([2, 3])
+    first, second = messages[:2], messages[2:]
+    held = second[0]
+    reader = _Reader([held, second[1], second[1], second[2]])  # after two reconnections
+    raw, _, drained = read_available(reader, held, 1 << 20, last=(5, 0, 1))
+    assert [(r.entry, len(r.records), r.last) for r in raw] == [(1, 3, (5, 1, 2))]
+    assert drained
+    again = _Reader([first[1], *second])  # the last counted message first, then the rest
+    raw, _, _ = read_available(again, None, 1 << 20, last=(5, 0, 1))
+    assert [(r.entry, len(r.records)) for r in raw] == [(1, 3)]
+
+
 # -- the offsets a reader counts ---------------------------------------------------------------
 
 layouts = st.lists(  # ledgers of entries of 1..5 messages; ledger ids 10, 20, 30...

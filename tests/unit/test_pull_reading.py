@@ -38,3 +38,12 @@ def test_a_message_the_broker_has_but_the_client_has_not_yet_is_waited_for():
     reader.read_next = arrives  # type: ignore[method-assign]
     raw, _ = _read_available(reader, 10, None)
     assert len(raw) == 1
+
+
+def test_a_message_handed_out_again_after_a_reconnection_is_not_counted_again():
+    """The client subscribes again at the last message it handed out (inclusive) and
+    hands it out once more; tests/integration/test_reader_reconnects.py shows it."""
+    messages = _messages([5])
+    reader = _Reader([messages[2], *messages[3:]])  # 0..2 were read before the reconnection
+    raw, _ = _read_available(reader, 100, None, last=(5, 0, 2))
+    assert [r.position for r in raw] == [(5, 0, 3), (5, 0, 4)]

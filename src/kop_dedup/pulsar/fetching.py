@@ -267,7 +267,7 @@ class EntryReader:
             reader = await self._open()
             token = self.stable.reading()
             raw, held, drained = await asyncio.get_running_loop().run_in_executor(
-                None, read_available, reader._reader, self._held, max(max_bytes, 1)
+                None, read_available, reader._reader, self._held, max(max_bytes, 1), self._last
             )
         finally:
             self._reading = False

@@ -32,6 +32,7 @@ __all__ = [
     "decode_message_position",
     "encode_entry_position",
     "encode_message_position",
+    "handed_out_already",
 ]
 
 EntryPosition = tuple[int, int]
@@ -39,6 +40,23 @@ EntryPosition = tuple[int, int]
 
 MessagePosition = tuple[int, int, int]
 """``(ledger, entry, batch index)``: one message (or the place after an entry)."""
+
+
+def handed_out_already(position: MessagePosition, last: MessagePosition | None) -> bool:
+    """Whether a reader that handed out the message at ``last`` has handed out the one at
+    ``position`` too: it is not after it (batch index -1, a message sent without batching,
+    is its entry's only one). The client sends such a message again: a reader opened with
+    ``start_message_id_inclusive`` subscribes again after a reconnection at the last
+    message it handed out, inclusive, and hands that message out a second time.
+
+    >>> handed_out_already((12, 3, 4), (12, 3, 4)), handed_out_already((12, 3, 5), (12, 3, 4))
+    (True, False)
+    >>> handed_out_already((12, 4, -1), (12, 4, -1)), handed_out_already((12, 4, 0), None)
+    (True, False)
+    """
+    if last is None:
+        return False
+    return (position[0], position[1], max(position[2], 0)) <= (last[0], last[1], max(last[2], 0))
 
 
 def encode_entry_position(position: EntryPosition) -> str:

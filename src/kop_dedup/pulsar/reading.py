@@ -32,7 +32,7 @@ import pulsar
 
 from kop_dedup.protocol.records import KafkaRecord
 from kop_dedup.protocol.stable import CopyMark, StableTracker
-from kop_dedup.pulsar.message_ids import MessagePosition
+from kop_dedup.pulsar.message_ids import MessagePosition, handed_out_already
 from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.tables import PulsarClient, discard
 from kop_dedup.pulsar.wire import DecodedRecord, copy_mark
@@ -66,11 +66,14 @@ class _Raw:
     mark: CopyMark | None = None
 
 
-def _read_available(reader: Any, limit: int, max_bytes: int | None) -> tuple[list[_Raw], bool]:
+def _read_available(
+    reader: Any, limit: int, max_bytes: int | None, last: MessagePosition | None = None
+) -> tuple[list[_Raw], bool]:
     """Up to ``limit`` messages already available (blocking calls; a worker thread), and
     whether the topic had nothing more. What the client holds already is taken without
     asking the broker; it is asked (``has_message_available``: a lock, maybe a round
-    trip) only once that is empty."""
+    trip) only once that is empty. A message not after ``last`` (the last one taken) is
+    one the client hands out again after a reconnection: dropped, never counted twice."""
     out: list[_Raw] = []
     size = 0
     drained = False
@@ -86,6 +89,10 @@ def _read_available(reader: Any, limit: int, max_bytes: int | None) -> tuple[lis
             except pulsar.Timeout:  # said available, not delivered in time: the next read
                 break
         mid = msg.message_id()
+        at = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+        if handed_out_already(at, last):
+            continue
+        last = at
         props = msg.properties()
         decoded = DecodedRecord.from_message(
             msg.data(), msg.partition_key(), props, msg.event_timestamp()
@@ -93,7 +100,7 @@ def _read_available(reader: Any, limit: int, max_bytes: int | None) -> tuple[lis
         n = decoded.record.size
         out.append(
             _Raw(
-                (mid.ledger_id(), mid.entry_id(), mid.batch_index()),
+                at,
                 decoded.record,
                 n,
                 msg.publish_timestamp(),
@@ -130,6 +137,8 @@ class PartitionReader:
         """Where reading Pulsar stands (after the records kept back)."""
         self._client, self._positions = client, positions
         self._reader: Any = None
+        self._taken: MessagePosition | None = None
+        """The position of the last message taken from Pulsar."""
         self._checked = False
         self._reading = False
         self._closed = False
@@ -212,7 +221,7 @@ class PartitionReader:
             token = self.stable.reading()
             loop = asyncio.get_running_loop()
             raw, drained = await loop.run_in_executor(
-                None, _read_available, reader._reader, limit, max_bytes
+                None, _read_available, reader._reader, limit, max_bytes, self._taken
             )
         finally:
             self._reading = False
@@ -236,6 +245,7 @@ class PartitionReader:
             self.stable.feed(offset, 1, r.mark, r.position[:2], now)
             offset += 1
         if raw:
+            self._taken = raw[-1].position
             self._read_offset, self._read_position = offset, after(raw[-1].position)
         if drained:
             self.stable.drained(token)

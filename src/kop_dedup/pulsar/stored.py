@@ -14,7 +14,7 @@ import pulsar
 
 from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
 from kop_dedup.protocol.stable import CopyMark
-from kop_dedup.pulsar.message_ids import MessagePosition
+from kop_dedup.pulsar.message_ids import MessagePosition, handed_out_already
 from kop_dedup.pulsar.wire import (
     PROP_EPOCH,
     PROP_PRODUCER_ID,
@@ -110,30 +110,68 @@ def position_of(msg: Any) -> MessagePosition:
     return mid.ledger_id(), mid.entry_id(), mid.batch_index()
 
 
-def read_available(reader: Any, held: Any, max_bytes: int) -> tuple[list[RawEntry], Any, bool]:
+def _next_message(reader: Any) -> tuple[Any, bool]:
+    """The next message the client has (None: none now), and whether the topic had
+    nothing more. What the client holds already is taken with no round trip and no
+    wait; the broker is asked only once that is empty."""
+    try:
+        return reader.read_next(0), False
+    except pulsar.Timeout:
+        if not reader.has_message_available():  # asks the broker when need be
+            return None, True
+        try:
+            return reader.read_next(_READ_WAIT_MS), False
+        except pulsar.Timeout:  # said available, not delivered in time: the next read
+            return None, False
+
+
+def _record(msg: Any, props: dict[str, str]) -> tuple[KafkaRecord, int]:
+    """A message's record and about the bytes it costs in a RecordBatch."""
+    payload = msg.data()
+    record = decode_record(
+        payload,
+        msg.partition_key(),
+        props,
+        None if PROP_TIMESTAMP in props else msg.event_timestamp(),
+    )
+    n = len(payload) + RECORD_OVERHEAD
+    if record.key:
+        n += len(record.key)
+    if record.headers:
+        n += sum(len(h.key) + len(h.value or b"") for h in record.headers)
+    return record, n
+
+
+def read_available(
+    reader: Any, held: Any, max_bytes: int, last: MessagePosition | None = None
+) -> tuple[list[RawEntry], Any, bool]:
     """Entries available now, starting with the message ``held`` back, until ``max_bytes``
     (estimated) are read and an entry is complete: (entries, the first message of the
     next entry when it was read, whether the topic had nothing more). Blocking calls: a
     worker thread. Per message, only what a record needs is asked of the client; the
     producer's id, epoch and sequence, the batch index and the publish time only of an
-    entry's first message."""
+    entry's first message.
+
+    A message that is not after the one taken before it (the first: not after ``last``,
+    the last the caller counted) is one the client hands out again after a reconnection
+    (:func:`~kop_dedup.pulsar.message_ids.handed_out_already`): dropped, never counted
+    twice."""
     out: list[RawEntry] = []
     size = 0
     current: RawEntry | None = None
     msg = held
     while True:
         if msg is None:
-            try:  # what the client holds already: no round trip, no wait
-                msg = reader.read_next(0)
-            except pulsar.Timeout:
-                if not reader.has_message_available():  # asks the broker when need be
-                    return out, None, True
-                try:
-                    msg = reader.read_next(_READ_WAIT_MS)
-                except pulsar.Timeout:  # said available, not delivered in time: next read
-                    return out, None, False
+            msg, drained = _next_message(reader)
+            if msg is None:
+                return out, None, drained
         mid = msg.message_id()
         ledger, entry = mid.ledger_id(), mid.entry_id()
+        at = (ledger, entry, mid.batch_index())
+        if handed_out_already(at, last):
+            msg = None
+            continue
+        last = at
         props = msg.properties()
         if current is None or entry != current.entry or ledger != current.ledger:
             if size >= max_bytes:
@@ -154,18 +192,7 @@ def read_available(reader: Any, held: Any, max_bytes: int) -> tuple[list[RawEntr
             )
             out.append(current)
             size += ENTRY_OVERHEAD
-        payload = msg.data()
-        record = decode_record(
-            payload,
-            msg.partition_key(),
-            props,
-            None if PROP_TIMESTAMP in props else msg.event_timestamp(),
-        )
-        n = len(payload) + RECORD_OVERHEAD
-        if record.key:
-            n += len(record.key)
-        if record.headers:
-            n += sum(len(h.key) + len(h.value or b"") for h in record.headers)
+        record, n = _record(msg, props)
         current.records.append(record)
         current.size += n
         size += n
