@@ -27,6 +27,7 @@ from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.reader_pool import PoolLimits, ReaderPool
 from kop_dedup.pulsar.reading import PartitionReader
 from tests.integration.kafka_consume import create, produce
+from tests.integration.kafka_txn import transactional_producer, txn_id
 
 pytestmark = pytest.mark.integration
 
@@ -117,5 +118,56 @@ def test_a_pull_reader_whose_read_ended_inside_an_entry_counts_the_rest_once(pul
             ]
         finally:
             await reader.close()
+
+    _run(pulsar, scenario)
+
+
+def _commit(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """One transaction of ``values`` in one batch (its copy: one entry of them all)."""
+    producer = transactional_producer(bootstrap, txn_id(), **{"linger.ms": 100})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value, key=b"k", partition=0)
+    producer.commit_transaction(30)
+    assert not producer.errors, producer.errors
+
+
+def test_a_read_committed_reader_holding_a_copys_first_record_sees_the_copy_once(
+    pulsar, sidecar_kafka
+):
+    """Where a copy and a reconnection meet: a caught-up read_committed fetch reader gets
+    the first record of a committed transaction's copy, its connection drops, and it
+    reads on: every record of the transaction once, at its offset, the LSO at the end."""
+    topic = create(sidecar_kafka, 1)
+    ptopic = f"persistent://public/kafka/{topic}-partition-0"
+    produce(sidecar_kafka, topic, _values("p", 0, 5))
+    copied = [f"t-{i:03d}".encode() for i in range(10)]
+
+    async def scenario(client: Any, admin: PulsarAdmin) -> None:
+        pool = ReaderPool(client, admin, PoolLimits(max_readers=4, idle_s=60))
+        try:
+            reader = await pool.take(ptopic, 0)
+            while reader.next_offset < 5:
+                await reader.read(1 << 20, committed=True)
+            while (waiting := await reader.arrival(committed=True)) is None:
+                assert await reader.read(1 << 20, committed=True) == []
+            await asyncio.to_thread(_commit, sidecar_kafka, topic, copied)
+            await asyncio.wait([waiting], timeout=30)
+            assert waiting.done(), "the copy never arrived"
+            await _reconnected(pulsar, ptopic, reader._reader._reader)
+            got: list[tuple[int, bytes | None]] = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(copied) and time.monotonic() < deadline:
+                entries = await reader.read(1 << 20, committed=True)
+                got += [
+                    (e.base_offset + i, r.value) for e in entries for i, r in enumerate(e.records)
+                ]
+                if not entries:
+                    await asyncio.sleep(0.2)
+            assert got == [(5 + i, v) for i, v in enumerate(copied)]
+            assert (reader.next_offset, reader.stable.lso) == (15, 15)
+        finally:
+            await pool.close()
 
     _run(pulsar, scenario)
