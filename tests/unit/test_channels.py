@@ -233,3 +233,43 @@ def test_a_wait_that_expires_or_is_cancelled_leaves_nothing_behind():
         return expired, channel.waiters + listed
 
     assert asyncio.run(go()) == (False, 0)
+
+
+def test_a_moved_channel_closes_when_the_batch_its_caller_gave_up_on_settles():
+    """Ownership moved while a batch was in Pulsar's hands and its caller had left on a
+    timeout: the release closed nothing (a batch in flight), and the name stayed held,
+    the new owner refused ProducerBusy, until the idle reaper (a 20-fault soak: a journal
+    name held for a minute after its transaction-log partition moved)."""
+
+    async def go() -> tuple[Channel, list[str]]:
+        mgr, publisher, _ = manager()
+        channel = await opened(mgr, (TOPIC, 7, 0))
+        channel.state.in_flight = 1  # handed to Pulsar; its caller timed out and left
+        mgr.release(channel)
+        assert mgr.retire_moved(lambda key: key == (TOPIC, 7, 0)) == 0
+        assert not channel.closed
+        channel.state.in_flight = 0  # the receipt comes
+        mgr.settled(channel, ok=True)
+        await asyncio.sleep(0.05)
+        return channel, publisher.log
+
+    channel, log = run(go())
+    assert channel.closed
+    assert "closed kop-7-0" in log
+
+
+def test_the_produce_services_receipt_callback_closes_a_moved_channel_it_emptied():
+    from kop_dedup.produce.service import ProduceService
+
+    async def go() -> Channel:
+        mgr, _, _ = manager()
+        channel = await opened(mgr, (TOPIC, 7, 0))
+        channel.state.in_flight = 1
+        mgr.release(channel)
+        mgr.retire_moved(lambda key: True)
+        receipt: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        receipt.set_result(object())
+        ProduceService._settler(mgr, channel, None)(receipt)
+        return channel
+
+    assert run(go()).closed

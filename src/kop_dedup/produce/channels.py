@@ -243,6 +243,14 @@ class ChannelManager:
         if channel.moved:
             self._retire(channel)
 
+    def settled(self, channel: Channel, *, ok: bool) -> None:
+        """A batch's receipt came (whoever still waited for it): a moved channel whose
+        last batch in flight this was closes now, its name free for the new owner (its
+        batch's caller may have left before, on a timeout: its release closed nothing)."""
+        channel.settled(ok=ok)
+        if channel.moved:
+            self._retire(channel)
+
     def retire_moved(self, moved: Callable[[ChannelKey], bool]) -> int:
         """Close the channels ``moved`` names (another node owns their partition or name
         now): the idle ones at once, the others once their last batch is answered. How

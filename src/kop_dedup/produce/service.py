@@ -382,7 +382,7 @@ class ProduceService:
                 self.channels.note_epoch_with_state(*channel.key)
                 channel.handed(span[1])  # the batch after this one may go now, pipelined
 
-        future.add_done_callback(self._settler(channel, span))
+        future.add_done_callback(self._settler(self.channels, channel, span))
         try:
             return await _within(future, deadline)
         except TimeoutError as exc:
@@ -394,7 +394,7 @@ class ProduceService:
 
     @staticmethod
     def _settler(
-        channel: Channel, span: tuple[int, int, bool] | None
+        channels: ChannelManager, channel: Channel, span: tuple[int, int, bool] | None
     ) -> Callable[[asyncio.Future[BatchReceipt]], None]:
         """The receipt's effect on the channel's state, whoever still waits for it."""
         state = channel.state
@@ -407,7 +407,7 @@ class ProduceService:
                 state.on_stored(span[0], span[1], f.result().message_id)
             else:
                 state.on_failed()
-            channel.settled(ok=ok)
+            channels.settled(channel, ok=ok)
 
         return settle
 
