@@ -126,12 +126,25 @@ class _Node:
 
 
 def run_nodes(
-    count: int, settings: Settings, *, graceful_seconds: float, environ: Mapping[str, str]
+    count: int,
+    settings: Settings,
+    *,
+    graceful_seconds: float,
+    environ: Mapping[str, str],
+    command: Sequence[str] | None = None,
 ) -> int:
-    """Run ``count`` nodes until a stop; the supervisor's exit status."""
+    """Run ``count`` nodes until a stop; the supervisor's exit status. ``command``: what
+    each node runs (default: this interpreter running ``kop_dedup serve``)."""
     if count > 1 and settings.port == 0:
         raise ValueError("serve --nodes needs a base HTTP port (KOP_DEDUP_PORT or --port), not 0")
-    argv = [sys.executable, "-m", "kop_dedup", "serve", "--graceful-seconds", str(graceful_seconds)]
+    argv = list(command or ()) or [
+        sys.executable,
+        "-m",
+        "kop_dedup",
+        "serve",
+        "--graceful-seconds",
+        str(graceful_seconds),
+    ]
     nodes = [_Node(i, {**environ, **node_env(settings, i)}, argv) for i in range(count)]
     stopping: list[int] = []
 
@@ -147,9 +160,9 @@ def run_nodes(
             if not stopping:
                 node.start()
         status = _supervise(nodes, stopping)
-        if status is None:
-            for node in nodes:
-                node.signal(signal.SIGTERM)
+        if status is not None:  # a node failed at its start: stop the others (a stop asked
+            for node in nodes:  # was passed on once already: a second SIGTERM could land
+                node.signal(signal.SIGTERM)  # after a node's handlers and kill it)
         return _wait_all(nodes, settings.shutdown_timeout_ms / 1000 + _STOP_MARGIN_S, status)
     finally:
         for sig, handler in previous.items():
