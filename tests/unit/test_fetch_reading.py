@@ -15,8 +15,17 @@ from hypothesis import strategies as st
 
 from kop_dedup.protocol.stable import CopyHead, CopyMark
 from kop_dedup.pulsar.fetching import EntryReader
-from kop_dedup.pulsar.stored import RECORD_OVERHEAD, RawEntry, read_available
-from kop_dedup.pulsar.wire import PROP_EPOCH, PROP_PRODUCER_ID, PROP_SEQUENCE, PROP_TIMESTAMP
+from kop_dedup.pulsar.stored import RECORD_OVERHEAD, RawEntry, StoredEntry, read_available
+from kop_dedup.pulsar.wire import (
+    PROP_EPOCH,
+    PROP_PRODUCER_ID,
+    PROP_SEQUENCE,
+    PROP_TIMESTAMP,
+    PROP_TXN_BATCH,
+    PROP_TXN_ID,
+    PROP_TXN_ORDINAL,
+    PROP_TXN_RECORDS,
+)
 
 # -- stand-ins for the client's messages and reader ------------------------------------------
 
@@ -42,6 +51,8 @@ class _Msg:
     at: _Id
     value: bytes
     sequence: int
+    extra: tuple[tuple[str, str], ...] = ()
+    """More properties (a copy's marks)."""
 
     def message_id(self) -> _Id:
         return self.at
@@ -52,6 +63,7 @@ class _Msg:
             PROP_EPOCH: "1",
             PROP_SEQUENCE: str(self.sequence),
             PROP_TIMESTAMP: "1000",
+            **dict(self.extra),
         }
 
     def data(self) -> bytes:
@@ -269,6 +281,24 @@ def test_a_reader_whose_topic_was_created_again_under_it_stops_counting():
     assert reader.skipped_from == 6
 
 
+def _sent(
+    ledger: int, entry: int, batches: range, head: dict[str, str] | None = None
+) -> list[_Msg]:
+    """The messages of an entry the client hands out (``head``: a copy's marks, the
+    ordinal on every record and the batch's facts on its first)."""
+    marks, first = ({}, {}) if head is None else ({PROP_TXN_ORDINAL: "1"}, head)
+    return [
+        _Msg(_Id(ledger, entry, b), b"x", b, tuple({**marks, **(first if b == 0 else {})}.items()))
+        for b in batches
+    ]
+
+
+def _read(reader: EntryReader, messages: list[_Msg]) -> list[StoredEntry]:
+    """What ``reader`` counts of the messages the client hands it (as its pull does)."""
+    raw, _, _ = read_available(_Reader(list(messages)), None, 1 << 20, last=reader._last)
+    return asyncio.run(reader._counted(raw))
+
+
 def test_an_entry_sent_again_after_a_reconnection_is_not_taken_for_a_new_topic():
     """A Pulsar reader whose connection dropped subscribes again at its last message and
     gets that entry once more: it was counted already; taking it for a topic created
@@ -276,11 +306,10 @@ def test_an_entry_sent_again_after_a_reconnection_is_not_taken_for_a_new_topic()
     policy's offset (the earliest: it read the whole partition again)."""
     index = _index([[3, 3, 3]])
     reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
-    got = asyncio.run(reader._counted(_raws(index, [(10, 0), (10, 1)], 0)))
+    got = _read(reader, _sent(10, 0, range(3)) + _sent(10, 1, range(3)))
     assert [g.base_offset for g in got] == [0, 3]
-    again = _raws(index, [(10, 1), (10, 2)], 0)
-    again[0] = _raws(index, [(10, 1)], 2)[0]  # the rest of the batch after its last message
-    got = asyncio.run(reader._counted([*_raws(index, [(10, 1)], 0)[:1], *again]))
+    # the entry again, then the rest of the batch after its last message, then the next
+    got = _read(reader, _sent(10, 1, range(3)) + _sent(10, 1, range(2, 3)) + _sent(10, 2, range(3)))
     assert [g.base_offset for g in got] == [6]
     assert reader.skipped_from is None
     assert reader.next_offset == 9
@@ -291,11 +320,9 @@ def test_an_entry_sent_again_from_its_start_after_a_read_that_ended_inside_it_gi
     again from its first message; what was counted of it is not counted again."""
     index = _index([[3, 3, 3]])
     reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
-    first = _raws(index, [(10, 0), (10, 1)], 0)
-    first[1].records = first[1].records[:1]  # the read ended after (10, 1, 0)
-    got = asyncio.run(reader._counted(first))
+    got = _read(reader, _sent(10, 0, range(3)) + _sent(10, 1, range(1)))  # ended after (10, 1, 0)
     assert [(g.base_offset, len(g.records)) for g in got] == [(0, 3), (3, 1)]
-    got = asyncio.run(reader._counted(_raws(index, [(10, 1), (10, 2)], 0)))
+    got = _read(reader, _sent(10, 1, range(3)) + _sent(10, 2, range(3)))
     assert [(g.base_offset, len(g.records)) for g in got] == [(4, 2), (6, 3)]
     assert got[0].position == (10, 1, 1)
     assert reader.skipped_from is None
@@ -335,8 +362,8 @@ def test_an_entry_sent_again_from_its_start_counts_its_batch_once():
     sent the entry again from its first record: its rest counts, its head not twice."""
     index = _index([[4]])
     reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
-    mark = CopyMark(7, 1, CopyHead("app", 0, 5))  # 5 records: one more batch to come
-    asyncio.run(reader._counted([_marked(10, 0, 0, 2, mark)]))
-    asyncio.run(reader._counted([_marked(10, 0, 0, 4, mark)]))  # again, from its start
+    head = {PROP_TXN_ID: "app", PROP_TXN_BATCH: "0", PROP_TXN_RECORDS: "5"}  # one more batch
+    _read(reader, _sent(10, 0, range(2), head))
+    _read(reader, _sent(10, 0, range(4), head))  # again, from its start
     [copy] = reader.stable.open_copies()
     assert copy.seen == 4  # not 6: the rest's two records, the head counted once

@@ -43,7 +43,7 @@ from typing import Any
 import _pulsar
 import pulsar
 
-from kop_dedup.protocol.stable import CopyMark, StableTracker
+from kop_dedup.protocol.stable import StableTracker
 from kop_dedup.pulsar.message_ids import MessagePosition
 from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.reading import after
@@ -299,18 +299,7 @@ class EntryReader:
         """The entries read, with their offsets (checked against the broker where the
         count could be wrong: a reader's first message, a new ledger)."""
         out: list[StoredEntry] = []
-        for entry in raw:
-            last = self._last
-            if last is not None and entry.last <= last:
-                # sent again: a reader whose connection dropped subscribes again at its last
-                # message and the broker sends that entry (the rest of a batch) once more
-                continue
-            if last is not None and entry.position[:2] == last[:2] and entry.batch_index <= last[2]:
-                # sent again from its start, past where a read ended inside it: the rest
-                seen = last[2] - max(entry.batch_index, 0) + 1
-                entry.records, entry.batch_index = entry.records[seen:], last[2] + 1
-                if entry.mark is not None:  # its first record was counted already
-                    entry.mark = CopyMark(entry.mark.producer_id, entry.mark.ordinal)
+        for entry in raw:  # what the client sent again was dropped (read_available)
             offset = self._read_offset
             if not self._continues(entry.position):
                 found = await self._positions.offset_of(self.topic, entry.position)
