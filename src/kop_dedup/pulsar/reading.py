@@ -34,12 +34,12 @@ from kop_dedup.protocol.records import KafkaRecord
 from kop_dedup.protocol.stable import CopyMark, StableTracker
 from kop_dedup.pulsar.message_ids import MessagePosition, handed_out_already
 from kop_dedup.pulsar.positions import Positions
+from kop_dedup.pulsar.stored import next_message, position_of
 from kop_dedup.pulsar.tables import PulsarClient, discard
 from kop_dedup.pulsar.wire import DecodedRecord, copy_mark
 
 __all__ = ["PartitionReader", "Pulled", "after"]
 
-_READ_WAIT_MS = 5_000
 _AHEAD_BYTES = 8 << 20
 """What a reader keeps back at most while a copy holds the last stable offset (a copy
 larger than this is let through once the transaction log says it is complete)."""
@@ -78,18 +78,10 @@ def _read_available(
     size = 0
     drained = False
     while len(out) < limit:
-        try:
-            msg = reader.read_next(0)  # what the client holds: no round trip, no wait
-        except pulsar.Timeout:
-            if not reader.has_message_available():
-                drained = True
-                break
-            try:
-                msg = reader.read_next(_READ_WAIT_MS)
-            except pulsar.Timeout:  # said available, not delivered in time: the next read
-                break
-        mid = msg.message_id()
-        at = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+        msg, drained = next_message(reader)
+        if msg is None:
+            break
+        at = position_of(msg)
         if handed_out_already(at, last):
             continue
         last = at

@@ -29,6 +29,7 @@ __all__ = [
     "RECORD_OVERHEAD",
     "RawEntry",
     "StoredEntry",
+    "next_message",
     "position_of",
     "read_available",
 ]
@@ -110,7 +111,7 @@ def position_of(msg: Any) -> MessagePosition:
     return mid.ledger_id(), mid.entry_id(), mid.batch_index()
 
 
-def _next_message(reader: Any) -> tuple[Any, bool]:
+def next_message(reader: Any) -> tuple[Any, bool]:
     """The next message the client has (None: none now), and whether the topic had
     nothing more. What the client holds already is taken with no round trip and no
     wait; the broker is asked only once that is empty."""
@@ -162,12 +163,11 @@ def read_available(
     msg = held
     while True:
         if msg is None:
-            msg, drained = _next_message(reader)
+            msg, drained = next_message(reader)
             if msg is None:
                 return out, None, drained
-        mid = msg.message_id()
-        ledger, entry = mid.ledger_id(), mid.entry_id()
-        at = (ledger, entry, mid.batch_index())
+        at = position_of(msg)
+        ledger, entry, batch = at
         if handed_out_already(at, last):
             msg = None
             continue
@@ -181,7 +181,7 @@ def read_available(
             current = RawEntry(
                 ledger,
                 entry,
-                mid.batch_index(),
+                batch,
                 pid,
                 int(props.get(PROP_EPOCH, "-1")),
                 -1 if seq is None else int(seq),
