@@ -137,14 +137,8 @@ def run_nodes(
     each node runs (default: this interpreter running ``kop_dedup serve``)."""
     if count > 1 and settings.port == 0:
         raise ValueError("serve --nodes needs a base HTTP port (KOP_DEDUP_PORT or --port), not 0")
-    argv = list(command or ()) or [
-        sys.executable,
-        "-m",
-        "kop_dedup",
-        "serve",
-        "--graceful-seconds",
-        str(graceful_seconds),
-    ]
+    serve = ["-m", "kop_dedup", "serve", "--graceful-seconds", str(graceful_seconds)]
+    argv = list(command) if command else [sys.executable, *serve]
     nodes = [_Node(i, {**environ, **node_env(settings, i)}, argv) for i in range(count)]
     stopping: list[int] = []
 
