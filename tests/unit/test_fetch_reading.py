@@ -367,3 +367,95 @@ def test_an_entry_sent_again_from_its_start_counts_its_batch_once():
     _read(reader, _sent(10, 0, range(4), head))  # again, from its start
     [copy] = reader.stable.open_copies()
     assert copy.seen == 4  # not 6: the rest's two records, the head counted once
+
+
+# -- read_committed past the read-ahead bound: the reader spills and reads again ---------------
+
+
+class _AsyncReader:
+    """The client's async reader as :class:`EntryReader` uses it (``_reader`` for the
+    blocking calls on a worker thread)."""
+
+    def __init__(self, queue: list[_Msg]) -> None:
+        self._reader = _Reader(queue)
+
+    async def has_message_available(self) -> bool:
+        return self._reader.has_message_available()
+
+    async def close(self) -> None:
+        return None
+
+
+class _Log:
+    """A partition's messages; a reader created at a position gets them from there."""
+
+    def __init__(self, messages: list[_Msg]) -> None:
+        self.messages, self.opened = messages, []
+
+    async def create_reader(self, topic, start, start_message_id_inclusive):  # type: ignore[no-untyped-def]
+        at = (start.ledger_id(), start.entry_id(), max(start.batch_index(), 0))
+        self.opened.append(at)
+        return _AsyncReader(
+            [m for m in self.messages if (m.at.ledger, m.at.entry, max(m.at.batch, 0)) >= at]
+        )
+
+
+def _copy_log(plain_before: int, copy_batches: int, per_batch: int, plain_after: int) -> list[_Msg]:
+    """Plain one-record entries, one copy of ``copy_batches`` entries, plain entries."""
+    out: list[_Msg] = []
+    entry = 0
+    for _ in range(plain_before):
+        out += _sent(10, entry, range(1))
+        entry += 1
+    records = copy_batches * per_batch
+    for b in range(copy_batches):
+        head = {PROP_TXN_ID: "app", PROP_TXN_BATCH: str(b), PROP_TXN_RECORDS: str(records)}
+        out += _sent(10, entry, range(per_batch), head)
+        entry += 1
+    for _ in range(plain_after):
+        out += _sent(10, entry, range(1))
+        entry += 1
+    return out
+
+
+@given(
+    st.integers(0, 3),
+    st.integers(1, 40),
+    st.integers(1, 4),
+    st.integers(0, 3),
+    st.integers(1, 6),
+    st.integers(1, 400),
+)
+def test_a_read_committed_reader_reads_a_copy_larger_than_its_read_ahead_once_in_order(
+    before, batches, per_batch, after_, ahead_records, fetch_bytes
+):
+    """A copy larger than what a reader may keep back: on the build before, the reader
+    stopped reading once it kept ``_AHEAD_BYTES`` and never saw the copy whole (a
+    read_committed consumer got nothing, for good). Every record comes once, in order,
+    at its offset, and no more than the bound (and one read's chunk) is ever kept."""
+    from kop_dedup.pulsar import fetching
+
+    messages = _copy_log(before, batches, per_batch, after_)
+    total = len(messages)
+    index = _index([[1] * before + [per_batch] * batches + [1] * after_])
+    log = _Log(messages)
+    reader = EntryReader(log, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    per_record = 1 + RECORD_OVERHEAD
+    bound, chunk = ahead_records * per_record, 2 * per_record
+    saved = fetching._AHEAD_BYTES, fetching._AHEAD_CHUNK
+    fetching._AHEAD_BYTES, fetching._AHEAD_CHUNK = bound, chunk
+    got: list[int] = []
+    try:
+        for _ in range(4 * total + 10):
+            if len(got) == total:
+                break
+            for entry in asyncio.run(reader.read(fetch_bytes, committed=True)):
+                got.extend(range(entry.base_offset, entry.next_offset))
+            kept = sum(e.size for e in reader._unread)
+            assert kept <= bound + chunk + per_batch * per_record + fetch_bytes
+    finally:
+        fetching._AHEAD_BYTES, fetching._AHEAD_CHUNK = saved
+    assert got == list(range(total))
+    assert not reader.stable.holding
+    spilled = len(log.opened) > 1
+    assert spilled or batches * per_batch * per_record <= bound + chunk + per_batch * per_record

@@ -18,7 +18,14 @@ OFFSET_OUT_OF_RANGE.
 Every piece a reader takes from Pulsar is fed to its
 :class:`~kop_dedup.protocol.stable.StableTracker`, which knows the last stable offset of
 what was read; a read with ``committed`` (read_committed) hands out only what lies below
-it, reading on while a copy holds it and keeping what lies beyond for a later read.
+it, reading on while a copy holds it and keeping what lies beyond for a later read. What
+it keeps is bounded (``_AHEAD_BYTES``), the size of a transaction is not: past the bound
+the reader *spills*: it reads on without keeping (each piece still fed to the tracker,
+so a copy of any size closes, by its count or by the log's word and the end), remembers
+where it stopped keeping, and once what it kept is handed out reads that part again
+from the log (fed to the tracker only past what was fed already). Kafka's LSO moves at
+the commit marker whatever the transaction's size; here it moves once the copy is read
+through, at the cost of reading a large copy twice.
 
 Reads take what is available now, on a worker thread, in one loop hop (the blocking
 calls of the client, as :mod:`.reading` does). Waiting for more is push, not poll:
@@ -43,7 +50,7 @@ from typing import Any
 import _pulsar
 import pulsar
 
-from kop_dedup.protocol.stable import StableTracker
+from kop_dedup.protocol.stable import CopyMark, EntryId, StableTracker
 from kop_dedup.pulsar.message_ids import MessagePosition
 from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.reading import after
@@ -61,8 +68,9 @@ __all__ = ["ENTRY_OVERHEAD", "RECORD_OVERHEAD", "EntryReader", "StoredEntry"]
 
 _AHEAD_BYTES = 8 << 20
 """What a read_committed read keeps back at most while a copy holds the last stable
-offset (per reader: a partition held by a copy in progress costs no more). A copy
-larger than this is let through once the transaction log says it is complete."""
+offset (per reader: a partition held by a copy in progress costs no more). Past it the
+reader spills (see the module docstring): a copy larger than this is read through
+without being kept, then read again."""
 _AHEAD_CHUNK = 1 << 20
 
 
@@ -114,7 +122,16 @@ class EntryReader:
         self.last_used = time.monotonic()
         self.stable = StableTracker(offset)
         """The last stable offset of what this reader has read (every piece it takes
-        from Pulsar is fed to it, whatever the caller's isolation)."""
+        from Pulsar is fed to it once, whatever the caller's isolation)."""
+        self._spill: tuple[int, MessagePosition] | None = None
+        """(offset, position) of the first record read and not kept (the read-ahead was
+        full): read again from there once what was kept is handed out."""
+        self._fed_to = 0
+        """Records below this offset were fed to the tracker (a part read again after a
+        spill is not fed twice)."""
+        self._front = offset
+        """The offset after everything taken from Pulsar before the last spill's
+        rewind."""
 
     @property
     def next_offset(self) -> int:
@@ -134,8 +151,14 @@ class EntryReader:
 
     @property
     def read_offset(self) -> int:
-        """The offset after everything taken from Pulsar so far."""
-        return self._read_offset + (1 if self._held is not None else 0)
+        """The offset after everything taken from Pulsar so far (read again after a
+        spill or not)."""
+        return max(self._read_offset + (1 if self._held is not None else 0), self._front)
+
+    @property
+    def spilled(self) -> bool:
+        """Whether records were read and not kept (to be read again from the log)."""
+        return self._spill is not None
 
     @property
     def closed(self) -> bool:
@@ -172,8 +195,8 @@ class EntryReader:
         ``asyncio.wait``). The message is kept for the next read. ``committed``: only
         what lies below the last stable offset counts as something to read."""
         unread = self._stable_unread() if committed else len(self._unread)
-        if committed and self.stable.holding and self._ahead() >= _AHEAD_BYTES:
-            return None  # read ahead as far as it may: only the log can free it
+        if self._spill is not None and not self._unread:
+            return None  # the part not kept is there to read again
         if self._closed or unread or self._held is not None or not self.drained:
             return None
         if self._arriving is None:
@@ -210,18 +233,19 @@ class EntryReader:
         the reader is closed, or records were skipped (see :attr:`skipped_from`).
 
         ``committed`` (read_committed): only entries below the last stable offset; while
-        a copy holds it, the reader reads on (up to ``_AHEAD_BYTES`` kept back) to see
-        the copy whole, and keeps what lies beyond for a later read."""
+        a copy holds it, the reader reads on (up to ``_AHEAD_BYTES`` kept back, then
+        spilling) to see the copy whole, and keeps what lies beyond for a later read."""
         if self._closed or self._reading or self.skipped_from is not None:
             return []
         self.last_used = time.monotonic()
         if committed:
             await self._read_ahead(max_bytes)
             return self._pop(max_bytes, self._stable_unread())
+        await self._rewind_spent()
         out = self._pop(max_bytes, len(self._unread))
         budget = max_bytes - sum(e.size for e in out)
-        if budget <= 0 and out:
-            return out
+        if (budget <= 0 and out) or self._spill is not None:
+            return out  # what was not kept comes next, read again
         out.extend(await self._pull(max(budget, 1)))
         return out
 
@@ -243,16 +267,45 @@ class EntryReader:
     async def _read_ahead(self, max_bytes: int) -> None:
         """Read into the entries handed back until ``max_bytes`` of them are stable, or,
         while a copy holds the last stable offset, until it is whole or nothing more
-        is there now (at most ``_AHEAD_BYTES`` kept back)."""
+        is there now (at most ``_AHEAD_BYTES`` kept back: past it, what is read is fed
+        to the tracker and not kept, and read again once what was kept is handed out)."""
         while not self._closed and self.skipped_from is None:
-            stable = sum(e.size for e in list(self._unread)[: self._stable_unread()])
+            await self._rewind_spent()
+            stable_n = self._stable_unread()
+            stable = sum(e.size for e in list(self._unread)[:stable_n])
             holding = self.stable.holding
-            if (stable >= max_bytes and not holding) or self._ahead() >= _AHEAD_BYTES:
+            if stable >= max_bytes and not holding:
                 return
+            if self._spill is not None and (stable_n or not holding):
+                return  # what was kept is stable now: hand it out, then read again
+            full = holding and self._ahead() >= _AHEAD_BYTES
+            if full and self._spill is None:
+                self._spill = (self._read_offset, self._pulsar_next())
             got = await self._pull(_AHEAD_CHUNK if holding else max_bytes - stable)
-            self._unread.extend(got)
+            if self._spill is None:
+                self._unread.extend(got)
             if not got or self.drained:  # nothing more now
                 return
+
+    def _pulsar_next(self) -> MessagePosition:
+        """Where the next record to take from Pulsar is (known after a first read)."""
+        if self._held is not None:
+            return position_of(self._held)
+        assert self._expected is not None, "a reader that has read knows where it stands"
+        return self._expected
+
+    async def _rewind_spent(self) -> None:
+        """After a spill, once what was kept is handed out: read again from where the
+        reader stopped keeping (what was fed to the tracker is not fed again)."""
+        if self._spill is None or self._unread or self._reading:
+            return
+        offset, position = self._spill
+        self._spill, self._front = None, self.read_offset
+        self._arriving = None  # asked of the reader that goes; _retrieve sees its end
+        await self._discard()
+        self._start = self._expected = position
+        self._read_offset, self._held, self._last, self._whole = offset, None, None, None
+        self.drained = False
 
     async def _pull(self, max_bytes: int) -> list[StoredEntry]:
         """What Pulsar has now from where the reader stands (about ``max_bytes``)."""
@@ -311,9 +364,7 @@ class EntryReader:
                 offset = found
             self._learn(entry, offset)
             records = tuple(entry.records)
-            self.stable.feed(
-                offset, len(records), entry.mark, (entry.ledger, entry.entry), time.monotonic()
-            )
+            self._feed(offset, len(records), entry.mark, (entry.ledger, entry.entry))
             self._last, self._expected = entry.last, after(entry.last)
             self._read_offset = offset + len(records)
             skip = self._floor - offset  # a reader that started before the offset asked
@@ -331,6 +382,18 @@ class EntryReader:
             )
             out.append(stored.starting_at(skip))
         return out
+
+    def _feed(self, offset: int, count: int, mark: CopyMark | None, entry: EntryId) -> None:
+        """Feed the tracker the records of a piece it was not fed yet (after a spill, the
+        part read again was: a piece across that point gives only its rest, as the rest
+        of a batch whose first record was fed)."""
+        start = max(offset, self._fed_to)
+        if start >= offset + count:
+            return
+        if start > offset and mark is not None:
+            mark = CopyMark(mark.producer_id, mark.ordinal)
+        self.stable.feed(start, offset + count - start, mark, entry, time.monotonic())
+        self._fed_to = offset + count
 
     def _learn(self, entry: RawEntry, offset: int) -> None:
         """An entry read whole ends where the next one begins (offsets are dense): the

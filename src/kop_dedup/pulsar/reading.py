@@ -17,7 +17,10 @@ A pull never hands out part of a transaction that is not complete in the partiti
 every record read is fed to the reader's :class:`~kop_dedup.protocol.stable.StableTracker`
 and only records below its last stable offset are returned; while a copy holds it, the
 reader reads on (up to ``_AHEAD_BYTES`` kept back) to see it whole, and keeps what
-lies beyond for a later read.
+lies beyond for a later read. Past that bound it spills, as the Kafka fetch reader does
+(:mod:`.fetching`): it reads on without keeping, each record fed to the tracker once,
+and reads the part not kept again from where it stopped keeping once what it kept is
+handed out.
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ from kop_dedup.pulsar.wire import DecodedRecord, copy_mark
 __all__ = ["PartitionReader", "Pulled", "after"]
 
 _AHEAD_BYTES = 8 << 20
-"""What a reader keeps back at most while a copy holds the last stable offset (a copy
-larger than this is let through once the transaction log says it is complete)."""
+"""What a reader keeps back at most while a copy holds the last stable offset (past it
+the reader spills: see the module docstring)."""
 _AHEAD_CHUNK = 10_000
 
 
@@ -140,6 +143,11 @@ class PartitionReader:
         self._kept = 0
         """The bytes of the records kept back."""
         self.stable = StableTracker(offset)
+        self._spill: tuple[int, MessagePosition] | None = None
+        """(offset, position) of the first record read and not kept (the read-ahead was
+        full): read again from there once what was kept is handed out."""
+        self._fed_to = 0
+        """Records below this offset were fed to the tracker (not fed again)."""
         self.clamped_from: int | None = None
         """Set when the first record read lay beyond the offset asked for (deleted by
         retention): the offset asked for."""
@@ -195,15 +203,30 @@ class PartitionReader:
         """Read until ``max_records`` are stable or, while a copy holds the last stable
         offset, until it is whole or nothing more is there now."""
         while not self._closed:
+            await self._rewind_spent()
             stable, holding = self._stable_ahead(), self.stable.holding
-            if (stable >= max_records and not holding) or self._kept >= _AHEAD_BYTES:
+            if stable >= max_records and not holding:
                 return
+            if self._spill is not None and (stable or not holding):
+                return  # what was kept is stable now: hand it out, then read again
+            if holding and self._kept >= _AHEAD_BYTES and self._spill is None:
+                self._spill = (self._read_offset, self._read_position)
             limit = _AHEAD_CHUNK if holding else max_records - stable
             got, drained = await self._pull(limit, _AHEAD_BYTES if holding else max_bytes)
-            self._ahead.extend(got)
-            self._kept += sum(p.size for p in got)
+            if self._spill is None:
+                self._ahead.extend(got)
+                self._kept += sum(p.size for p in got)
             if not got or drained:
                 return
+
+    async def _rewind_spent(self) -> None:
+        """After a spill, once what was kept is handed out: read again from where the
+        reader stopped keeping."""
+        if self._spill is None or self._ahead or self._reading:
+            return
+        (self._read_offset, self._read_position), self._spill = self._spill, None
+        self._taken = None
+        await self._discard()
 
     async def _pull(self, limit: int, max_bytes: int | None) -> tuple[list[Pulled], bool]:
         """Records Pulsar has now after what was read, and whether it had nothing more."""
@@ -234,7 +257,9 @@ class PartitionReader:
         now = time.monotonic()
         for r in raw:
             out.append(Pulled(offset, r.position, r.record, r.size, r.publish_time_ms))
-            self.stable.feed(offset, 1, r.mark, r.position[:2], now)
+            if offset >= self._fed_to:
+                self.stable.feed(offset, 1, r.mark, r.position[:2], now)
+                self._fed_to = offset + 1
             offset += 1
         if raw:
             self._taken = raw[-1].position
