@@ -5,7 +5,8 @@ INVALID_PARTITIONS for the count it has or a lower one, as Kafka words them); re
 assignments are accepted and not used (placement is Pulsar's). Producers see the new
 partitions at their next metadata refresh; consumer groups at their next rebalance (the
 Java consumer and librdkafka rejoin when a subscribed topic grows). Another sidecar
-sees the new count within its partition cache (30 s).
+sees the new count within its partition-count cache (5 s,
+``kop_dedup.pulsar.admin._PARTITIONS_TTL_S``).
 
 DeleteRecords moves a partition's log start offset (Kafka's low watermark) up to the
 offset given (-1: the high watermark); an offset past the high watermark is
