@@ -16,7 +16,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest
+from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.protocol.records import rec
@@ -157,6 +157,28 @@ def test_another_role_cannot_list_stage_into_or_end_an_open_transaction(env):
         )
         assert bob.call(stage, 1).error_code == 53
     alice.commit_transaction(30)  # untouched by bob
+
+
+def test_a_producer_id_not_yet_handed_out_is_refused(env):
+    """Producer ids are handed out in order: a role given N may not write as N+1 (the next
+    role given N+1 would have its first records answered 46 and dropped), nor as an id
+    far above any handed out."""
+    topic = uniq("kforge")
+    _created(env, topic)
+    with _wire(env, "tok-alice") as alice:
+        init = alice.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1), 4)
+        assert init.error_code == 0
+        codes = []
+        for pid in (init.producer_id + 1, init.producer_id + 5_000):
+            forged = produce_request(
+                topic, 0, [rec(b"x")], producer_id=pid, epoch=0, base_sequence=0
+            )
+            codes.append(alice.call(forged, 9).responses[0].partition_responses[0].error_code)
+        assert codes == [59, 59]
+        mine = produce_request(
+            topic, 0, [rec(b"x")], producer_id=init.producer_id, epoch=0, base_sequence=0
+        )
+        assert alice.call(mine, 9).responses[0].partition_responses[0].error_code == 0
 
 
 def test_another_role_cannot_join_or_reset_a_group(env):
