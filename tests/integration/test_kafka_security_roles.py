@@ -112,16 +112,16 @@ def test_another_role_cannot_take_over_a_transactional_id(env):
     root.init_transactions(30)  # a superuser may fence it
 
 
-def alice_pid(env: Env, tid: str) -> int:
+def alice_pid(env: Env, tid: str, url: str | None = None) -> int:
     """The producer id of ``tid``'s transaction, as its owner sees it described."""
     with httpx.Client(
-        base_url=env.sc.url, headers={"Authorization": "Bearer tok-alice"}, timeout=30
+        base_url=url or env.sc.url, headers={"Authorization": "Bearer tok-alice"}, timeout=30
     ) as api:
         return int(api.get(f"/v1/transactions/{tid}").json()["producerId"])
 
 
-def _wire(env: Env, token: str) -> WireClient:
-    c = WireClient(env.sc.kafka_bootstrap)
+def _wire(env: Env, token: str, bootstrap: str | None = None) -> WireClient:
+    c = WireClient(bootstrap or env.sc.kafka_bootstrap)
     assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
     auth = c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1)
     assert auth.error_code == 0
@@ -295,3 +295,54 @@ def test_a_revoked_grant_refuses_produce_within_the_staleness(env):
         assert time.monotonic() - started < TTL_MS / 1000 + 6
     finally:
         env.grant("alice", ["produce", "consume"])
+
+
+def test_a_producer_id_handed_out_by_a_forwarded_init_is_its_callers(pulsar, env, tmp_path):
+    """Two nodes in sidecar mode: alice's InitProducerId, sent to node 1, is forwarded to
+    node 2 (its transactional id's coordinator). The producer id is alice's all the same:
+    her transaction commits, and bob may not write as it."""
+    roles = tmp_path / "roles"
+    roles.write_text(ROLES)
+    common: dict[str, Any] = {
+        "namespace": env.namespace.split("/", 1)[1],
+        "auth_roles_file": roles,
+        "auth_tokens": ["tok-nodes"],
+        "superuser_roles": "root",
+        "auth_permissions_ttl_ms": TTL_MS,
+        "cluster_mode": "sidecar",
+        "cluster_refresh_ms": 300,
+    }
+    with ThreadSidecar(pulsar, system_namespace=uniq("sys"), node_id=1, **common) as one:
+        with ThreadSidecar(pulsar, cluster_of=one, node_id=2, **common) as two:
+            wait_until("two members", lambda: len(one.runtime.cluster.members) == 2)
+            wait_until("two members", lambda: len(two.runtime.cluster.members) == 2)
+            cluster = one.runtime.cluster
+            tid = uniq("kfw")
+            while cluster.is_me(cluster.txn_coordinator(tid)):
+                tid = uniq("kfw")
+            topic = uniq("kfw")
+            root = Producer({**env.conf("tok-root"), "bootstrap.servers": one.kafka_bootstrap})
+            assert _deliver(root, topic) is None
+            env.admin.post(
+                f"/admin/v2/persistent/{env.namespace}/{topic}/permissions/bob", json=["produce"]
+            ).raise_for_status()
+            forwarded = cluster.stats.forwarded
+            alice = Producer(
+                {
+                    **env.conf("tok-alice"),
+                    "bootstrap.servers": one.kafka_bootstrap,
+                    "transactional.id": tid,
+                }
+            )
+            alice.init_transactions(30)
+            assert cluster.stats.forwarded > forwarded  # the init went to node 2
+            alice.begin_transaction()
+            alice.produce(topic, b"a")
+            alice.commit_transaction(30)
+            pid = alice_pid(env, tid, one.url)
+            with _wire(env, "tok-bob", one.kafka_bootstrap) as bob:
+                fence = produce_request(
+                    topic, 0, [rec(b"x")], producer_id=pid, epoch=32767, base_sequence=0
+                )
+                answer = bob.call(fence, 9)
+            assert answer.responses[0].partition_responses[0].error_code == 31
