@@ -300,7 +300,8 @@ def test_a_revoked_grant_refuses_produce_within_the_staleness(env):
 def test_a_producer_id_handed_out_by_a_forwarded_init_is_its_callers(pulsar, env, tmp_path):
     """Two nodes in sidecar mode: alice's InitProducerId, sent to node 1, is forwarded to
     node 2 (its transactional id's coordinator). The producer id is alice's all the same:
-    her transaction commits, and bob may not write as it."""
+    her transaction commits, and bob may not write as it, nor as the id after it (not
+    handed out yet), through either node."""
     roles = tmp_path / "roles"
     roles.write_text(ROLES)
     common: dict[str, Any] = {
@@ -340,9 +341,14 @@ def test_a_producer_id_handed_out_by_a_forwarded_init_is_its_callers(pulsar, env
             alice.produce(topic, b"a")
             alice.commit_transaction(30)
             pid = alice_pid(env, tid, one.url)
-            with _wire(env, "tok-bob", one.kafka_bootstrap) as bob:
-                fence = produce_request(
-                    topic, 0, [rec(b"x")], producer_id=pid, epoch=32767, base_sequence=0
-                )
-                answer = bob.call(fence, 9)
-            assert answer.responses[0].partition_responses[0].error_code == 31
+            codes = []
+            for node in (one, two):
+                with _wire(env, "tok-bob", node.kafka_bootstrap) as bob:
+                    for forged, epoch in ((pid, 32767), (pid + 1, 0)):
+                        batch = produce_request(
+                            topic, 0, [rec(b"x")], producer_id=forged, epoch=epoch, base_sequence=0
+                        )
+                        answer = bob.call(batch, 9)
+                        codes.append(answer.responses[0].partition_responses[0].error_code)
+            del alice, root  # their clients stop before the nodes do
+    assert codes == [31, 59] * 2
