@@ -16,7 +16,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest
+from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.protocol.records import rec
@@ -112,16 +112,16 @@ def test_another_role_cannot_take_over_a_transactional_id(env):
     root.init_transactions(30)  # a superuser may fence it
 
 
-def alice_pid(env: Env, tid: str) -> int:
+def alice_pid(env: Env, tid: str, url: str | None = None) -> int:
     """The producer id of ``tid``'s transaction, as its owner sees it described."""
     with httpx.Client(
-        base_url=env.sc.url, headers={"Authorization": "Bearer tok-alice"}, timeout=30
+        base_url=url or env.sc.url, headers={"Authorization": "Bearer tok-alice"}, timeout=30
     ) as api:
         return int(api.get(f"/v1/transactions/{tid}").json()["producerId"])
 
 
-def _wire(env: Env, token: str) -> WireClient:
-    c = WireClient(env.sc.kafka_bootstrap)
+def _wire(env: Env, token: str, bootstrap: str | None = None) -> WireClient:
+    c = WireClient(bootstrap or env.sc.kafka_bootstrap)
     assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
     auth = c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1)
     assert auth.error_code == 0
@@ -157,6 +157,28 @@ def test_another_role_cannot_list_stage_into_or_end_an_open_transaction(env):
         )
         assert bob.call(stage, 1).error_code == 53
     alice.commit_transaction(30)  # untouched by bob
+
+
+def test_a_producer_id_not_yet_handed_out_is_refused(env):
+    """Producer ids are handed out in order: a role given N may not write as N+1 (the next
+    role given N+1 would have its first records answered 46 and dropped), nor as an id
+    far above any handed out."""
+    topic = uniq("kforge")
+    _created(env, topic)
+    with _wire(env, "tok-alice") as alice:
+        init = alice.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1), 4)
+        assert init.error_code == 0
+        codes = []
+        for pid in (init.producer_id + 1, init.producer_id + 5_000):
+            forged = produce_request(
+                topic, 0, [rec(b"x")], producer_id=pid, epoch=0, base_sequence=0
+            )
+            codes.append(alice.call(forged, 9).responses[0].partition_responses[0].error_code)
+        assert codes == [59, 59]
+        mine = produce_request(
+            topic, 0, [rec(b"x")], producer_id=init.producer_id, epoch=0, base_sequence=0
+        )
+        assert alice.call(mine, 9).responses[0].partition_responses[0].error_code == 0
 
 
 def test_another_role_cannot_join_or_reset_a_group(env):
@@ -273,3 +295,60 @@ def test_a_revoked_grant_refuses_produce_within_the_staleness(env):
         assert time.monotonic() - started < TTL_MS / 1000 + 6
     finally:
         env.grant("alice", ["produce", "consume"])
+
+
+def test_a_producer_id_handed_out_by_a_forwarded_init_is_its_callers(pulsar, env, tmp_path):
+    """Two nodes in sidecar mode: alice's InitProducerId, sent to node 1, is forwarded to
+    node 2 (its transactional id's coordinator). The producer id is alice's all the same:
+    her transaction commits, and bob may not write as it, nor as the id after it (not
+    handed out yet), through either node."""
+    roles = tmp_path / "roles"
+    roles.write_text(ROLES)
+    common: dict[str, Any] = {
+        "namespace": env.namespace.split("/", 1)[1],
+        "auth_roles_file": roles,
+        "auth_tokens": ["tok-nodes"],
+        "superuser_roles": "root",
+        "auth_permissions_ttl_ms": TTL_MS,
+        "cluster_mode": "sidecar",
+        "cluster_refresh_ms": 300,
+    }
+    with ThreadSidecar(pulsar, system_namespace=uniq("sys"), node_id=1, **common) as one:
+        with ThreadSidecar(pulsar, cluster_of=one, node_id=2, **common) as two:
+            wait_until("two members", lambda: len(one.runtime.cluster.members) == 2)
+            wait_until("two members", lambda: len(two.runtime.cluster.members) == 2)
+            cluster = one.runtime.cluster
+            tid = uniq("kfw")
+            while cluster.is_me(cluster.txn_coordinator(tid)):
+                tid = uniq("kfw")
+            topic = uniq("kfw")
+            root = Producer({**env.conf("tok-root"), "bootstrap.servers": one.kafka_bootstrap})
+            assert _deliver(root, topic) is None
+            env.admin.post(
+                f"/admin/v2/persistent/{env.namespace}/{topic}/permissions/bob", json=["produce"]
+            ).raise_for_status()
+            forwarded = cluster.stats.forwarded
+            alice = Producer(
+                {
+                    **env.conf("tok-alice"),
+                    "bootstrap.servers": one.kafka_bootstrap,
+                    "transactional.id": tid,
+                }
+            )
+            alice.init_transactions(30)
+            assert cluster.stats.forwarded > forwarded  # the init went to node 2
+            alice.begin_transaction()
+            alice.produce(topic, b"a")
+            alice.commit_transaction(30)
+            pid = alice_pid(env, tid, one.url)
+            codes = []
+            for node in (one, two):
+                with _wire(env, "tok-bob", node.kafka_bootstrap) as bob:
+                    for forged, epoch in ((pid, 32767), (pid + 1, 0)):
+                        batch = produce_request(
+                            topic, 0, [rec(b"x")], producer_id=forged, epoch=epoch, base_sequence=0
+                        )
+                        answer = bob.call(batch, 9)
+                        codes.append(answer.responses[0].partition_responses[0].error_code)
+            del alice, root  # their clients stop before the nodes do
+    assert codes == [31, 59] * 2

@@ -132,6 +132,45 @@ def test_produce_needs_the_produce_permission_on_the_topic(env):
         _forbidden(bob.post("/v1/produce", json={"batches": [fence]}), 31)
 
 
+def _code(r: httpx.Response) -> int:
+    """A produce answer's code: the whole request's when refused, else its batch's."""
+    body = r.json()
+    return int(body["errorCode"] if r.status_code != 200 else body["results"][0]["errorCode"])
+
+
+def test_a_producer_id_not_yet_handed_out_is_refused_and_its_later_owner_starts_clean(env):
+    """Producer ids are handed out in order: bob, given N, writes N+1 before anyone has
+    it. alice, given N+1 next, would have her first 100 records answered 46 and dropped."""
+    topic = uniq("forge")
+    with env.api("tok-root") as root:  # a topic-level grant needs the topic
+        _produced(root.post("/v1/produce", json={"batches": [batch(topic, _pid(root), 0)]}))
+    env.grant("bob", ["produce"], topic=topic)
+    with env.api("tok-bob") as bob, env.api("tok-alice") as alice:
+        forged = _pid(bob) + 1
+        by_bob = bob.post("/v1/produce", json={"batches": [batch(topic, forged, 0, 100)]})
+        assert _pid(alice) == forged  # the id bob wrote is alice's now
+        by_alice = alice.post("/v1/produce", json={"batches": [batch(topic, forged, 0, 100)]})
+    assert (by_bob.status_code, _code(by_bob), _code(by_alice)) == (400, 59, 0), (
+        by_bob.text,
+        by_alice.text,
+    )
+
+
+def test_a_producer_id_above_those_handed_out_or_a_superusers_is_refused_to_a_role(env):
+    topic = uniq("forge")
+    with env.api("tok-alice") as alice, env.api("tok-root") as root:
+        far, roots = _pid(alice) + 5_000, _pid(root)
+        answers = [
+            alice.post("/v1/produce", json={"batches": [batch(topic, pid, 0)]})
+            for pid in (far, roots)
+        ]
+        assert [(r.status_code, _code(r)) for r in answers] == [(400, 59)] * 2, [
+            r.text for r in answers
+        ]
+        # the superuser itself may use either (it may do everything)
+        _produced(root.post("/v1/produce", json={"batches": [batch(topic, roots, 0)]}))
+
+
 def test_another_role_cannot_see_fence_stage_into_or_end_a_transaction(env):
     tid, topic, group = uniq("tx"), uniq("txt"), uniq("g")
     with env.api("tok-alice") as alice, env.api("tok-bob") as bob, env.api("tok-root") as root:

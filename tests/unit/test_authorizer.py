@@ -15,6 +15,8 @@ from kop_dedup.security.identity import ANONYMOUS, Identity
 
 
 class Grants:
+    ttl_s = 10.0  # as pulsar.grants.Grants: how long an answer is reused
+
     def __init__(self, topics: dict[str, dict[str, frozenset[str]]], admins=frozenset()):
         self.topics, self.admins, self.fail = topics, admins, False
 
@@ -94,3 +96,64 @@ def test_a_topic_name_kafka_refuses_never_reaches_the_admin_api(name):
     grants = PulsarGrants(NoAdmin(), "public/kafka", ttl_s=10)  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidTopic):
         run(Authorizer(grants, None).may(ALICE, PRODUCE, name))
+
+
+class Owners:
+    """The owners table as its readers see it once read to its end (what
+    :meth:`kop_dedup.security.owners.Owners.owner` answers)."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, str] = {}
+        self.fail = False
+
+    async def owner(self, kind: str, name: str) -> str | None:
+        if self.fail:
+            raise httpx.ConnectError("refused")
+        return self.table.get(f"{kind}:{name}")
+
+    async def claim(self, kind: str, name: str, role: str) -> bool:
+        return self.table.setdefault(f"{kind}:{name}", role) == role
+
+
+def _owned_by(**pids: str) -> tuple[Authorizer, Owners]:
+    owners = Owners()
+    owners.table.update({f"pid:{pid.removeprefix('p')}": role for pid, role in pids.items()})
+    return Authorizer(GRANTS, owners), owners  # type: ignore[arg-type]
+
+
+def test_a_role_writes_only_as_producer_ids_it_was_given():
+    auth, _ = _owned_by(p7="alice", p8="bob")
+    run(auth.require_producers(ALICE, [7, 7, -1]))  # its own; -1: no producer id
+    with pytest.raises(errors.ClusterAuthorizationFailed, match="producer id 8"):
+        run(auth.require_producers(ALICE, [7, 8]))
+    with pytest.raises(
+        errors.UnknownProducerId, match=r"producer id 9 .*'alice'.*init-producer-id"
+    ):
+        run(auth.require_producers(ALICE, [9]))  # given to no role: not handed out yet
+    run(auth.require_producers(Identity("root", superuser=True), [8, 9, 5_000]))
+
+
+def _refusal(auth: Authorizer, who: Identity, pid: int) -> type[errors.KafkaError] | None:
+    try:
+        run(auth.require_producers(who, [pid]))
+    except errors.KafkaError as exc:
+        return type(exc)
+    return None
+
+
+def test_an_id_seen_without_an_owner_is_decided_afresh_once_it_is_given_out():
+    """Ids are handed out in order: the one nobody has yet is the next caller's. Seen
+    unowned a moment ago says nothing once it is handed out (no cache of unowned ids)."""
+    auth, owners = _owned_by(p7="bob")
+    before = _refusal(auth, BOB, 8)
+    assert run(owners.claim("pid", "8", "alice"))  # init-producer-id gives 8 to alice
+    after = _refusal(auth, BOB, 8)
+    assert (before, after) == (errors.UnknownProducerId, errors.ClusterAuthorizationFailed)
+
+
+def test_owners_out_of_reach_is_a_retriable_error_not_a_refusal():
+    auth, owners = _owned_by(p7="alice")
+    owners.fail = True
+    with pytest.raises(errors.KafkaError) as raised:
+        run(auth.require_producers(ALICE, [7]))
+    assert raised.value.retriable

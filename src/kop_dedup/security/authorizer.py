@@ -13,8 +13,11 @@ a transactional id            its owner, the role that used it first (53); a loo
                               (describe) at one nobody owns is allowed, claims nothing
 a group (join, offsets, ...)  its owner, the role that used it first (30); the same
 delete a group                the tenant's admin role or a superuser (30)
-a producer id in a batch      not given to another role by init-producer-id (31
-                              CLUSTER_AUTHORIZATION_FAILED: Kafka's IdempotentWrite)
+a producer id in a batch      given to the caller's role by init-producer-id: one
+                              given to no role (never handed out yet, a superuser's,
+                              from before roles) 59 UNKNOWN_PRODUCER_ID; another
+                              role's 31 CLUSTER_AUTHORIZATION_FAILED (Kafka's
+                              IdempotentWrite)
 ============================  ==========================================================
 
 A superuser (``superuser_roles``, the ``auth_tokens``) may do everything and claims
@@ -27,7 +30,6 @@ permission.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 from kop_dedup import errors
@@ -51,8 +53,6 @@ __all__ = [
     "Authorizer",
 ]
 
-_MAX_UNOWNED = 100_000
-
 PRODUCE, CONSUME, DESCRIBE = "produce", "consume", "describe"
 TXN, GROUP, PRODUCER = "txn", "group", "pid"
 
@@ -62,9 +62,6 @@ class Authorizer:
 
     def __init__(self, grants: Grants | None, owners: Owners | None) -> None:
         self._grants, self._owners = grants, owners
-        self._unowned: dict[int, float] = {}
-        """Producer ids found without an owner (allocated by a superuser or before
-        roles), and when: asked of Pulsar again after the grants' staleness."""
 
     @classmethod
     def build(
@@ -146,25 +143,30 @@ class Authorizer:
             await self.owns(who, PRODUCER, str(producer_id))
 
     async def require_producers(self, who: Identity, producer_ids: Iterable[int]) -> None:
-        """31 CLUSTER_AUTHORIZATION_FAILED (Kafka's IdempotentWrite) for a producer id
-        another role was given: its batches could fence that role's producer. A producer
-        id nobody owns (a superuser's, or one from before roles) is anyone's."""
+        """Refuse a batch of a producer id init-producer-id did not give ``who``'s role.
+
+        Ids are handed out in order, so an id nobody was given yet is the next caller's:
+        a batch written with it first would have that caller's first records answered
+        46 and dropped. So an id given to no role (not handed out yet, far above any, a
+        superuser's, from before roles) is 59 UNKNOWN_PRODUCER_ID (call init-producer-id
+        for one), and another role's is 31 CLUSTER_AUTHORIZATION_FAILED (Kafka's
+        IdempotentWrite: its batches could fence that role's producer). Decided on the
+        owners table read to its end (an owner never changes once written, and the id's
+        owner is written before init-producer-id answers), so every node of a cluster
+        decides alike."""
         if who.superuser or self._owners is None:
             return
-        now = time.monotonic()
-        ttl = self._grants.ttl_s if self._grants is not None else 0.0
-        for pid in {p for p in producer_ids if p >= 0}:
-            if now - self._unowned.get(pid, -ttl - 1) < ttl:
-                continue
+        for pid in sorted({p for p in producer_ids if p >= 0}):
             try:
                 owner = await self._owners.owner(PRODUCER, str(pid))
             except Exception as exc:
                 raise translate(exc, f"reading the owner of producer id {pid}") from exc
             if owner is None:
-                if len(self._unowned) >= _MAX_UNOWNED:
-                    self._unowned.clear()
-                self._unowned[pid] = now
-            elif owner != who.role:
+                raise errors.UnknownProducerId(
+                    f"producer id {pid} was not handed out to role {who.role!r}: "
+                    "use one init-producer-id (InitProducerId) gave it"
+                )
+            if owner != who.role:
                 raise errors.ClusterAuthorizationFailed(
                     f"producer id {pid} belongs to another role"
                 )

@@ -13,7 +13,9 @@ with the API's error answer at Kafka's code (nothing of it is done):
 - 30 GROUP_AUTHORIZATION_FAILED: a group another role used first, or DeleteGroups
   without the admin role;
 - 53 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: a transactional id another role used first;
-- 31 CLUSTER_AUTHORIZATION_FAILED: a batch of a producer id another role was given.
+- 31 CLUSTER_AUTHORIZATION_FAILED: a batch of a producer id another role was given;
+- 59 UNKNOWN_PRODUCER_ID: a batch of a producer id given to no role (not handed out yet:
+  :meth:`~kop_dedup.security.authorizer.Authorizer.require_producers`).
 
 Listings (Metadata of every topic, ListGroups, ListTransactions) are filtered by their
 handlers; Metadata answers 29 per topic. With authentication off, or for a superuser,

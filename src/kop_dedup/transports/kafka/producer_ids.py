@@ -90,6 +90,14 @@ async def _claim(session: Session, producer_id: int) -> None:
         await session.runtime.authorizer.claim_producer(session.identity, producer_id)
 
 
+async def _claim_forwarded(session: Session, answer: Any) -> None:
+    """The coordinator that served a forwarded InitProducerId does not know its caller:
+    the producer id it handed out is given to the caller's role here, before the
+    client learns it."""
+    if answer.error_code == errors.NONE_ERRNO:
+        await _claim(session, answer.producer_id)
+
+
 def _error(_request: Any, version: int, error: errors.KafkaError) -> Any:
     return _answer(version, error)
 
@@ -104,5 +112,6 @@ APIS = (
         error_answer=_error,
         coordinator_key=txn_key,
         response=InitProducerIdResponse,
+        after_forward=_claim_forwarded,
     ),
 )

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from kop_dedup.settings import Settings
 
 __all__ = [
+    "AfterForward",
     "Api",
     "CloseConnection",
     "CoordinatorKey",
@@ -45,6 +46,9 @@ ErrorAnswer = Callable[[Any, int, KafkaError], Any]
 """(decoded request, version, error) -> a response of the API carrying the error."""
 CoordinatorKey = Callable[[Any, int], tuple[int, str] | None]
 """(decoded request, version) -> (key type, key) of the coordinator that serves it."""
+AfterForward = Callable[["Session", Any], Awaitable[None]]
+"""(session, the coordinator's decoded answer): done where the client is, before it gets
+the answer of a request another node served."""
 
 
 class CloseConnection(Exception):
@@ -89,6 +93,11 @@ class Api:
     (:mod:`kop_dedup.transports.kafka.routed`)."""
     response: Any = None
     """The kafka-python response class (decodes a forwarded request's answer)."""
+    after_forward: AfterForward | None = None
+    """What the node a client sent a forwarded request to does with its answer before
+    the client sees it, as the API's handler does here: InitProducerId gives the
+    producer id to the caller's role (the coordinator serving a forwarded request does
+    not know the caller)."""
 
     def serves(self, version: int) -> bool:
         low = self.versions[0] if self.served_from is None else self.served_from

@@ -3,7 +3,9 @@
 that does not coordinate the key it names is refused there (cluster mode: 16
 NOT_COORDINATOR, so that the client finds the coordinator again) or forwarded to the
 coordinator (sidecar mode: the client can reach no other node), before its handler
-runs. A request another node forwarded is served where it lands.
+runs; what the API does where its client is (``Api.after_forward``: InitProducerId
+gives the producer id to the caller's role) is done before the answer goes back. A
+request another node forwarded is served where it lands.
 
 Partition-level routing (Produce, Fetch, ListOffsets: 6 NOT_LEADER_OR_FOLLOWER) is the
 handlers' own, since one request names partitions of several leaders.
@@ -51,13 +53,16 @@ async def handle(session: Session, api: Api, request: Any, version: int) -> Any:
         if owner is None or cluster.is_me(owner):
             return await api.handle(session, request, version)
         try:
-            return await forward(session, owner, api.response, api.key, version, request)
+            answer = await forward(session, owner, api.response, api.key, version, request)
         except PeerUnavailable as exc:
             cluster.stats.forward_failures += 1
             raise errors.CoordinatorNotAvailable(
                 f"the coordinator of {name!r}, node {owner.node_id}, could not be reached "
                 f"({exc}); retry"
             ) from exc
+        if api.after_forward is not None and answer is not None:
+            await api.after_forward(session, answer)
+        return answer
     refused = topology.not_coordinator(session, kind, name)
     if refused is not None:
         raise refused
