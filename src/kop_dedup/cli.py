@@ -38,6 +38,7 @@ _COMMANDS = (
     "kop_dedup_tools.load",
     "kop_dedup_tools.bench",
     "kop_dedup_tools.soak",
+    "kop_dedup_tools.edges",
     "kop_dedup_tools.registry_startup",
 )
 
