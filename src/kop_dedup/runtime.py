@@ -148,6 +148,8 @@ class Runtime:
         self.peers = Peers(
             me=-1,
             token=self.auth.peer_token(settings),
+            secret=self.auth.cluster_secret(settings),
+            authenticating=self.auth.enabled,
             # a forwarded long poll or join waits as long as the client allows
             timeout_s=max(settings.max_timeout_ms, settings.max_pull_wait_ms) / 1000 + 30,
         )
