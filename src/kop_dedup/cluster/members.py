@@ -230,10 +230,11 @@ class Membership:
             differ = differences(me.security, other.security, f"node {other.node_id}")
             if differ:
                 await self.leave()
+                namespace = self.topic.removeprefix("persistent://").rsplit("/", 1)[0]
                 raise SecurityMismatch(
                     f"node {other.node_id} at {other.host}:{other.port} ({other.peer_url}) "
                     f"authenticates differently: {'; '.join(differ)}. Every node sharing "
-                    f"{self.topic.rsplit('/', 1)[0]} must authenticate alike (the same "
+                    f"{namespace} must authenticate alike (the same "
                     "tokens, roles file, token keys and superuser roles), or a client's "
                     "request forwarded between them would be authenticated by the other "
                     "node's rules; this node does not join"
