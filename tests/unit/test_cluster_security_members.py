@@ -97,6 +97,10 @@ def test_a_running_node_leaves_a_mismatched_member_out_of_its_views_and_says_so(
         with caplog.at_level(logging.ERROR, logger="kop_dedup.cluster.members"):
             assert (await me.refresh()).node_ids == (1, 3)
             assert (await me.refresh()).node_ids == (1, 3)
+        assert me.excluded == frozenset({2})
+        broker.listed.pop(1)  # node 2 stops
+        assert (await me.refresh()).node_ids == (1, 3)
+        assert me.excluded == frozenset()
         logged = [r.getMessage() for r in caplog.records if "node 2" in r.getMessage()]
         assert len(logged) == 1, logged  # once per run of that node
         assert "authentication is on here and off on node 2" in logged[0]

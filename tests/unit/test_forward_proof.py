@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
 from kop_dedup import errors
 from kop_dedup.cluster.peers import FORWARDED, Peers
 from kop_dedup.cluster.proof import PROOF, WINDOW_S, prove, proved
+from kop_dedup.transports.http.routing import forwarded
+from tests.unit.asgi import unjoined_cluster
 
 KEY = b"tok-nodes"
 AUTH = "Bearer tok-alice"
@@ -63,3 +66,21 @@ def test_what_one_node_sends_another_of_its_cluster_vouches_for():
 def test_without_authentication_the_header_is_taken_and_without_a_secret_ignored():
     assert _peers().vouched("1", "POST", "", None) is True
     assert _peers(authenticating=True).vouched("1", "POST", AUTH, None) is False
+
+
+def _scope(*headers: tuple[bytes, bytes]) -> dict[str, object]:
+    return {"type": "http", "method": "POST", "path": "/v1/end-txn", "headers": list(headers)}
+
+
+def test_a_node_without_authentication_refuses_what_a_node_left_out_of_its_cluster_forwards():
+    """A node of an earlier build with authentication forwards its clients unauthenticated
+    and proves nothing; an open node of this build, which left it out of its cluster for
+    authenticating differently, must not serve its forwards as its own clients'."""
+    cluster = unjoined_cluster()
+    runtime = SimpleNamespace(cluster=cluster, peers=_peers())  # authentication off
+    assert forwarded(_scope((FORWARDED.encode(), b"2")), runtime) is True
+    assert forwarded(_scope(), runtime) is False
+    cluster.membership.excluded = frozenset({2})
+    with pytest.raises(errors.ClusterAuthorizationFailed, match="node 2"):
+        forwarded(_scope((FORWARDED.encode(), b"2")), runtime)
+    assert forwarded(_scope((FORWARDED.encode(), b"3")), runtime) is True

@@ -146,6 +146,8 @@ class Membership:
         """When the members were last listed (``time.monotonic()``; 0: never)."""
         self._leaving = False
         self._excluded: set[str] = set()
+        self.excluded: frozenset[int] = frozenset()
+        """The node ids listed last with another security fingerprint (left out)."""
 
     @property
     def me(self) -> Member:
@@ -258,6 +260,7 @@ class Membership:
                     other.port,
                     "; ".join(differences(mine, other.security, f"node {other.node_id}")),
                 )
+        self.excluded = frozenset(m.node_id for m in listed if m.security != mine)
         return [m for m in listed if m.security == mine]
 
     async def _list(self) -> list[Member]:

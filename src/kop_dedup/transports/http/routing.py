@@ -60,7 +60,9 @@ _TRANSACTIONS = "/v1/transactions/"
 def forwarded(scope: Scope, runtime: Runtime) -> bool:
     """Whether another node forwarded this request (it is served here, whatever).
     ClusterAuthorizationFailed when the request names a node without proving it, on a
-    node that authenticates (see :meth:`~kop_dedup.cluster.peers.Peers.vouched`)."""
+    node that authenticates (see :meth:`~kop_dedup.cluster.peers.Peers.vouched`), or
+    names a node left out of this cluster for authenticating differently (an earlier
+    build's node, which would have forwarded its client unauthenticated)."""
     by = proof = None
     authorization = ""
     for name, value in scope["headers"]:
@@ -72,6 +74,11 @@ def forwarded(scope: Scope, runtime: Runtime) -> bool:
             authorization = value.decode("latin-1")
     if by is None:
         return False
+    if runtime.cluster.excluded(by):
+        raise errors.ClusterAuthorizationFailed(
+            f"node {by} authenticates differently from this node and is not a member of "
+            "its cluster: requests it forwards are refused"
+        )
     return runtime.peers.vouched(by, scope["method"], authorization, proof)
 
 
