@@ -11,6 +11,8 @@ import pytest
 from kop_dedup import errors
 from kop_dedup.cluster.peers import FORWARDED, Peers
 from kop_dedup.cluster.proof import PROOF, WINDOW_S, prove, proved
+from kop_dedup.security.identity import Authenticator
+from kop_dedup.settings import Settings
 from kop_dedup.transports.http.routing import forwarded
 from tests.unit.asgi import unjoined_cluster
 
@@ -84,3 +86,19 @@ def test_a_node_without_authentication_refuses_what_a_node_left_out_of_its_clust
     with pytest.raises(errors.ClusterAuthorizationFailed, match="node 2"):
         forwarded(_scope((FORWARDED.encode(), b"2")), runtime)
     assert forwarded(_scope((FORWARDED.encode(), b"3")), runtime) is True
+
+
+def test_the_shared_secret_is_the_nodes_token_else_the_jwt_secret_key(tmp_path):
+    def secret(**settings: object) -> bytes | None:
+        s = Settings(**settings)
+        return Authenticator.from_settings(s).cluster_secret(s)
+
+    roles = tmp_path / "roles"
+    roles.write_text("alice:tok-alice\nroot:tok-root\n")
+    key = tmp_path / "secret.key"
+    key.write_bytes(b"k" * 32)
+    assert secret(auth_tokens=["b", "a"], auth_token_secret_key=f"file://{key}") == b"a"
+    assert secret(auth_roles_file=roles, superuser_roles="root") == b"tok-root"
+    assert secret(auth_roles_file=roles, auth_token_secret_key=f"file://{key}") == b"k" * 32
+    assert secret(auth_roles_file=roles) is None
+    assert secret() is None
