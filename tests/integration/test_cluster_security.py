@@ -20,8 +20,9 @@ from kop_dedup.cluster.members import SecurityMismatch
 from kop_dedup.cluster.peers import FORWARDED
 from kop_dedup.runtime import Runtime
 from kop_dedup.settings import Settings
+from kop_dedup_tools.sidecar import SidecarError
 from tests.helpers import batch, uniq, wait_until
-from tests.sidecar import ThreadSidecar
+from tests.sidecar import ProcessSidecar, ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +68,28 @@ def test_a_node_with_a_roles_file_is_refused_by_a_cluster_whose_node_authenticat
         assert "node 1" in message, message
         assert "tok-" not in message  # names the setting, never the secret
         assert open_.runtime.cluster.view.node_ids == (1,)
+
+
+def test_a_sidecar_process_with_a_roles_file_exits_naming_the_setting_that_differs(
+    pulsar: Any, tmp_path: Path
+) -> None:
+    """The same, as an operator sees it: ``kop-dedup serve`` exits and its log says why."""
+    ns = uniq("sys")
+    with ThreadSidecar(pulsar, system_namespace=ns, node_id=1, cluster_refresh_ms=300):
+        refused = ProcessSidecar(
+            pulsar,
+            tmp_path,
+            system_namespace=ns,
+            node_id=2,
+            auth_roles_file=_roles(tmp_path),
+            allow_unauthenticated=False,
+        )
+        with pytest.raises(SidecarError):
+            refused.start(timeout=60)
+        log = refused.log_path.read_text()
+        assert "SecurityMismatch" in log, log[-2000:]
+        assert "authentication is on here and off on node 1" in log, log[-2000:]
+        assert not refused.running()
 
 
 @pytest.fixture(scope="module")
