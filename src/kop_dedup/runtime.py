@@ -49,6 +49,7 @@ from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.producers import Publisher
 from kop_dedup.pulsar.topic_admin import TopicAdmin
 from kop_dedup.security.authorizer import Authorizer
+from kop_dedup.security.fingerprint import fingerprint
 from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import Settings, split_address
 
@@ -147,6 +148,8 @@ class Runtime:
         self.peers = Peers(
             me=-1,
             token=self.auth.peer_token(settings),
+            secret=self.auth.cluster_secret(settings),
+            authenticating=self.auth.enabled,
             # a forwarded long poll or join waits as long as the client allows
             timeout_s=max(settings.max_timeout_ms, settings.max_pull_wait_ms) / 1000 + 30,
         )
@@ -348,7 +351,8 @@ class Runtime:
         """Join this node's cluster (the sidecars sharing its system namespace), as the
         node advertising ``kafka`` (host, port) to Kafka clients (None: no listener
         here), and load the state partitions the cluster gives it (waiting at most
-        ``_LOAD_WAIT_S``). NodeIdInUse when a live node has this node's id."""
+        ``_LOAD_WAIT_S``). NodeIdInUse when a live node has this node's id;
+        SecurityMismatch when a live node authenticates differently."""
         s = self.settings
         if kafka is None:  # no listener here: what Metadata of other nodes shows for it
             kafka = (
@@ -365,6 +369,7 @@ class Runtime:
             peer_url=peer,
             instance=uuid.uuid4().hex[:16],
             started_ms=now_ms(),
+            security=await asyncio.to_thread(fingerprint, s),  # PBKDF2: off the loop
         )
         self.peers.identify(me.node_id)
         await self.membership.join(me)

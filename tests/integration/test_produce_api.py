@@ -331,7 +331,9 @@ def test_auth_tokens_guard_produce_but_not_health(pulsar, tmp_path):
     token_file = tmp_path / "tokens"
     token_file.write_text("# one per line\ns3cret-token\n")
     with (
-        ThreadSidecar(pulsar, auth_tokens_file=token_file) as sc,
+        # a cluster of its own: a node of the default system namespace without
+        # authentication would refuse it (nodes of a cluster authenticate alike)
+        ThreadSidecar(pulsar, auth_tokens_file=token_file, system_namespace=uniq("sys")) as sc,
         httpx.Client(base_url=sc.url, timeout=30) as api,
     ):
         assert api.get("/healthz").status_code == 200

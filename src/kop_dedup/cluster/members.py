@@ -25,6 +25,13 @@ once both have listed the same members: within ``refresh_s`` of a change.
 A node id must be unique: a second process started with an id in use is refused at
 start (:class:`NodeIdInUse`), and while two are listed the one started first counts.
 
+Nodes must agree on security: each is listed with the fingerprint of its
+authentication (:mod:`kop_dedup.security.fingerprint`). A node that finds a member
+with another fingerprint when it joins is refused (:class:`SecurityMismatch`, naming
+each setting that differs), whichever started first: of two that start side by side,
+at least one lists the other. A running node leaves such a member out of its views
+(it owns nothing here, and nothing is forwarded to it) and says so in its log.
+
 >>> membership = Membership(client, admin, "persistent://public/sys/cluster-members")
 >>> view = await membership.join(me)    # listed, and the first view read
 >>> membership.start()                  # listing every refresh_s from now on
@@ -45,11 +52,13 @@ from kop_dedup.cluster.placement import ClusterView, Member
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
 from kop_dedup.pulsar.presence import be_listed
 from kop_dedup.pulsar.tables import PulsarClient, discard
+from kop_dedup.security.fingerprint import differences
 
 __all__ = [
     "SUBSCRIPTION",
     "Membership",
     "NodeIdInUse",
+    "SecurityMismatch",
     "default_node_id",
     "member_from",
     "properties_of",
@@ -65,6 +74,10 @@ Listener = Callable[[ClusterView], Awaitable[None]]
 
 class NodeIdInUse(RuntimeError):
     """Another live node already has this node id."""
+
+
+class SecurityMismatch(RuntimeError):
+    """A live node of this cluster authenticates differently from this one."""
 
 
 def default_node_id(host: str, port: int, peer_url: str) -> int:
@@ -84,6 +97,7 @@ def properties_of(member: Member) -> dict[str, str]:
         "peer": member.peer_url,
         "instance": member.instance,
         "startedMs": str(member.started_ms),
+        "security": member.security,
     }
 
 
@@ -101,6 +115,7 @@ def member_from(metadata: dict[str, Any] | None) -> Member | None:
             peer_url=str(metadata.get("peer", "")),
             instance=str(metadata.get("instance", "")),
             started_ms=int(metadata.get("startedMs", 0)),
+            security=str(metadata.get("security", "")),
         )
     except (KeyError, ValueError):
         return None
@@ -130,6 +145,9 @@ class Membership:
         self.listed_at = 0.0
         """When the members were last listed (``time.monotonic()``; 0: never)."""
         self._leaving = False
+        self._excluded: set[str] = set()
+        self.excluded: frozenset[int] = frozenset()
+        """The node ids listed last with another security fingerprint (left out)."""
 
     @property
     def me(self) -> Member:
@@ -149,7 +167,8 @@ class Membership:
 
     async def join(self, me: Member, wait_s: float = _JOIN_WAIT_S) -> ClusterView:
         """Become listed as ``me`` and read the first view that lists this node.
-        NodeIdInUse when a node started earlier holds the same id."""
+        NodeIdInUse when a node started earlier holds the same id; SecurityMismatch when
+        a listed node authenticates differently."""
         self._me = me
         self._consumer = await be_listed(
             self._client, self.topic, SUBSCRIPTION, f"node-{me.node_id}", properties_of(me)
@@ -176,7 +195,8 @@ class Membership:
                     "KOP_DEDUP_NODE_ID"
                 )
             if self.me in listed:
-                await self._publish(ClusterView.of(listed))
+                await self._refuse_mismatched(listed)
+                await self._publish(ClusterView.of(self._agreeing(listed)))
                 return self.view
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.topic} does not list this node after {wait_s:g} s")
@@ -201,8 +221,47 @@ class Membership:
                 return self.view
         else:
             self._absent_since = None
-        await self._publish(ClusterView.of(listed))
+        await self._publish(ClusterView.of(self._agreeing(listed)))
         return self.view
+
+    async def _refuse_mismatched(self, listed: list[Member]) -> None:
+        me = self.me
+        for other in listed:
+            if other.instance == me.instance:
+                continue
+            differ = differences(me.security, other.security, f"node {other.node_id}")
+            if differ:
+                await self.leave()
+                namespace = self.topic.removeprefix("persistent://").rsplit("/", 1)[0]
+                raise SecurityMismatch(
+                    f"node {other.node_id} at {other.host}:{other.port} ({other.peer_url}) "
+                    f"authenticates differently: {'; '.join(differ)}. Every node sharing "
+                    f"{namespace} must authenticate alike (the same "
+                    "tokens, roles file, token keys and superuser roles), or a client's "
+                    "request forwarded between them would be authenticated by the other "
+                    "node's rules; this node does not join"
+                )
+
+    def _agreeing(self, listed: list[Member]) -> list[Member]:
+        """The members with this node's security fingerprint (all before it joined):
+        another is left out of the view, and logged once per run of it."""
+        if self._me is None:
+            return listed
+        mine = self._me.security
+        for other in listed:
+            if other.security != mine and other.instance not in self._excluded:
+                self._excluded.add(other.instance)
+                log.error(
+                    "cluster: node %d (%s:%d) authenticates differently (%s): it is left "
+                    "out of this node's cluster (owns nothing, nothing is forwarded to it); "
+                    "stop it or give it this node's security settings",
+                    other.node_id,
+                    other.host,
+                    other.port,
+                    "; ".join(differences(mine, other.security, f"node {other.node_id}")),
+                )
+        self.excluded = frozenset(m.node_id for m in listed if m.security != mine)
+        return [m for m in listed if m.security == mine]
 
     async def _list(self) -> list[Member]:
         path = self.topic.removeprefix("persistent://")

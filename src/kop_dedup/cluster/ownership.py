@@ -124,6 +124,11 @@ class Cluster:
         except Exception as exc:  # the admin API away: the last view stays
             log.debug("cluster: listing the members again failed: %r", exc)
 
+    def excluded(self, node_id: str) -> bool:
+        """Whether ``node_id`` (as a forwarded request names it) is a node left out of this
+        cluster for authenticating differently (:mod:`.members`)."""
+        return node_id.strip() in {str(n) for n in self.membership.excluded}
+
     def is_me(self, member: Member | None) -> bool:
         return member is not None and member.node_id == self.me.node_id
 
@@ -237,6 +242,7 @@ class Cluster:
             "mode": self.mode,
             "joined": self.membership.joined,
             "controller": view.controller,
+            "excluded": sorted(self.membership.excluded),
             "nodes": [
                 {
                     "nodeId": m.node_id,

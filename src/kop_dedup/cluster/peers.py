@@ -15,17 +15,24 @@ Nodes reach each other over their HTTP APIs (``Member.peer_url``). What travels:
 
 A node that cannot be reached (it died a moment ago: the next listing drops it) is a
 :class:`PeerUnavailable`, which the transports answer with a retriable code.
+
+Every request a node sends another carries :data:`FORWARDED` and, when the cluster has a
+shared secret, its proof (:mod:`kop_dedup.cluster.proof`); a node that authenticates
+serves a request as forwarded only with a good proof (:meth:`Peers.vouched`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
 
+from kop_dedup import errors
 from kop_dedup.cluster.placement import Member
+from kop_dedup.cluster.proof import PROOF, prove, proved
 
 __all__ = ["FORWARDED", "INTERNAL", "PeerAnswer", "PeerUnavailable", "Peers"]
 
@@ -50,6 +57,10 @@ _HOP_BY_HOP = frozenset(
 )
 
 
+_NOT_SENT = _HOP_BY_HOP | {FORWARDED, PROOF}
+"""Headers of a client's request not sent on (the forwarding ones: this node's own)."""
+
+
 class PeerUnavailable(ConnectionError):
     """The owner could not be reached (or did not answer in time)."""
 
@@ -64,9 +75,21 @@ class PeerAnswer:
 
 
 class Peers:
-    def __init__(self, *, me: int, token: str | None, timeout_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        me: int,
+        token: str | None,
+        timeout_s: float,
+        secret: bytes | None = None,
+        authenticating: bool = False,
+    ) -> None:
+        """``token``: what this node calls the others' internal API with; ``secret``:
+        the cluster's shared secret, keying the proofs of forwarded requests (None:
+        there is none); ``authenticating``: whether this node authenticates callers."""
         self._me = me
         self._token = token
+        self._secret, self._authenticating = secret, authenticating
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=5.0),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
@@ -78,6 +101,34 @@ class Peers:
 
     async def close(self) -> None:
         await self._http.aclose()
+
+    def vouched(self, by: str, method: str, authorization: str, proof: str | None) -> bool:
+        """Whether a request naming node ``by`` in :data:`FORWARDED` is served as
+        forwarded (here, never routed again). A node without authentication takes the
+        header's word (a caller may do anything there anyway); one without a shared
+        secret ignores it (the request is routed as a client's); otherwise the proof
+        must hold, or the request is refused (ClusterAuthorizationFailed)."""
+        if not self._authenticating:
+            return True
+        if self._secret is None:
+            return False
+        if proof is not None and proved(
+            self._secret, by, method, authorization, proof, time.time()
+        ):
+            return True
+        raise errors.ClusterAuthorizationFailed(
+            f"{FORWARDED} is for the nodes of this cluster, and this request does not "
+            f"prove it comes from one ({PROOF} missing, stale or wrong); send it without "
+            f"{FORWARDED}"
+        )
+
+    def _forwarding(self, method: str, authorization: str) -> dict[str, str]:
+        """:data:`FORWARDED` and, with a shared secret, its proof."""
+        headers = {FORWARDED: str(self._me)}
+        if self._secret is not None:
+            at = int(time.time())
+            headers[PROOF] = prove(self._secret, str(self._me), method, authorization, at)
+        return headers
 
     async def forward(
         self,
@@ -93,9 +144,10 @@ class Peers:
         sent = {
             k.decode("latin-1"): v.decode("latin-1")
             for k, v in headers
-            if k.decode("latin-1").lower() not in _HOP_BY_HOP
+            if k.decode("latin-1").lower() not in _NOT_SENT
         }
-        sent[FORWARDED] = str(self._me)
+        authorization = next((v for k, v in sent.items() if k.lower() == "authorization"), "")
+        sent.update(self._forwarding(method, authorization))
         url = owner.peer_url + path + (f"?{query.decode('latin-1')}" if query else "")
         try:
             resp = await self._http.request(method, url, headers=sent, content=body)
@@ -118,9 +170,9 @@ class Peers:
             "x-kafka-api-key": str(api_key),
             "x-kafka-api-version": str(version),
             "x-kafka-client-id": client_id,
-            FORWARDED: str(self._me),
             **self._auth(),
         }
+        headers.update(self._forwarding("POST", headers.get("authorization", "")))
         try:
             resp = await self._http.post(
                 f"{owner.peer_url}{INTERNAL}/kafka", headers=headers, content=body
@@ -142,7 +194,10 @@ class Peers:
             resp = await self._http.post(
                 f"{owner.peer_url}{INTERNAL}/{name}",
                 json=dict(payload),
-                headers={FORWARDED: str(self._me), **self._auth()},
+                headers={
+                    **self._auth(),
+                    **self._forwarding("POST", self._auth().get("authorization", "")),
+                },
             )
         except httpx.HTTPError as exc:
             raise PeerUnavailable(f"node {owner.node_id} ({owner.peer_url}): {exc!r}") from exc

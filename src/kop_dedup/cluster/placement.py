@@ -54,6 +54,9 @@ class Member:
     instance: str = ""
     """This run of the node (a new one at every start)."""
     started_ms: int = 0
+    security: str = ""
+    """Its security fingerprint (:mod:`kop_dedup.security.fingerprint`): the nodes of a
+    cluster must agree on it."""
 
 
 def score(node_id: int, thing: str) -> int:

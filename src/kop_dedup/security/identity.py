@@ -167,6 +167,7 @@ class Authenticator:
             if path is not None
         ]
         self._keys: list[tuple[Any, list[str]]] = []
+        self._secret_key = secret_key
         if secret_key is not None:
             self._keys.append((secret_key, ["HS256", "HS384", "HS512"]))
         if public_key is not None:
@@ -238,3 +239,12 @@ class Authenticator:
                 if role in self.superusers:
                     return token
         return None
+
+    def cluster_secret(self, settings: Settings) -> bytes | None:
+        """The secret every node of a cluster shares, keying the proofs of forwarded
+        requests (:mod:`kop_dedup.cluster.proof`): the :meth:`peer_token`, else the JWT
+        secret key; None without either (public-key JWTs only, or authentication off)."""
+        token = self.peer_token(settings)
+        if token is not None:
+            return token.encode("utf-8")
+        return self._secret_key

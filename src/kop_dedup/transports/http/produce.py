@@ -188,6 +188,11 @@ class ProduceEndpoint:
         if runtime is None:
             await JSONResponse({"detail": STARTING}, 503)(scope, receive, send)
             return
+        try:
+            from_peer = forwarded(scope, runtime)  # before the body is read
+        except errors.ClusterAuthorizationFailed as exc:
+            await refused_with(exc)(scope, receive, send)
+            return
         raw = await _read_body(receive)
         if raw is None:  # the client went away
             return
@@ -197,16 +202,22 @@ class ProduceEndpoint:
         held = len(raw)
         await budget.acquire(held)
         try:
-            await _serve(runtime, who, raw, scope, receive, send)
+            await _serve(runtime, who, raw, from_peer, scope, receive, send)
         finally:
             budget.release(held)
 
 
 async def _serve(
-    runtime: Runtime, who: Identity, raw: bytes, scope: Scope, receive: Receive, send: Send
+    runtime: Runtime,
+    who: Identity,
+    raw: bytes,
+    from_peer: bool,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
 ) -> None:
     """Decode, check, authorize, produce (here, or by the node that owns each batch),
-    answer."""
+    answer. ``from_peer``: a node of the cluster forwarded it (produced here)."""
     try:
         batches, timeout_ms, transactional = decode(raw)
     except InvalidBody as exc:
@@ -230,7 +241,7 @@ async def _serve(
         except errors.KafkaError as exc:
             await refused_with(exc)(scope, receive, send)
             return
-    here = forwarded(scope) or len(runtime.cluster.members) <= 1
+    here = from_peer or len(runtime.cluster.members) <= 1
     if transactional is not None and not here:
         owner = runtime.cluster.txn_coordinator(transactional.transactional_id)
         if owner is not None and not runtime.cluster.is_me(owner):

@@ -13,11 +13,14 @@ is forwarded to it, and answered as if this node had served it.
 a transactional request to its coordinator as a whole, the other batches each to its
 partition's leader, the answers put back in request order.
 
-A forwarded request carries :data:`~kop_dedup.cluster.peers.FORWARDED` and is always
-served where it lands (if that node is no longer the owner, the coordinators answer
-their retriable codes: NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER). An owner that cannot
-be reached is answered 503 with COORDINATOR_NOT_AVAILABLE (or per batch 6), both
-retriable: the next listing of the members names a live owner.
+A forwarded request carries :data:`~kop_dedup.cluster.peers.FORWARDED` (and, on a node
+that authenticates, the proof that a node of the cluster sent it:
+:meth:`~kop_dedup.cluster.peers.Peers.vouched`; a client sending the header without
+one is refused 403, CLUSTER_AUTHORIZATION_FAILED) and is always served where it lands
+(if that node is no longer the owner, the coordinators answer their retriable codes:
+NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER). An owner that cannot be reached is answered
+503 with COORDINATOR_NOT_AVAILABLE (or per batch 6), both retriable: the next listing
+of the members names a live owner.
 """
 
 from __future__ import annotations
@@ -38,22 +41,45 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from kop_dedup import errors
 from kop_dedup.cluster.peers import FORWARDED, PeerAnswer, PeerUnavailable
 from kop_dedup.cluster.placement import Member
+from kop_dedup.cluster.proof import PROOF
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.runtime import Runtime
+from kop_dedup.transports.http.deps import forbidden
 
 __all__ = ["Forwarding", "forwarded", "route_produce"]
 
 log = logging.getLogger(__name__)
 
 _FORWARDED = FORWARDED.encode()
+_PROOF = PROOF.encode()
 _TXN_POSTS = frozenset({"/v1/init-producer-id", "/v1/end-txn", "/v1/txn-offset-commit"})
 _GROUPS = "/v1/groups/"
 _TRANSACTIONS = "/v1/transactions/"
 
 
-def forwarded(scope: Scope) -> bool:
-    """Whether another node forwarded this request (it is served here, whatever)."""
-    return any(name == _FORWARDED for name, _ in scope["headers"])
+def forwarded(scope: Scope, runtime: Runtime) -> bool:
+    """Whether another node forwarded this request (it is served here, whatever).
+    ClusterAuthorizationFailed when the request names a node without proving it, on a
+    node that authenticates (see :meth:`~kop_dedup.cluster.peers.Peers.vouched`), or
+    names a node left out of this cluster for authenticating differently (an earlier
+    build's node, which would have forwarded its client unauthenticated)."""
+    by = proof = None
+    authorization = ""
+    for name, value in scope["headers"]:
+        if name == _FORWARDED:
+            by = value.decode("latin-1")
+        elif name == _PROOF:
+            proof = value.decode("latin-1")
+        elif name == b"authorization":
+            authorization = value.decode("latin-1")
+    if by is None:
+        return False
+    if runtime.cluster.excluded(by):
+        raise errors.ClusterAuthorizationFailed(
+            f"node {by} authenticates differently from this node and is not a member of "
+            "its cluster: requests it forwards are refused"
+        )
+    return runtime.peers.vouched(by, scope["method"], authorization, proof)
 
 
 def _unavailable(owner: Member, exc: Exception) -> JSONResponse:
@@ -149,9 +175,21 @@ class Forwarding:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime: Runtime | None = getattr(self.state, "runtime", None)
-        if scope["type"] != "http" or runtime is None or forwarded(scope):
+        if scope["type"] != "http" or runtime is None:
             await self.app(scope, receive, send)
             return
+        try:
+            here = forwarded(scope, runtime)
+        except errors.ClusterAuthorizationFailed as exc:
+            await forbidden(exc)(scope, receive, send)
+            return
+        if here:
+            await self.app(scope, receive, send)
+        else:
+            await self._route(runtime, scope, receive, send)
+
+    async def _route(self, runtime: Runtime, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve here what this node owns; forward the rest to its owner."""
         cluster = runtime.cluster
         path, method = scope["path"], scope["method"]
         body: bytes | None = None
