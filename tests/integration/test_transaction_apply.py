@@ -271,7 +271,7 @@ def test_a_marker_a_failed_staging_left_is_removed_once_its_transaction_cannot_s
             await c.stage_offsets(StageOffsets(tid, pid, epoch, group, staged))
             leaked = [(source, 0), (source, 1)]
             await runtime.offsets.mark_pending(group, leaked, tid, 1)
-            await c._unmark(tid, group, leaked, [1])
+            await c._staging._unmark(tid, group, leaked, [1])
             while_open = await fetch(runtime, group, source)
             await c.end(EndTxn(tid, pid, epoch, commit=True))
 
@@ -280,7 +280,7 @@ def test_a_marker_a_failed_staging_left_is_removed_once_its_transaction_cannot_s
                 return txn is not None and txn.state is TxnState.COMPLETE_COMMIT
 
             await until("the commit to complete", complete)
-            await c._unmark(tid, group, leaked, [1])
+            await c._staging._unmark(tid, group, leaked, [1])
             answers = await runtime.offsets.fetch(group, require_stable=True)
             by_partition = {a.partition: a for a in answers if a.topic == source}
             return while_open, by_partition.get(0), by_partition.get(1)

@@ -137,3 +137,58 @@ def test_offset_delete_drops_the_pending_offsets_of_every_transaction(pair):
     wait_until("T1 applied", lambda: state(api, tid1) == "CompleteCommit")
     r = api.get(f"/v1/groups/{group}/offsets", params={"requireStable": "true"})
     assert r.json()["offsets"] == [], r.text
+
+
+def test_a_zombie_members_offsets_are_refused_by_the_groups_coordinator_on_another_node(
+    pulsar, pair
+):
+    """KIP-447 across nodes: the transaction is coordinated by A, the group by B, so the
+    pending marker is written by B on A's call. The group moves to generation g+1 on B
+    after A checked the member of g and before B writes the marker (g+1 fetches the
+    committed offset meanwhile): B checks the member in the marker's change and A
+    answers 22; nothing is staged, no marker is left."""
+    from kop_dedup_tools.topics import create_topic
+
+    api_a, _, a, b = pair
+    tid, _ = ids_coordinated_by(a, b)
+    cluster = b.runtime.cluster
+    group = next(
+        g for g in (uniq("g") for _ in range(1000)) if cluster.is_me(cluster.group_coordinator(g))
+    )
+    source = uniq("src")
+    create_topic(pulsar.admin_url, source, partitions=1)  # a join creates no topic
+    r = api_a.post(f"/v1/groups/{group}/members", json={"topics": [source]})
+    assert r.status_code == 200, r.text
+    zombie = r.json()
+    pid, epoch = init_txn(api_a, tid)
+    store, groups = b.runtime.offsets, b.runtime.groups
+    marking = store.mark_pending
+    generations: list[int] = []
+
+    async def after_a_rebalance(*args: Any, **kwargs: Any) -> Any:
+        """On B, the group's coordinator: the group moves on before the marker."""
+        if not generations:
+            generations.append((await groups.join(group, None, [source])).generation)
+            await store.fetch(group, require_stable=True)
+        return await marking(*args, **kwargs)
+
+    store.mark_pending = after_a_rebalance
+    try:
+        body = {
+            "transactionalId": tid,
+            "producerId": pid,
+            "producerEpoch": epoch,
+            "groupId": group,
+            "offsets": [{"topic": source, "partition": 0, "offset": 5}],
+            "memberId": zombie["memberId"],
+            "generation": zombie["generation"],
+        }
+        r = api_a.post("/v1/txn-offset-commit", json=body)
+    finally:
+        del store.mark_pending
+    assert generations == [zombie["generation"] + 1], generations
+    assert r.status_code == 200, r.text
+    assert r.json()["errorCode"] == 22, f"the zombie's offsets were staged: {r.text}"
+    assert api_a.get(f"/v1/transactions/{tid}").json()["offsets"] == []
+    r = api_a.get(f"/v1/groups/{group}/offsets", params={"requireStable": "true"})
+    assert all(o["errorCode"] == 0 for o in r.json()["offsets"]), r.text

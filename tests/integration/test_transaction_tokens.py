@@ -249,3 +249,55 @@ def test_txn_offset_commit_with_a_member_is_fenced_like_the_members_commit(pulsa
         assert call(sc.url, "/v1/txn-offset-commit", current)["errorCode"] == 0
         assert [o["offset"] for o in described(sc.url, tid)["offsets"]] == [5]
         assert stable_offsets(sc.url, group)[(source, 0)]["errorCode"] == 88
+
+
+def test_a_zombie_members_offsets_are_refused_when_the_group_moves_on_before_the_marker(pulsar):
+    """KIP-447's check and the pending-offset marker in one step. A member of generation
+    g stages offsets; the group moves to g+1 (another member joins) after the member was
+    checked and before the marker is written, and g+1 fetches the committed offset (3,
+    stable: no marker yet). The zombie's offsets were staged all the same (0) and its
+    commit moved the group to 5 while g+1 processed from 3 too: both processed the same
+    input. The marker's change checks the member itself now: 22, nothing staged."""
+    from kop_dedup.coordination.groups.store import StagedOffset
+
+    tid, topic, group, source = uniq("tx"), uniq("a"), uniq("g"), uniq("src")
+    create_topic(pulsar.admin_url, source, partitions=1)  # a join creates no topic
+    with ThreadSidecar(pulsar, **FAST) as sc:
+        zombie = call(sc.url, f"/v1/groups/{group}/members", {"topics": [source]})
+        store, groups = sc.runtime.offsets, sc.runtime.groups
+        sc.call(store.commit(group, [StagedOffset(source, 0, 3, "", None)]))
+        pid, epoch = init(sc.url, tid)
+        assert produce(sc.url, tid, "t", batch(topic, pid, 0, 1, epoch=epoch)) == [0]
+        marking = store.mark_pending
+        seen: list[tuple[int, list[Any]]] = []
+
+        async def after_a_rebalance(*args: Any, **kwargs: Any) -> Any:
+            """The group moves on between the member check and the marker's write."""
+            if not seen:
+                joined = await groups.join(group, None, [source])
+                fetched = await store.fetch(group, require_stable=True)
+                seen.append((joined.generation, [(o.offset, o.error) for o in fetched]))
+            return await marking(*args, **kwargs)
+
+        store.mark_pending = after_a_rebalance
+        try:
+            body = {
+                "transactionalId": tid,
+                "producerId": pid,
+                "producerEpoch": epoch,
+                "transactionToken": "t",
+                "groupId": group,
+                "offsets": [{"topic": source, "partition": 0, "offset": 5}],
+                "memberId": zombie["memberId"],
+                "generation": zombie["generation"],
+            }
+            answer = call(sc.url, "/v1/txn-offset-commit", body)
+        finally:
+            del store.mark_pending
+        assert seen == [(zombie["generation"] + 1, [(3, None)])], seen
+        assert answer["errorCode"] == 22, f"the zombie's offsets were staged: {answer}"
+        assert described(sc.url, tid)["offsets"] == []
+        assert stable_offsets(sc.url, group)[(source, 0)]["errorCode"] == 0  # no marker
+        end = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch}
+        assert call(sc.url, "/v1/end-txn", {**end, "commit": True})["errorCode"] == 0
+        assert stable_offsets(sc.url, group)[(source, 0)]["offset"] == 3

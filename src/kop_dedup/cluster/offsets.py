@@ -76,11 +76,20 @@ class RoutedOffsets:
         return answer.get("result")
 
     async def mark_pending(
-        self, group: str, keys: Iterable[tuple[str, int]], transactional_id: str, ordinal: int
+        self,
+        group: str,
+        keys: Iterable[tuple[str, int]],
+        transactional_id: str,
+        ordinal: int,
+        *,
+        member_id: str | None = None,
+        generation: int | None = None,
     ) -> None:
         owner = self._remote(group)
         if owner is None:
-            await self._store.mark_pending(group, keys, transactional_id, ordinal)
+            await self._store.mark_pending(
+                group, keys, transactional_id, ordinal, member_id=member_id, generation=generation
+            )
             return
         await self._call(
             owner,
@@ -90,6 +99,8 @@ class RoutedOffsets:
                 "keys": [list(k) for k in keys],
                 "transactionalId": transactional_id,
                 "ordinal": ordinal,
+                "memberId": member_id,
+                "generation": generation,
             },
         )
 
@@ -138,7 +149,15 @@ async def serve(store: GroupStore, payload: dict[str, Any]) -> dict[str, Any]:
     try:
         op = payload["op"]
         if op == "mark":
-            await store.mark_pending(group, keys, tid, ordinal)
+            member, generation = payload.get("memberId"), payload.get("generation")
+            await store.mark_pending(
+                group,
+                keys,
+                tid,
+                ordinal,
+                member_id=None if member is None else str(member),
+                generation=None if generation is None else int(generation),
+            )
             return {"errorCode": 0}
         if op == "commit":
             staged = [_unstaged(d) for d in payload.get("offsets", [])]

@@ -56,8 +56,8 @@ partition: None or 86; 24, 68, 69 for the whole request).
 
 ``GroupStore`` (runtime.offsets): ``commit(group, [StagedOffset])``,
 ``fetch(group, require_stable=) -> list[CommittedOffset]``; for the transaction
-coordinator ``mark_pending``, ``commit_transaction`` (at most once),
-``abort_transaction``.
+coordinator ``mark_pending`` (a KIP-447 member checked in the same change),
+``commit_transaction`` (at most once), ``abort_transaction``.
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ from kop_dedup.protocol.groups import (
     commit_offsets,
     delivery_after_commit,
 )
+from kop_dedup.protocol.groups.fencing import check_txn_member
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming, validate_topic
 from kop_dedup.pulsar.positions import Positions
@@ -297,30 +298,18 @@ class GroupCoordinator:
         return group if refreshed is None else await self._write_group(p, group_id, refreshed)
 
     async def check_member(self, group_id: str, member: str | None, generation: int | None) -> None:
-        """Fencing of a transactional offset commit made for a member (Kafka's KIP-447):
-        raises what the member's own commit would, StaleMember wrapping 25
-        UNKNOWN_MEMBER_ID (``member`` not in the group) or 22 ILLEGAL_GENERATION
-        (``generation`` not the group's), checked in that order, as Kafka's
-        TxnOffsetCommit does. ``None`` skips a check. Reads the group (every change
-        made before the call, through any sidecar); changes nothing."""
+        """Fencing of a transactional offset commit made for a member (Kafka's KIP-447,
+        :func:`~kop_dedup.protocol.groups.fencing.check_txn_member`): StaleMember wrapping
+        25 or 22. Reads the group first; changes nothing. The staging itself checks again
+        in the change that writes its marker (:meth:`.store.GroupStore.mark_pending`)."""
         if member is None and generation is None:
             return
         await self.store.read(group_id)
-        kafka = self.classic.group(group_id)
-        if kafka is not None:
-            if member is not None and not kafka.has(member):
-                raise StaleMember.unknown(group_id, member)
-            if generation is not None and not kafka.current(generation):
-                # a generation a reset fenced is stale: the group's next one is current
-                current = max(kafka.generation, kafka.min_generation)
-                raise StaleMember.generation(group_id, generation, current)
-            return
-        group = self.group(group_id)
-        if member is not None and (group is None or member not in group.members):
-            raise StaleMember.unknown(group_id, member)
-        current = 0 if group is None else group.generation
-        if generation is not None and generation != current:
-            raise StaleMember.generation(group_id, generation, current)
+        kafka, group = self.classic.group(group_id), self.group(group_id)
+        try:
+            check_txn_member(group_id, kafka, group, member, generation)
+        except errors.KafkaError as exc:
+            raise StaleMember(exc) from None
 
     def _not_kafka(self, group_id: str) -> None:
         """StaleMember with 23 when the group is a Kafka group (client-side assignment)."""

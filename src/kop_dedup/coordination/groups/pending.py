@@ -47,6 +47,9 @@ from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.access import StoreAccess
 from kop_dedup.coordination.groups.offsets import StagedOffset, offset_doc
 from kop_dedup.coordination.groups.view import Doc, key
+from kop_dedup.protocol.groups.classic import ClassicGroup
+from kop_dedup.protocol.groups.fencing import check_txn_member
+from kop_dedup.protocol.groups.metadata import Group
 
 __all__ = [
     "STAGED_FIELD",
@@ -140,15 +143,36 @@ class PendingOffsets:
         self.pending_is_live = pending_is_live
 
     async def mark(
-        self, group: str, keys: Iterable[tuple[str, int]], transactional_id: str, ordinal: int
+        self,
+        group: str,
+        keys: Iterable[tuple[str, int]],
+        transactional_id: str,
+        ordinal: int,
+        *,
+        member_id: str | None = None,
+        generation: int | None = None,
     ) -> None:
         """Mark partitions as having offsets pending in transaction ``ordinal`` of
         ``transactional_id`` (before the transaction records them). Marking again (the
-        transaction stages the partition again) moves its marker after the others."""
+        transaction stages the partition again) moves its marker after the others.
+
+        ``member_id``, ``generation`` (KIP-447): the member the offsets are committed
+        for, checked in the same change, before anything is written (25, 22:
+        :func:`~kop_dedup.protocol.groups.fencing.check_txn_member`), so that no
+        rebalance comes between the check and the marker."""
         keys = list(dict.fromkeys(keys))
         store = self._store
 
         async def change(p: int) -> None:
+            if member_id is not None or generation is not None:
+                doc = store.doc(group, "g")
+                check_txn_member(
+                    group,
+                    ClassicGroup.from_doc(store.doc(group, "k")),
+                    None if doc is None else Group.from_doc(doc),
+                    member_id,
+                    generation,
+                )
             now = now_ms()
             docs = store.docs(group)
             for topic, partition in keys:

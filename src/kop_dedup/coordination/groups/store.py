@@ -420,10 +420,20 @@ class GroupStore:
         return await self.offsets.fetch(group, require_stable=require_stable)
 
     async def mark_pending(
-        self, group: str, keys: Iterable[tuple[str, int]], transactional_id: str, ordinal: int
+        self,
+        group: str,
+        keys: Iterable[tuple[str, int]],
+        transactional_id: str,
+        ordinal: int,
+        *,
+        member_id: str | None = None,
+        generation: int | None = None,
     ) -> None:
-        """:meth:`.pending.PendingOffsets.mark`: offsets staged in a transaction."""
-        await self.pending.mark(group, keys, transactional_id, ordinal)
+        """:meth:`.pending.PendingOffsets.mark`: offsets staged in a transaction, for
+        ``member_id`` at ``generation`` when given (KIP-447: checked in the same change)."""
+        await self.pending.mark(
+            group, keys, transactional_id, ordinal, member_id=member_id, generation=generation
+        )
 
     async def commit_transaction(
         self, group: str, transactional_id: str, ordinal: int, offsets: Iterable[StagedOffset]

@@ -37,11 +37,12 @@ from kop_dedup.coordination.transactions.requests import (
     StageOffsets,
 )
 from kop_dedup.coordination.transactions.settings import TxnSettings
+from kop_dedup.coordination.transactions.staging import MemberCheck, OffsetStaging
 from kop_dedup.coordination.transactions.state import Decide, TransactionStateManager
 from kop_dedup.coordination.transactions.stats import TxnStats
 from kop_dedup.protocol import transactions as tx
 from kop_dedup.protocol.records import KafkaBatch
-from kop_dedup.protocol.transactions import Offset, Transaction, TxnState
+from kop_dedup.protocol.transactions import Transaction, TxnState
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.tables import KeyedWriter, PulsarClient
 
@@ -50,9 +51,6 @@ __all__ = ["MemberCheck", "TransactionCoordinator"]
 log = logging.getLogger(__name__)
 
 PartKey = tuple[str, int]
-MemberCheck = Callable[[str, str | None, int | None], Awaitable[None]]
-"""``(group, member id, generation)``: raises what a stale member's commit gets (25
-UNKNOWN_MEMBER_ID, 22 ILLEGAL_GENERATION); None skips that check (KIP-447)."""
 
 
 class TransactionCoordinator:
@@ -77,7 +75,6 @@ class TransactionCoordinator:
         release_journals: Callable[[frozenset[int]], None] | None = None,
     ) -> None:
         self.settings = settings
-        self._members = members
         self.stats = TxnStats(local=copier.local, copier=copier)
         self._admin, self._copier, self._offsets, self._journal = admin, copier, offsets, journal
         self._allocator, self._epochs, self._legacy = allocator, epochs, legacy
@@ -100,6 +97,7 @@ class TransactionCoordinator:
             on_busy=self.applier.settled,
             settings=settings,
         )
+        self._staging = OffsetStaging(self.state, offsets, members)
         self.checkbacks = CheckBacks(self.state, self.applier, copier, self.stats, settings)
         self._background: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -303,83 +301,11 @@ class TransactionCoordinator:
     # -- offsets --------------------------------------------------------------------------
 
     async def stage_offsets(self, request: StageOffsets) -> None:
-        """TxnOffsetCommit: the offsets wait in the transaction for its decision; until
-        then a stable fetch of those partitions answers UNSTABLE_OFFSET_COMMIT.
-
-        With a member (KIP-447) the group checks it first. The pending markers are
-        written as part of the change, under the log partition's lock, once the change
-        is known to be allowed: nothing of the id (an end-txn, another staging) runs
-        between a marker and the change that records its offsets. A marker of a change
-        that then failed is removed once its transaction can no longer stage it (the
-        group store's sweep removes what is left, asking :meth:`pending_is_live`)."""
-        tid, group = request.transactional_id, request.group
-        names.validate_group_id(group)
-        names.validate_topics(o.topic for o in request.offsets)  # before it is staged or stored
-        if request.member_id is not None or request.generation is not None:
-            await self._members(group, request.member_id, request.generation)
-        keys = [(o.topic, o.partition) for o in request.offsets]
-        staged = [
-            Offset(group, o.topic, o.partition, o.offset, o.metadata) for o in request.offsets
-        ]
-        marked: list[int] = []
-
-        async def decide(current: Transaction | None) -> Transaction:
-            txn = tx.stage_offsets(
-                tx.known(current, tid),
-                request.producer_id,
-                request.producer_epoch,
-                staged,
-                now_ms=now_ms(),
-                token=request.token,
-            )
-            if not marked or marked[-1] != txn.ordinal:
-                await self._offsets.mark_pending(group, keys, tid, txn.ordinal)
-                marked.append(txn.ordinal)
-            return txn
-
-        try:
-            done = await self.state.change(tid, decide)
-        except Exception:
-            await self._unmark(tid, group, keys, marked)
-            raise
-        await self._unmark(tid, group, keys, [o for o in marked if o != done.ordinal])
-
-    async def _unmark(
-        self, transactional_id: str, group: str, keys: list[PartKey], ordinals: list[int]
-    ) -> None:
-        """Remove the markers this call wrote for transactions that did not get its
-        offsets and can no longer stage them (not Ongoing at that ordinal any more),
-        except for partitions such a transaction did stage. Only as the partition's
-        owner with nothing in doubt (else the group store's sweep does it later)."""
-        if not ordinals:
-            return
-        p = self.state.partition_of(transactional_id)
-        try:
-            async with self.state.parts.lock(p):
-                if self.state.parts.in_doubt(p) or not await self.state.parts.still_owned(p):
-                    return
-                current = self.state.get(transactional_id)
-                for ordinal in ordinals:
-                    same = current is not None and current.ordinal == ordinal
-                    if same and current is not None and current.state is TxnState.ONGOING:
-                        continue  # it may still stage them; its decision clears the rest
-                    kept = {
-                        (o.topic, o.partition)
-                        for o in (current.offsets if same and current is not None else ())
-                        if o.group == group
-                    }
-                    leaked = [k for k in keys if k not in kept]
-                    if leaked:
-                        await self._offsets.abort_transaction(
-                            group, leaked, transactional_id, ordinal
-                        )
-        except Exception as exc:  # the group store's sweep removes them later
-            log.warning(
-                "pending offsets of %r in group %r left for the sweep: %r",
-                transactional_id,
-                group,
-                exc,
-            )
+        """TxnOffsetCommit (:meth:`.staging.OffsetStaging.stage`): the offsets wait in the
+        transaction for its decision; until then a stable fetch of those partitions
+        answers UNSTABLE_OFFSET_COMMIT. A member's (KIP-447) is checked by the group in
+        the change that writes the pending markers: 25, 22."""
+        await self._staging.stage(request)
 
     async def _changing(self, transactional_id: str, decide: Decide[Transaction]) -> Transaction:
         """``state.change``, waiting once for a decision being applied (``busy_wait_s``)."""

@@ -19,7 +19,14 @@ __all__ = ["TxnOffsets"]
 
 class TxnOffsets(Protocol):
     async def mark_pending(
-        self, group: str, keys: Iterable[tuple[str, int]], transactional_id: str, ordinal: int
+        self,
+        group: str,
+        keys: Iterable[tuple[str, int]],
+        transactional_id: str,
+        ordinal: int,
+        *,
+        member_id: str | None = None,
+        generation: int | None = None,
     ) -> None: ...
 
     async def commit_transaction(

@@ -7,8 +7,11 @@ decide the next one, write it (the version bumped), and only then put it in the 
 The owner is the node the cluster names (:mod:`kop_dedup.coordination.partitions`);
 another node's change is refused with NOT_COORDINATOR (its transports forward it
 first). Reads catch up with the log first, so they see every change made through any
-sidecar. A write that fails is handled by the partitions' one rule (the partition is
-taken again, its view reread, its recovery run, before the next change).
+sidecar. An answer that writes nothing (a decision taken already, a refusal) is given
+only from a view proved current: read to the end, no other node's ownership marker after
+ours; a write needs no such proof (the fenced writer refuses it). A write that fails is
+handled by the partitions' one rule (the partition is taken again, its view reread, its
+recovery run, before the next change).
 """
 
 from __future__ import annotations
@@ -144,7 +147,10 @@ class TransactionStateManager:
         """Run ``decide`` on the current state as the partition's owner; write what it
         answers when that differs, and answer the state after. NOT_COORDINATOR on a node
         the cluster does not name the owner (or one fenced meanwhile: nothing stored);
-        COORDINATOR_LOAD_IN_PROGRESS while this node loads the partition.
+        COORDINATOR_LOAD_IN_PROGRESS while this node loads the partition. An answer that
+        writes nothing (no change, or a non-retriable refusal ``decide`` raises) is given
+        only once the view is proved current (:meth:`_proved_current`), else
+        NOT_COORDINATOR.
 
         ``take=False``: background work (the sweep's timeouts, check-backs), which runs
         ``decide`` only if this node still owns the partition as read afresh and has no
@@ -157,10 +163,34 @@ class TransactionStateManager:
                 raise errors.NotCoordinator(f"transaction log partition {p} is not ours")
             await self.parts.own(p)
             current = self.view.get(p, transactional_id)
-            nxt = await decide(current)
+            try:
+                nxt = await decide(current)
+            except errors.KafkaError as exc:
+                if take and not exc.retriable:
+                    await self._proved_current(p, exc)
+                raise
             if nxt is None or nxt == current:
+                if take:
+                    await self._proved_current(p)
                 return nxt
             return cast("T", await self.write(p, nxt))
+
+    async def _proved_current(self, p: int, refusal: errors.KafkaError | None = None) -> None:
+        """Before an answer that writes nothing (a decision taken already, a refusal):
+        the view it was decided on is current, having read the partition to its end
+        and found no other node's ownership marker after ours (lock held). Else
+        NOT_COORDINATOR, and the partition is given up: another node took it while this
+        one did not notice (paused past the broker's keep-alive, its next listing still
+        to come), and may have moved the id on (a retried EndTxn of transaction N
+        answered 0 from here would have answered one of N+1 that the new owner never
+        decided). A decision that writes needs no barrier: the fenced writer refuses it.
+        Retriable refusals (51) are not proved: the client asks again."""
+        if await self.parts.still_owned(p):
+            return
+        raise errors.NotCoordinator(
+            f"transaction log partition {p} was taken over by another node (this one "
+            "had not noticed yet); find the coordinator again"
+        ) from refusal
 
     async def write(self, p: int, txn: Transaction) -> Transaction:
         """Store ``txn`` (version bumped) as the owner; call with the lock held."""
