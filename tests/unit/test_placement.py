@@ -3,6 +3,7 @@ and a membership change moves little."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import pytest
@@ -51,21 +52,46 @@ def test_the_answer_does_not_depend_on_the_order_nodes_are_listed_in(nodes, coun
     nodes=st.sets(st.integers(min_value=0, max_value=10_000), min_size=2, max_size=8),
     count=st.integers(min_value=8, max_value=64),
 )
-def test_a_node_that_leaves_moves_its_things_and_few_others(nodes, count):
+def test_a_node_that_leaves_moves_its_things_and_leaves_some_others_in_place(nodes, count):
     before = place("g", count, sorted(nodes))
     gone = min(nodes)
     after = place("g", count, sorted(nodes - {gone}))
-    moved_others = sum(1 for b, a in zip(before, after, strict=True) if b not in (gone, a))
-    # bounded load can cascade a few; far from the modulo rule that moves most things
-    assert moved_others <= count // 2
+    assert gone not in after
+    kept = sum(1 for b, a in zip(before, after, strict=True) if b == a)
+    # rounds regroup when the node count changes, so some others move (the average is
+    # the next test's); a sixth of them at least stays (the worst of 40,000 seeded cases
+    # kept a fifth)
+    assert kept >= (count - before.count(gone)) // 6
 
 
-def test_a_node_that_joins_takes_about_its_share():
+def _unforced_moved(before: tuple[int, ...], after: tuple[int, ...], forced: int) -> float:
+    """Of the things whose owner neither left nor is the node that joined, the share
+    that moved."""
+    free = [(b, a) for b, a in zip(before, after, strict=True) if forced not in (a, b)]
+    return sum(1 for b, a in free if b != a) / len(free)
+
+
+def test_a_membership_change_moves_on_average_under_a_third_of_what_it_need_not():
+    rng = random.Random(20261202)
+    left, joined = [], []
+    for case in range(300):
+        nodes = rng.sample(range(10_000), rng.randint(2, 8))
+        count, group = rng.randint(8, 64), f"topic:t{case}"
+        before = place(group, count, nodes)
+        gone = rng.choice(nodes)
+        left.append(_unforced_moved(before, place(group, count, set(nodes) - {gone}), gone))
+        joined.append(_unforced_moved(before, place(group, count, [*nodes, 10_000]), 10_000))
+    # measured: 0.21 and 0.25 (the bounded-load rule that moved leaders on growth: 0.05)
+    assert sum(left) / len(left) < 0.3
+    assert sum(joined) / len(joined) < 0.3
+
+
+def test_a_node_that_joins_takes_its_share_and_moves_fewer_others():
     before = place("topic:t", 48, [1, 2, 3])
     after = place("topic:t", 48, [1, 2, 3, 4])
-    moved = sum(1 for b, a in zip(before, after, strict=True) if b != a)
     assert Counter(after)[4] == 12
-    assert moved <= 12 + 6  # its share, and a little cascade
+    moved_between_others = sum(1 for b, a in zip(before, after, strict=True) if a not in (b, 4))
+    assert moved_between_others <= 12
 
 
 def test_a_view_keeps_one_member_per_node_id_the_one_started_first():
@@ -85,3 +111,32 @@ def test_owned_by_a_node_not_in_the_view_is_nothing():
 def test_an_index_outside_the_group_is_refused():
     with pytest.raises(ValueError, match=r"not in 0\.\.3"):
         _view(1).owner("g", 4, 4)
+
+
+@given(
+    nodes=nodes_st,
+    count=st.integers(min_value=1, max_value=48),
+    more=st.integers(min_value=1, max_value=24),
+)
+def test_adding_partitions_never_moves_the_owner_of_an_existing_one(nodes, count, more):
+    # Kafka never moves an existing partition's leader when partitions are added; a move
+    # here left the old leader holding the partition's producer names (6 for minutes)
+    before = place("g", count, sorted(nodes))
+    after = place("g", count + more, sorted(nodes))
+    assert after[:count] == before
+
+
+def test_growing_200_topics_from_3_to_4_partitions_over_3_nodes_moves_no_leader():
+    moved = [
+        t
+        for t in (f"topic:t{i}" for i in range(200))
+        if place(t, 4, [1, 2, 3])[:3] != place(t, 3, [1, 2, 3])
+    ]
+    assert moved == []
+
+
+@given(nodes=nodes_st, count=st.integers(min_value=1, max_value=64))
+def test_at_every_count_the_loads_differ_by_at_most_one(nodes, count):
+    loads = Counter(place("g", count, sorted(nodes)))
+    counts = [loads.get(n, 0) for n in nodes]
+    assert max(counts) - min(counts) <= 1
