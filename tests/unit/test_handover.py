@@ -23,16 +23,16 @@ TWO = ClusterView.of([ME, OTHER])
 DATA = "persistent://public/kafka"
 
 
-def _cluster(mgr: ChannelManager, counts: dict[str, int]) -> tuple[Membership, Handover]:
+def _cluster(
+    mgr: ChannelManager, counts: dict[str, int], journals: str = "persistent://public/sys/txn-j."
+) -> tuple[Membership, Handover]:
     async def partitions_of(topic: str) -> int:
         return counts[topic]
 
     membership = Membership(None, None, "unit-members")  # type: ignore[arg-type]
     membership._me = ME  # joined: listed as itself
     cluster = Cluster(membership, partitions_of=partitions_of)
-    handover = Handover(
-        cluster, mgr, Naming("public", "kafka", "kop"), journals="persistent://public/sys/txn-j."
-    )
+    handover = Handover(cluster, mgr, Naming("public", "kafka", "kop"), journals=journals)
     cluster.on_data(handover.retire_moved)
     return membership, handover
 
@@ -115,6 +115,21 @@ def test_journal_channels_are_left_to_the_transaction_coordinator():
         channel = await opened(mgr, ("persistent://public/sys/txn-j.log-partition-3", 7, 0))
         mgr.release(channel)
         await membership._publish(TWO)
+        await membership._publish(TWO)
+        return channel.closed
+
+    assert not run(go())
+
+
+def test_journal_channels_in_the_data_namespace_are_left_alone_too():
+    # SYSTEM_NAMESPACE may name the data namespace: a journal partition then looks like a
+    # Kafka topic's partition, and its leader is no journal's owner
+    async def go() -> bool:
+        mgr, _, _ = manager()
+        membership, _ = _cluster(mgr, {}, journals=f"{DATA}/txn-journal.")
+        theirs = _partition_led_by(OTHER.node_id, "txn-journal.log", 8)
+        channel = await opened(mgr, (f"{DATA}/txn-journal.log-partition-{theirs}", 7, 0))
+        mgr.release(channel)
         await membership._publish(TWO)
         return channel.closed
 

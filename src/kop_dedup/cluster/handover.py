@@ -53,7 +53,8 @@ class Handover:
         moved: set[str] = set()
         for ptopic in {key[0] for key in self._channels.open_keys()}:
             topic, sep, index = ptopic.removeprefix(data).rpartition("-partition-")
-            if not ptopic.startswith(data) or not sep or not index.isdigit():
+            journal = ptopic.startswith(self._journals)  # SYSTEM_NAMESPACE may be the data one
+            if journal or not ptopic.startswith(data) or not sep or not index.isdigit():
                 continue
             leader = self._cluster.leader_at(topic, int(index), view)
             if leader is not None and not self._cluster.is_me(leader):
