@@ -161,3 +161,61 @@ def test_a_producer_name_left_on_a_node_that_does_not_lead_is_handed_over_at_its
     print(f"\naccepted by the leader after {took:.2f} s; answered before: {refused}")
     stored = [m.data().decode() for m in read_all(pulsar_reader_client, ptopic, expect=2)]
     assert stored == [f"{pid}:0:0", f"{pid}:0:1"]
+
+
+def test_librdkafkas_idempotent_producer_goes_on_through_create_partitions_without_a_failure(
+    pair, pulsar, pulsar_reader_client
+):
+    """librdkafka's idempotent producer, bootstrapped to both nodes, writes partition 1
+    every 20 ms while an AdminClient grows the topic from 2 to 3 partitions: no delivery
+    fails or waits past the bound, and partition 1 holds every record once, in order
+    (the build before moved its leader, and the new one answered 6 until the producer's
+    delivery.timeout.ms)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    topic = _same_first_choice_topic()
+    bootstrap = ",".join(n.kafka_bootstrap for n in pair)
+    create_topic(pulsar.admin_url, topic, partitions=2)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "delivery.timeout.ms": 15_000,
+        }
+    )
+    delivered: list[str] = []
+    failed: list[str] = []
+    latencies: list[float] = []
+
+    def send(n: int) -> None:
+        sent = time.monotonic()
+
+        def done(err: Any, msg: Any) -> None:
+            if err is not None:
+                failed.append(str(err))
+            else:
+                latencies.append(time.monotonic() - sent)
+                delivered.append(msg.value().decode())
+
+        producer.produce(topic, str(n).encode(), partition=1, on_delivery=done)
+        producer.poll(0)
+
+    n = 0
+    for _ in range(50):  # a second before the growth
+        send(n := n + 1)
+        time.sleep(0.02)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    grown_at = time.monotonic()
+    while time.monotonic() - grown_at < 8:  # past both nodes' partition caches (5 s)
+        send(n := n + 1)
+        time.sleep(0.02)
+    assert producer.flush(30) == 0
+    assert failed == [], failed[:3]
+    assert max(latencies) < ACCEPTED_WITHIN_S, max(latencies)
+    ptopic = f"persistent://public/kafka/{topic}-partition-1"
+    stored = [m.data().decode() for m in read_all(pulsar_reader_client, ptopic, expect=n)]
+    assert stored == [str(i) for i in range(1, n + 1)]
+    assert sorted(delivered, key=int) == stored
