@@ -45,10 +45,10 @@ class Handover:
 
     async def retire_moved(self, view: ClusterView) -> None:
         """After every listing of the members: close the channels of partitions another
-        node leads in ``view``, whatever moved them (a membership change; a producer
-        opened under the view of a moment before; a partition count that changed when
-        placement depended on it). Asks nothing of Pulsar: a partition's leader depends
-        on its index and the members only."""
+        node leads in ``view``, whatever left them here (a membership change; a batch
+        served under the view of a moment before, or forwarded by a node whose view
+        differed). Asks nothing of Pulsar: a partition's leader depends on its index
+        and the members only, not on the topic's partition count."""
         data = f"persistent://{self._naming.namespace_path}/"
         moved: set[str] = set()
         for ptopic in {key[0] for key in self._channels.open_keys()}:
