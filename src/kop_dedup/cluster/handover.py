@@ -5,7 +5,9 @@ name the previous one still holds is refused (ProducerBusy) until that one close
 So when ownership moves this node closes, as soon as nothing is in flight on them:
 
 - the produce channels (``<prefix>-<pid>-<epoch>`` on a data partition) of the
-  partitions another node leads after a membership change (:meth:`Handover.retire_moved`);
+  partitions another node leads, checked at every listing of the members whatever moved
+  them (:meth:`Handover.retire_moved`): the new leader opens the names within a listing
+  (``CLUSTER_REFRESH_MS``), not after the idle reaper (``PRODUCER_IDLE_SECONDS``);
 - the journal channels of the producer ids whose transactions another node coordinates
   (their transaction-log partition moved: :meth:`Handover.release_journals`).
 
@@ -33,7 +35,6 @@ class Handover:
         self._cluster, self._channels, self._naming = cluster, channels, naming
         self._journals = journals
         """The prefix of journal partition topics (``persistent://<sys>/txn-journal.``)."""
-        self._seen: tuple[int, ...] = ()
 
     def release_journals(self, producer_ids: frozenset[int]) -> None:
         """Another node coordinates these producer ids now: free their journal names."""
@@ -43,27 +44,26 @@ class Handover:
         )
 
     async def retire_moved(self, view: ClusterView) -> None:
-        """After a membership change: close the channels of partitions another node leads
-        now (a listener of every listing; nothing to do while the members stay)."""
-        if view.node_ids == self._seen:
-            return
-        self._seen = view.node_ids
+        """After every listing of the members: close the channels of partitions another
+        node leads in ``view``, whatever left them here (a membership change; a batch
+        served under the view of a moment before, or forwarded by a node whose view
+        differed). Asks nothing of Pulsar: a partition's leader depends on its index
+        and the members only, not on the topic's partition count."""
         data = f"persistent://{self._naming.namespace_path}/"
         moved: set[str] = set()
         for ptopic in {key[0] for key in self._channels.open_keys()}:
             topic, sep, index = ptopic.removeprefix(data).rpartition("-partition-")
-            if not ptopic.startswith(data) or not sep or not index.isdigit():
+            journal = ptopic.startswith(self._journals)  # SYSTEM_NAMESPACE may be the data one
+            if journal or not ptopic.startswith(data) or not sep or not index.isdigit():
                 continue
-            try:
-                leader = await self._cluster.leader_of(topic, int(index))
-            except Exception:  # noqa: S112 - a topic gone: its channels idle out
-                continue
+            leader = self._cluster.leader_at(topic, int(index), view)
             if leader is not None and not self._cluster.is_me(leader):
                 moved.add(ptopic)
         if moved:
             closed = self._channels.retire_moved(lambda key: key[0] in moved)
-            log.info(
-                "cluster: %d partition(s) led elsewhere now; %d producer(s) closed at once",
-                len(moved),
-                closed,
-            )
+            if closed:
+                log.info(
+                    "cluster: %d partition(s) led elsewhere now; %d producer(s) closed at once",
+                    len(moved),
+                    closed,
+                )

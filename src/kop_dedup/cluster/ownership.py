@@ -156,6 +156,17 @@ class Cluster:
             return view.members[0]
         return self.leader(topic, partition, await self._partitions_of(topic))
 
+    def leader_at(
+        self, topic: str, partition: int, view: ClusterView | None = None
+    ) -> Member | None:
+        """The leader of ``topic``-``partition`` whatever the topic's count (adding
+        partitions moves no leader: it depends on the index and the members only), in
+        ``view`` (default: the latest); None before this node has joined."""
+        view = self.view if view is None else view
+        if not view or not self.membership.joined:
+            return None
+        return view.member(view.owner_at(_topic_group(topic), partition))
+
     def leaders(self, topic: str, count: int) -> dict[int, Member]:
         """Partition -> leader of every partition of a topic (for Metadata)."""
         view = self.view

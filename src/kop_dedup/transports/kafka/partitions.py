@@ -2,11 +2,13 @@
 
 CreatePartitions grows a topic's partitioned Pulsar topic (the topic manager:
 INVALID_PARTITIONS for the count it has or a lower one, as Kafka words them); replica
-assignments are accepted and not used (placement is Pulsar's). Producers see the new
+assignments are accepted and not used (the cluster places leaders). Producers see the new
 partitions at their next metadata refresh; consumer groups at their next rebalance (the
 Java consumer and librdkafka rejoin when a subscribed topic grows). Another sidecar
 sees the new count within its partition-count cache (5 s,
-``kop_dedup.pulsar.admin._PARTITIONS_TTL_S``).
+``kop_dedup.pulsar.admin._PARTITIONS_TTL_S``). No existing partition changes leader (the
+placement keeps them as a topic grows, as Kafka does): its producers go on where they
+are.
 
 DeleteRecords moves a partition's log start offset (Kafka's low watermark) up to the
 offset given (-1: the high watermark); an offset past the high watermark is
