@@ -388,7 +388,8 @@ def test_a_copy_cut_by_a_takeover_mid_way_lands_each_batch_once_in_order(
         copying = asyncio.create_task(mine.copy(txn, part, found, owner=owner))
         name = f"{runtime.settings.producer_name_prefix}-txn-{pid}-{epoch}"
         key = (runtime.naming.partition_topic(topic, 0), name)
-        while (pooled := mine._pool.get(key)) is None or pooled.producer.outstanding == n:
+        # 0: the producer is open and counting what the partition holds (its name is new)
+        while (pooled := mine._pool.get(key)) is None or pooled.producer.outstanding in (0, n):
             assert not copying.done(), "the copy ended before any receipt was seen"
             await asyncio.sleep(0.001)
         first_stored = n - pooled.producer.outstanding
@@ -457,6 +458,61 @@ def test_a_copy_whose_name_the_broker_forgot_completes_only_when_every_batch_is_
     assert "left undone" in message
     assert len(stored(pulsar_reader_client, whole)) == 3  # nothing copied again
     assert len(stored(pulsar_reader_client, part_of)) == 2  # nor in part
+
+
+def test_a_fresh_copy_whose_name_the_broker_forgot_on_a_reload_is_counted_not_stored_again(
+    held_back, pulsar_reader_client
+):
+    """Issue 35 item 6: the broker keeps at most ``brokerDeduplicationMaxNumberOfProducers``
+    names per topic in a dedup snapshot, so on a topic reload a name past the cap is
+    forgotten at once, for a decision minutes old (here: a name the broker never saw,
+    another prefix, with the default 360-minute limit). On the build before, a copy
+    resent under such a name was stored again (6 of 3 batches); now the copier counts
+    what the partition holds whenever the broker does not know the name: all of it, the
+    copy is complete (the alarm raised); some of it, left undone; none of it, a name
+    never used, copied as usual."""
+    whole, part_of, fresh = uniq("a"), uniq("a"), uniq("a")
+
+    async def scenario(runtime: Runtime) -> tuple[list[Any], list[Any], list[Any], str]:
+        mine = runtime.transactions._copier
+        lost_whole: list[Any] = []
+        txn, part = await decide(runtime, uniq("tx"), lambda p, e: batches_of(whole, p, e, [1] * 3))
+        await mine.copy(txn, part, await mine.batches(txn, part))
+        forgot = another(runtime, lost=lost_whole, prefix="reloaded")
+        try:
+            assert await forgot.copy(txn, part, await forgot.batches(txn, part)) == 3
+        finally:
+            await forgot.close()
+
+        lost_part: list[Any] = []
+        txn, part = await decide(
+            runtime, uniq("tx"), lambda p, e: batches_of(part_of, p, e, [1] * 3)
+        )
+        await mine.copy(txn, part, (await mine.batches(txn, part))[:2])
+        forgot = another(runtime, lost=lost_part, prefix="reloaded")
+        try:
+            with pytest.raises(CopyUnresolved) as raised:
+                await forgot.copy(txn, part, await forgot.batches(txn, part))
+        finally:
+            await forgot.close()
+
+        lost_none: list[Any] = []
+        txn, part = await decide(runtime, uniq("tx"), lambda p, e: batches_of(fresh, p, e, [1] * 3))
+        never = another(runtime, lost=lost_none, prefix="reloaded")
+        try:
+            assert await never.copy(txn, part, await never.batches(txn, part)) == 3
+        finally:
+            await never.close()
+        return lost_whole, lost_part, lost_none, raised.value.message
+
+    lost_whole, lost_part, lost_none, message = run(held_back, scenario)
+    assert len(stored(pulsar_reader_client, whole)) == 3  # nothing stored again
+    assert [a[2:] for a in lost_whole] == [(3, 3)]
+    assert len(stored(pulsar_reader_client, part_of)) == 2  # nor in part
+    assert [a[2:] for a in lost_part] == [(2, 3)]
+    assert "left undone" in message
+    assert len(stored(pulsar_reader_client, fresh)) == 3  # a name never used: copied
+    assert lost_none == []
 
 
 def test_a_decision_whose_batches_cannot_be_found_as_counted_is_reported_never_completed(

@@ -57,14 +57,18 @@ entry. The copy is given exactly that many batches, or nothing is copied
 completed in part.
 
 **The broker forgetting the name** (360 minutes after its last disconnect,
-``brokerDeduplicationProducerInactivityTimeoutMinutes``): a copy producer whose name the
-broker has no state for (its mark is -1), for a decision older than that, could store a
-batch a second time (a name the broker knows has a mark at or above every copy stored
-under it: a mark below the transaction's first sequence id then means none of its
-copies is stored). The copier then counts what the data partition holds of the
-transaction after the decision's data start, by position to its last entry, and
-completes only when every batch is there; otherwise it raises the alarm
-(``on_state_lost``) and leaves the decision undone.
+``brokerDeduplicationProducerInactivityTimeoutMinutes``; or at once, on a topic reload,
+for a name past the snapshot's cap ``brokerDeduplicationMaxNumberOfProducers``): a copy
+producer whose name the broker has no state for (its mark is -1) could store a batch a
+second time (a name the broker knows has a mark at or above every copy stored under it:
+a mark below the transaction's first sequence id then means none of its copies is
+stored). So whenever the mark is -1 the copier counts what the data partition holds of
+the transaction after the decision's data start, by position to its last entry (the
+name is held by this copier then: nothing more is stored under it meanwhile): none of
+it, for a decision younger than the inactivity limit, is a name never used (the copy
+goes on); every batch is a complete copy (the alarm raised, nothing stored again); some
+of them, or none for an older decision, raise the alarm (``on_state_lost``) and leave the
+decision undone.
 
 Each copied record keeps the original's properties (producer id, epoch, sequence, key,
 headers, timestamp) and gains the transaction's ordinal; the first record of each batch
@@ -215,9 +219,12 @@ class Copier(CopySource):
                 if pooled is None:
                     pooled = await self._open(key, owner, released)
                     # -1: the broker has no state for the name (a name it knows has a
-                    # mark at or above every copy stored under it)
-                    if pooled.producer.last_sequence_id() < 0 and self._forgettable(txn):
-                        await self._count_instead(txn, part, batches)
+                    # mark at or above every copy stored under it): never used, or
+                    # forgotten (past its inactivity limit, or past the snapshot's cap
+                    # on a reload): what the partition holds tells which
+                    if pooled.producer.last_sequence_id() < 0 and await self._count_instead(
+                        txn, part, batches
+                    ):
                         return total
                 pooled.owner = owner
                 await self._send_all(txn, batches, total, pooled.producer)
@@ -356,14 +363,23 @@ class Copier(CopySource):
 
     async def _count_instead(
         self, txn: Transaction, part: Partition, batches: list[KafkaBatch]
-    ) -> None:
-        """The broker does not remember the name and may have forgotten it: count the
-        transaction's batches in the data partition after the decision's data start, by
-        position to its last entry. Returns when every batch is there (complete);
-        raises :class:`CopyUnresolved` (the alarm raised) otherwise."""
+    ) -> bool:
+        """The broker does not remember the name (held by this copier now, so nothing more
+        is stored under it meanwhile): count the transaction's batches in the data
+        partition after the decision's data start, by position to its last entry. True
+        when every batch is there (complete); False when none is and the decision is
+        younger than the broker's inactivity limit (the name was never used: copy);
+        raises :class:`CopyUnresolved` (the alarm raised) otherwise: some are there (the
+        broker forgot a name it had stored under, as past the snapshot's cap
+        ``brokerDeduplicationMaxNumberOfProducers`` on a reload), or none and the name
+        may have been forgotten long after its copy."""
         where = f"{part.topic}-{part.partition}"
         end = await self._journal.data_last_entry(part.topic, part.partition)
         if end is None:
+            if not self._forgettable(txn) and await self._journal.data_holds_nothing(
+                part.topic, part.partition
+            ):
+                return False  # nothing stored under any name: a name never used
             raise errors.KafkaStorageError(
                 f"{where} names no last entry to count transaction {txn.ordinal} of "
                 f"{txn.transactional_id!r} up to; retrying"
@@ -379,9 +395,11 @@ class Copier(CopySource):
         )
         present = {int(s.properties.get(PROP_TXN_BATCH, -1)) for s in stored}
         count = len(present & set(range(len(batches))))
+        if not stored and not self._forgettable(txn):
+            return False
         self._on_state_lost(txn, part, count, len(batches))
         if count == len(batches) and len(stored) == len(batches):
-            return
+            return True
         raise CopyUnresolved(
             f"transaction {txn.ordinal} of {txn.transactional_id!r}: the broker forgot the copy "
             f"producer's name on {where} and the partition holds {len(stored)} copies of "

@@ -177,13 +177,25 @@ class Journal:
         return end
 
     async def data_last_entry(self, topic: str, partition: int) -> EntryPosition | None:
-        """The data partition's last entry now, when the broker names a real one (None:
-        it names no ledger, or a ledger with no entry yet: no end a read could reach)."""
-        end = await self._last(self._naming.partition_topic(topic, partition))
+        """The data partition's last entry now, when the broker names a real one: the
+        last message's, or (its current ledger still empty, as after a reload) the last
+        entry of the latest ledger that holds any. None: it names none (no ledger, or no
+        entry in any: no end a read could reach)."""
+        ptopic = self._naming.partition_topic(topic, partition)
+        end = await self._last(ptopic)
         if end is None:
             return None
         position = decode_entry_position(end)
-        return position if position[1] >= 0 else None
+        if position[1] >= 0:
+            return position
+        held = [(ledger, n) for ledger, n in await self._admin.ledgers(ptopic) if n > 0]
+        return (held[-1][0], held[-1][1] - 1) if held else None
+
+    async def data_holds_nothing(self, topic: str, partition: int) -> bool:
+        """Whether the broker's own count says the data partition holds no entry at all
+        (every ledger of it empty, or none)."""
+        ptopic = self._naming.partition_topic(topic, partition)
+        return all(n == 0 for _, n in await self._admin.ledgers(ptopic))
 
     async def _last(self, ptopic: str) -> str | None:
         try:
