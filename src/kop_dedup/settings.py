@@ -110,6 +110,11 @@ class Settings(SecuritySettings):
     exceed it is refused with MESSAGE_TOO_LARGE before it is sent."""
     max_request_bytes: int = Field(default=16 << 20, ge=1024)
     """The largest HTTP request body; larger is 413."""
+    max_txn_request_bytes: int = Field(default=1 << 20, ge=1024)
+    """The largest body of ``init-producer-id``, ``end-txn`` and ``txn-offset-commit``
+    (read before their routes, to find the transactional id's coordinator, and only once
+    the caller's token is accepted); larger is 413, before any of it is parsed. 1 MiB
+    holds a txn-offset-commit of about 10,000 partitions."""
     max_inflight_bytes: int = Field(default=32 << 20, ge=1024)
     """Produce request bodies held at once; a request that does not fit waits, after its
     body is read and before it is parsed, until earlier ones are answered (first come,
