@@ -28,11 +28,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kop_dedup import __version__
+from kop_dedup.admission import ByteBudget
 from kop_dedup.errors import KafkaError
 from kop_dedup.runtime import Runtime
 from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import Settings
-from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import invalid_request, too_large
 from kop_dedup.transports.http.bodies import body_schemas
 from kop_dedup.transports.http.deps import AUTHORIZATION_ERRORS, not_allowed

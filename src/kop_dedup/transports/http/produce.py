@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from kop_dedup import errors
+from kop_dedup.admission import ByteBudget
 from kop_dedup.cluster.peers import PeerUnavailable
 from kop_dedup.cluster.placement import Member
 from kop_dedup.produce.service import BatchResult
@@ -41,7 +42,6 @@ from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.runtime import Runtime
 from kop_dedup.security.authorizer import PRODUCE
 from kop_dedup.security.identity import Identity
-from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import (
     AUTH_RESPONSES,
     INVALID_RESPONSE,
