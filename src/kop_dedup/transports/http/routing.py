@@ -175,8 +175,8 @@ class Forwarding:
         body = None
         if limit is None or announced is None or announced <= limit:
             body = await _read(receive, limit)
-        if body is None:
-            await too_large(limit or 0, "MAX_TXN_REQUEST_BYTES")(scope, receive, send)
+        if body is None and limit is not None:
+            await too_large(limit, "MAX_TXN_REQUEST_BYTES")(scope, receive, send)
         return body
 
     @staticmethod
