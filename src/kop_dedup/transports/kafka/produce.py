@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -380,8 +380,13 @@ async def _produce(session: Session, request: Any, version: int) -> Any:
                 kind="acks0_error",
             )
         return None
+    return _response(version, zip(by_topic, results, strict=True))
+
+
+def _response(version: int, answers: Iterable[tuple[str, Answer]]) -> Any:
+    """The ProduceResponse: each (topic, answer) under its topic, in request order."""
     topics: dict[str, list[Any]] = {}
-    for name, (index, error, offset) in zip(by_topic, results, strict=True):
+    for name, (index, error, offset) in answers:
         topics.setdefault(name, []).append(_partition(index, error, offset))
     return ProduceResponse(
         version=version,
@@ -391,14 +396,7 @@ async def _produce(session: Session, request: Any, version: int) -> Any:
 
 
 def _error(request: Any, version: int, error: errors.KafkaError) -> Any:
-    topics: dict[str, list[Any]] = {}
-    for name, p in _partitions(request):
-        topics.setdefault(name, []).append(_partition(p.index, error))
-    return ProduceResponse(
-        version=version,
-        responses=[_Topic(name=n, partition_responses=p) for n, p in topics.items()],
-        throttle_time_ms=0,
-    )
+    return _response(version, ((name, (p.index, error, -1)) for name, p in _partitions(request)))
 
 
 APIS = (
