@@ -90,3 +90,14 @@ def test_java_syntax_the_linear_matcher_runs_as_java_does():
     assert _ids(listing.Filters(pattern="\\Qflink-\\E[0]")) == ["flink-0"]
     assert _ids(listing.Filters(pattern="[]a-z]+")) == ["other"]
     assert _ids(listing.Filters(pattern="(?i)FLINK-1")) == ["flink-1"]
+
+
+def test_a_pattern_one_past_the_length_cap_or_compiling_too_large_is_invalid_request():
+    at_cap = "a" * listing.MAX_PATTERN_CHARS
+    assert listing.compile_pattern(at_cap).fullmatch(at_cap) is not None
+    with pytest.raises(errors.InvalidRequest, match=str(listing.MAX_PATTERN_CHARS)):
+        listing.compile_pattern(at_cap + "a")
+    started = time.perf_counter()
+    with pytest.raises(errors.InvalidRequest, match="too large"):
+        listing.compile_pattern("x{1000}" * 585)  # 585,000 instructions: past the memory cap
+    assert time.perf_counter() - started < 1.0

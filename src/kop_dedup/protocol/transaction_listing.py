@@ -13,6 +13,9 @@ against thirty ``a`` takes minutes. Kafka's patterns are Java's: what RE2 cannot
 linear time (lookaround, backreferences, possessive and atomic groups) and Java syntax RE2
 would read differently (a class inside a class, ``&&`` intersections) is refused with
 INVALID_REQUEST and says so; a pattern no engine compiles is INVALID_REGULAR_EXPRESSION.
+Compiling is bounded too (RE2 holds the GIL, so a worker thread would not help): a
+pattern is at most :data:`MAX_PATTERN_CHARS` long and its compiled program at most
+256 KiB (``{1000}`` repetitions expand), else INVALID_REQUEST.
 
 >>> compile_pattern("flink-.*").fullmatch("flink-0") is not None
 True
@@ -36,6 +39,7 @@ from kop_dedup.protocol.transaction_state import Transaction, TxnState
 
 __all__ = [
     "KAFKA_STATES",
+    "MAX_PATTERN_CHARS",
     "Filters",
     "Matcher",
     "compile_pattern",
@@ -66,8 +70,14 @@ class Matcher(Protocol):
     def fullmatch(self, text: str) -> object | None: ...
 
 
+MAX_PATTERN_CHARS = 4096
+"""The longest transactional id pattern (a longer one is INVALID_REQUEST): parsing is
+linear in it, and the backtracking engine that only judges a pattern RE2 refuses took 90 s
+over 8 MiB of one."""
+
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # a client's bad pattern is its answer, not our log
+_RE2_OPTIONS.max_mem = 256 << 10  # a program past it is "pattern too large", in ~0.1 s
 
 
 def compile_pattern(pattern: str) -> Matcher:
@@ -75,6 +85,11 @@ def compile_pattern(pattern: str) -> Matcher:
 
     Raises InvalidRequest (42) for Java syntax RE2 does not run or would read
     otherwise, InvalidRegularExpression (128) for a pattern that does not compile."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise InvalidRequest(
+            f"transactional id pattern of {len(pattern)} characters; at most"
+            f" {MAX_PATTERN_CHARS} are matched"
+        )
     java_only = _java_class_syntax(pattern)
     if java_only is not None:
         raise InvalidRequest(
