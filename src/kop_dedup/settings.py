@@ -110,6 +110,11 @@ class Settings(SecuritySettings):
     exceed it is refused with MESSAGE_TOO_LARGE before it is sent."""
     max_request_bytes: int = Field(default=16 << 20, ge=1024)
     """The largest HTTP request body; larger is 413."""
+    max_txn_request_bytes: int = Field(default=1 << 20, ge=1024)
+    """The largest body of ``init-producer-id``, ``end-txn`` and ``txn-offset-commit``
+    (read before their routes, to find the transactional id's coordinator, and only once
+    the caller's token is accepted); larger is 413, before any of it is parsed. 1 MiB
+    holds a txn-offset-commit of about 10,000 partitions."""
     max_inflight_bytes: int = Field(default=32 << 20, ge=1024)
     """Produce request bodies held at once; a request that does not fit waits, after its
     body is read and before it is parsed, until earlier ones are answered (first come,
@@ -329,6 +334,17 @@ class Settings(SecuritySettings):
     kafka_max_request_bytes: int = Field(default=16 << 20, ge=1024)
     """Largest request frame (Kafka's ``socket.request.max.bytes``); a larger one closes
     its connection, as Kafka does."""
+    kafka_max_request_inflated_bytes: int = Field(default=64 << 20, ge=1024)
+    """What the compressed batches of one Produce request may inflate to together (each
+    batch is also held to ``MAX_BATCH_BYTES``): inflating stops as the request passes it,
+    and that partition and those after it are answered 10 MESSAGE_TOO_LARGE naming this
+    setting (a 16 MiB frame of tiny batches of zeros would otherwise ask for ~100 GiB)."""
+    kafka_max_connection_inflated_bytes: int = Field(default=128 << 20, ge=1024)
+    """Inflated bytes one connection's Produce requests may hold at once (Kafka's
+    ``queued.max.request.bytes``, per connection): a request reserves
+    ``KAFKA_MAX_REQUEST_INFLATED_BYTES`` before it inflates anything, keeps what it
+    inflated until it is answered, and waits (the client waits for its answer) while
+    the connection's earlier requests hold too much; one larger than this runs alone."""
     kafka_produce_offsets: Literal["derive", "lookup", "none"] = "derive"
     """The base offset a Produce answer carries: ``derive`` it from the offset of the
     entry before when this sidecar knows it (entries are dense within a ledger), else

@@ -1,6 +1,7 @@
 """Inputs that cost more than they look, sent by an authenticated client to a real
 ``kop-dedup serve`` process whose peak resident memory is read from /proc: a gzip
-batch that inflates to 1 GiB is answered 10 with memory up less than 64 MiB; a
+batch that inflates to 1 GiB is answered 10 with memory up less than 64 MiB, and so are
+the partitions of one request whose small batches inflate past the request's bound; a
 Metadata request naming 100,000 missing topics creates only the cap; partitions per
 topic and a Fetch's bytes are capped."""
 
@@ -20,6 +21,7 @@ from kafka.protocol.producer import InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.protocol.records import rec
+from kop_dedup.transports.kafka.batches import build_batch
 from tests.helpers import uniq
 from tests.integration.kafka_consume import batches, fetch_request
 from tests.kafka_group_wire import NOT_READY, commit, join
@@ -35,6 +37,7 @@ MEMBER_CAP = 2
 TXN_ID_CAP = 3
 GROUP_CAP = 6
 FETCH_CAP = 4096
+REQUEST_INFLATED_CAP = 4 << 20
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +57,7 @@ def bounded(pulsar, tmp_path_factory) -> Iterator[ProcessSidecar]:
         max_groups=GROUP_CAP,
         kafka_fetch_max_bytes=FETCH_CAP,
         max_transactional_ids_in_log=TXN_ID_CAP,
+        kafka_max_request_inflated_bytes=REQUEST_INFLATED_CAP,
     )
     with sc:
         yield sc
@@ -131,6 +135,46 @@ def test_a_gzip_batch_inflating_to_1_gib_is_message_too_large_in_bounded_memory(
         assert took < 5, took
         ok = c.call(produce_request(topic, 0, [rec(b"after")], codec="gzip"), 9)
         assert ok.responses[0].partition_responses[0].error_code == 0
+
+
+def test_a_request_whose_batches_inflate_past_its_bound_is_refused_there(bounded):
+    # 32 zstd batches of a 1 MB zero value, ~100 bytes each on the wire and each within
+    # the batch limit: the request's bound (4 MiB) takes the first few, the rest are 10
+    # without inflating them
+    from kafka.protocol.producer import ProduceRequest
+
+    batch = build_batch([rec(bytes(1_000_000))], codec="zstd")
+    data = ProduceRequest.TopicProduceData
+    with _client(bounded) as c:
+        topics = [uniq("infl") for _ in range(4)]
+        assert [_create(c, t, PARTITION_CAP) for t in topics] == [0] * 4
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=30000,
+            topic_data=[
+                data(
+                    name=t,
+                    partition_data=[
+                        data.PartitionProduceData(index=i, records=batch)
+                        for i in range(PARTITION_CAP)
+                    ],
+                )
+                for t in topics
+            ],
+        )
+        before = _status(bounded.pid)["VmRSS"]
+        _reset_peak(bounded.pid)
+        answer = c.call(request, 9)
+        grown = (_status(bounded.pid)["VmHWM"] - before) / 2**20
+        parts = [p for t in answer.responses for p in t.partition_responses]
+        codes = [p.error_code for p in parts]
+        assert len(codes) == 32
+        assert codes.count(0) == 4, codes  # 4 x 1 MB fit in 4 MiB, a fifth does not
+        assert codes.count(10) == 28, codes
+        refused = next(p for p in parts if p.error_code == 10)
+        assert "KOP_DEDUP_KAFKA_MAX_REQUEST_INFLATED_BYTES" in refused.error_message
+        assert grown < 48, f"peak resident memory grew by {grown:.1f} MiB"
 
 
 def test_metadata_naming_100000_topics_creates_only_the_cap(bounded):

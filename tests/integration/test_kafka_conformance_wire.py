@@ -8,6 +8,7 @@ import struct
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+from kafka.protocol.producer import ProduceRequest
 
 from kop_dedup.protocol.records import rec
 from kop_dedup.transports.kafka.batches import build_batch
@@ -116,5 +117,43 @@ def test_an_unknown_api_key_and_produce_v2_close_the_connection(conformance):
             c.send_bytes(bytes(frame))
             closed.append(c.closed_by_peer())
         return closed
+
+    _codes(conformance, scenario)
+
+
+def test_a_produce_naming_a_partition_twice_is_answered_as_kafka_answers(conformance):
+    # one partition's data twice in one request (and its topic twice): a client never
+    # sends it; a hostile one had both gathered, decoded and inflated. Kafka produces
+    # the data named last, once, and answers each partition once
+    def scenario(target: Target) -> list[object]:
+        topic = target.create_topic(partitions=2)
+        target.produce(topic, [(0, None, b"warm"), (1, None, b"warm")])  # both have leaders
+        data = ProduceRequest.TopicProduceData
+        part = data.PartitionProduceData
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=30000,
+            topic_data=[
+                data(
+                    name=topic,
+                    partition_data=[
+                        part(index=0, records=build_batch([rec(b"first")])),
+                        part(index=1, records=build_batch([rec(b"one")])),
+                        part(index=0, records=build_batch([rec(b"second")])),
+                    ],
+                ),
+                data(name=topic, partition_data=[part(index=1, records=build_batch([rec(b"x")]))]),
+            ],
+        )
+        with WireClient(target.bootstrap) as c:
+            answer = c.call(request, 9)
+        answered = sorted(  # Kafka answers its map's order
+            (t.name == topic, p.index, p.error_code, p.base_offset)
+            for t in answer.responses
+            for p in t.partition_responses
+        )
+        stored = {p: [r.value for r in rs] for p, rs in target.read(topic, 2).items()}
+        return [answered, stored]
 
     _codes(conformance, scenario)

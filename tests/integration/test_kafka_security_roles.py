@@ -16,6 +16,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin import ListTransactionsRequest
 from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
@@ -352,3 +353,31 @@ def test_a_producer_id_handed_out_by_a_forwarded_init_is_its_callers(pulsar, env
                         codes.append(answer.responses[0].partition_responses[0].error_code)
             del alice, root  # their clients stop before the nodes do
     assert codes == [31, 59] * 2
+
+
+def test_a_pathological_transactional_id_pattern_stalls_no_client(env):
+    # (a+)+b against 27 characters: seconds of backtracking on a backtracking engine,
+    # on the listener's event loop (every connection waits), before the owner filter
+    tid = "a" * 27
+    alice = Producer(env.conf("tok-alice", **{"transactional.id": tid}))
+    alice.init_transactions(30)
+    evil = ListTransactionsRequest(
+        state_filters=[],
+        producer_id_filters=[],
+        duration_filter=-1,
+        transactional_id_pattern="(a+)+b",
+    )
+    with _wire(env, "tok-root") as root, _wire(env, "tok-bob") as bob:
+        started = time.monotonic()
+        root.send(evil, 2)
+        listed = list_transactions(bob, 2, pattern="(a+)+b")  # another client meanwhile
+        assert time.monotonic() - started < 1.0, "a client waited for another's pattern"
+        assert (listed.error_code, listed.transaction_states) == (0, [])
+        _, answer = root.receive(evil, 2)
+        assert time.monotonic() - started < 1.0
+        assert (answer.error_code, answer.transaction_states) == (0, [])
+        listed = list_transactions(root, 2, pattern="(a+)+")
+        assert tid in {t.transactional_id for t in listed.transaction_states}
+        lookbehind = list_transactions(root, 2, pattern="(?<=a)a+")
+        assert lookbehind.error_code == 42  # INVALID_REQUEST: RE2 has no lookaround
+        assert list_transactions(root, 2, pattern="(a+").error_code == 128

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kop_dedup.transports.http.admission import ByteBudget
+from kop_dedup.admission import ByteBudget
 
 
 @pytest.fixture

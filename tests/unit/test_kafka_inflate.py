@@ -15,7 +15,7 @@ import zstandard
 from kop_dedup import errors
 from kop_dedup.protocol.records import rec
 from kop_dedup.transports.kafka.batches import CODECS, build_batch, decode_batch, inflate_limit
-from kop_dedup.transports.kafka.inflate import inflate
+from kop_dedup.transports.kafka.inflate import InflateBudget, inflate
 from tests.kafka_wire import batch_with_records_bytes
 
 ZEROS = bytes(8 << 20)
@@ -42,7 +42,7 @@ _PEAK = """
 import sys, tracemalloc
 from kop_dedup import errors
 from kop_dedup.transports.kafka.batches import CODECS
-from kop_dedup.transports.kafka.inflate import inflate
+from kop_dedup.transports.kafka.inflate import InflateBudget, inflate
 from tests.unit.test_kafka_inflate import _bomb
 
 bomb = _bomb(sys.argv[1])
@@ -102,3 +102,40 @@ def test_concatenated_gzip_members_are_read_as_java_reads_them():
 def test_a_cut_gzip_stream_is_corrupt_message():
     with pytest.raises(errors.CorruptMessage):
         inflate(1, gzip.compress(b"abcdef" * 100)[:-12], limit=1 << 20)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd", "snappy"])
+def test_the_batches_of_one_request_stop_inflating_at_its_budget(codec):
+    # many small batches of a 1 MB zero value, each within the batch limit: a 16 MiB
+    # frame of them would ask for ~100 GiB; the request's budget stops them together
+    budget = InflateBudget(3 << 20)
+    batch = build_batch([rec(bytes(1_000_000))], codec=codec)
+    assert len(batch) < 64 << 10
+    answers: list[int | str] = []
+    for _ in range(20):
+        try:
+            decode_batch("t", 0, batch, produce_version=9, max_bytes=1 << 20, budget=budget)
+            answers.append(0)
+        except errors.MessageTooLarge as exc:
+            answers.append(exc.message)
+    assert answers[:3] == [0, 0, 0]
+    assert all("KOP_DEDUP_KAFKA_MAX_REQUEST_INFLATED_BYTES" in str(a) for a in answers[3:])
+    # what the refused ones inflated was given back: only the three held are counted
+    assert 3_000_000 <= budget.taken <= 3 << 20
+
+
+class _Peak(InflateBudget):
+    peak = 0
+
+    def take(self, n: int) -> None:
+        super().take(n)
+        self.peak = max(self.peak, self.taken)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_the_budget_is_charged_step_by_step_not_after_a_batch_inflates_whole(codec):
+    budget = _Peak(256 << 10)  # far below the batch limit
+    with pytest.raises(errors.MessageTooLarge, match="INFLATED_BYTES"):
+        inflate(CODECS[codec], _bomb(codec), limit=16 << 20, budget=budget)
+    assert 0 < budget.peak <= 256 << 10
+    assert budget.taken == 0  # given back: the batch is refused, nothing of it held

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from kop_dedup import errors
@@ -51,3 +53,51 @@ def test_an_open_transaction_shows_its_partitions_and_start_a_closed_one_neither
     assert listing.start_time(TXNS[0]) == 1_000
     assert listing.topics_of(TXNS[1]) == {}
     assert listing.start_time(TXNS[1]) == -1
+
+
+def test_a_pathological_pattern_is_matched_in_linear_time():
+    # (a+)+b backtracks 2^n steps on a backtracking engine: about 2 s at 26 characters,
+    # doubling with each one; the listener matches on its event loop
+    for n in (26, 1_000, 100_000):
+        started = time.perf_counter()
+        chosen = listing.select(
+            [_txn("a" * n, n, TxnState.EMPTY)], listing.Filters(pattern="(a+)+b"), 0
+        )
+        assert chosen == []
+        assert time.perf_counter() - started < 0.25, f"{n} characters"
+    assert _ids(listing.Filters(pattern="(fl+)+ink-[0-9]")) == ["flink-0", "flink-1"]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "(?<=flink-)0",  # lookbehind
+        "(?=f)flink-0",  # lookahead
+        "(f)lin\\1",  # a backreference
+        "flink-0++",  # possessive
+        "(?>flink)-0",  # atomic group
+        "[a-z&&[^b]]+-0",  # Java's class intersection: RE2 would read && literally
+        "[a[f]]link-0",  # Java's class union
+    ],
+)
+def test_java_syntax_the_linear_matcher_cannot_run_is_invalid_request(pattern):
+    with pytest.raises(errors.InvalidRequest, match="RE2"):
+        listing.select(TXNS, listing.Filters(pattern=pattern), 0)
+
+
+def test_java_syntax_the_linear_matcher_runs_as_java_does():
+    assert _ids(listing.Filters(pattern="\\p{Ll}+-\\d")) == ["flink-0", "flink-1"]
+    assert _ids(listing.Filters(pattern="\\Qflink-\\E[0]")) == ["flink-0"]
+    assert _ids(listing.Filters(pattern="[]a-z]+")) == ["other"]
+    assert _ids(listing.Filters(pattern="(?i)FLINK-1")) == ["flink-1"]
+
+
+def test_a_pattern_one_past_the_length_cap_or_compiling_too_large_is_invalid_request():
+    at_cap = "a" * listing.MAX_PATTERN_CHARS
+    assert listing.compile_pattern(at_cap).fullmatch(at_cap) is not None
+    with pytest.raises(errors.InvalidRequest, match=str(listing.MAX_PATTERN_CHARS)):
+        listing.compile_pattern(at_cap + "a")
+    started = time.perf_counter()
+    with pytest.raises(errors.InvalidRequest, match="too large"):
+        listing.compile_pattern("x{1000}" * 585)  # 585,000 instructions: past the memory cap
+    assert time.perf_counter() - started < 1.0

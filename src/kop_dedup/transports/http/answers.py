@@ -26,6 +26,7 @@ __all__ = [
     "batch_answer",
     "invalid_request",
     "over_setting",
+    "too_large",
 ]
 
 # How the answers other than a route's own are documented in the OpenAPI document.
@@ -37,7 +38,8 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 TOO_LARGE_RESPONSE: dict[int | str, dict[str, Any]] = {
     413: {
-        "description": "body over KOP_DEDUP_MAX_REQUEST_BYTES, or a produce request with "
+        "description": "body over KOP_DEDUP_MAX_REQUEST_BYTES (init-producer-id, end-txn and "
+        "txn-offset-commit: KOP_DEDUP_MAX_TXN_REQUEST_BYTES), or a produce request with "
         "more batches than KOP_DEDUP_MAX_BATCHES_PER_REQUEST (errorCode 42)",
         **JSON_OBJECT,
     }
@@ -99,4 +101,17 @@ def over_setting(field: str, value: int, limit: int, setting: str) -> JSONRespon
                 "type": "less_than_equal",
             }
         ]
+    )
+
+
+def too_large(limit: int, setting: str) -> JSONResponse:
+    """413 for a body over ``limit`` bytes, naming the setting that sets it (refused
+    before the body is parsed)."""
+    return JSONResponse(
+        {
+            "error": "REQUEST_TOO_LARGE",
+            "errorMessage": f"request body exceeds {limit} bytes (KOP_DEDUP_{setting}); "
+            "send fewer or smaller batches",
+        },
+        status_code=413,
     )

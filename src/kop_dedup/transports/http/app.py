@@ -28,12 +28,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kop_dedup import __version__
+from kop_dedup.admission import ByteBudget
 from kop_dedup.errors import KafkaError
 from kop_dedup.runtime import Runtime
 from kop_dedup.security.identity import Authenticator
 from kop_dedup.settings import Settings
-from kop_dedup.transports.http.admission import ByteBudget
-from kop_dedup.transports.http.answers import invalid_request
+from kop_dedup.transports.http.answers import invalid_request, too_large
 from kop_dedup.transports.http.bodies import body_schemas
 from kop_dedup.transports.http.deps import AUTHORIZATION_ERRORS, not_allowed
 from kop_dedup.transports.http.docs import mount_docs
@@ -81,15 +81,7 @@ class BodyLimit:
             await self._refuse(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = JSONResponse(
-            {
-                "error": "REQUEST_TOO_LARGE",
-                "errorMessage": f"request body exceeds {self.limit} bytes "
-                "(KOP_DEDUP_MAX_REQUEST_BYTES); send fewer or smaller batches",
-            },
-            status_code=413,
-        )
-        await response(scope, receive, send)
+        await too_large(self.limit, "MAX_REQUEST_BYTES")(scope, receive, send)
 
 
 class _TooLarge(Exception):

@@ -15,6 +15,7 @@ from typing import Annotated, NamedTuple
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.responses import JSONResponse
+from starlette.types import Scope
 
 from kop_dedup import errors
 from kop_dedup.runtime import Runtime
@@ -32,6 +33,7 @@ __all__ = [
     "RuntimeDep",
     "Superuser",
     "authenticated",
+    "authenticated_scope",
     "forbidden",
     "not_allowed",
     "refused_with",
@@ -75,6 +77,23 @@ def authenticated(auth: Authenticator, authorization: str) -> Identity | Refusal
             {"WWW-Authenticate": 'Bearer error="invalid_token"'},
         )
     return who
+
+
+def authenticated_scope(auth: Authenticator, scope: Scope) -> Identity | JSONResponse:
+    """:func:`authenticated` for an ASGI request, by its ``Authorization`` header, before
+    any of its body is read: the caller's identity, or the answer that refuses it (401,
+    403; what :func:`require_token` raises)."""
+    if not auth.enabled:
+        return ANONYMOUS
+    authorization = ""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorization = value.decode("latin-1")
+            break
+    checked = authenticated(auth, authorization)
+    if isinstance(checked, Refusal):
+        return JSONResponse({"detail": checked.detail}, checked.status, headers=checked.headers)
+    return checked
 
 
 def forbidden(error: errors.KafkaError) -> JSONResponse:

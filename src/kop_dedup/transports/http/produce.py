@@ -34,14 +34,14 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from kop_dedup import errors
+from kop_dedup.admission import ByteBudget
 from kop_dedup.cluster.peers import PeerUnavailable
 from kop_dedup.cluster.placement import Member
 from kop_dedup.produce.service import BatchResult
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.runtime import Runtime
 from kop_dedup.security.authorizer import PRODUCE
-from kop_dedup.security.identity import ANONYMOUS, Identity
-from kop_dedup.transports.http.admission import ByteBudget
+from kop_dedup.security.identity import Identity
 from kop_dedup.transports.http.answers import (
     AUTH_RESPONSES,
     INVALID_RESPONSE,
@@ -50,7 +50,7 @@ from kop_dedup.transports.http.answers import (
     invalid_request,
     over_setting,
 )
-from kop_dedup.transports.http.deps import STARTING, Refusal, authenticated, refused_with
+from kop_dedup.transports.http.deps import STARTING, authenticated_scope, refused_with
 from kop_dedup.transports.http.models import ProduceIn, ProduceOut, to_batch
 from kop_dedup.transports.http.routing import forwarded, route_produce
 
@@ -169,21 +169,10 @@ class ProduceEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
-        who: Identity = ANONYMOUS
-        if state.auth.enabled:
-            authorization = ""
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    authorization = value.decode("latin-1")
-                    break
-            checked = authenticated(state.auth, authorization)
-            if isinstance(checked, Refusal):
-                answer = JSONResponse(
-                    {"detail": checked.detail}, checked.status, headers=checked.headers
-                )
-                await answer(scope, receive, send)
-                return
-            who = checked
+        who = authenticated_scope(state.auth, scope)
+        if isinstance(who, JSONResponse):
+            await who(scope, receive, send)
+            return
         runtime: Runtime | None = getattr(state, "runtime", None)
         if runtime is None:
             await JSONResponse({"detail": STARTING}, 503)(scope, receive, send)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from kop_dedup import errors
+from kop_dedup.admission import ByteBudget
 from kop_dedup.coordination.transactions.checkback import check_back_refusal
 from kop_dedup.coordination.transactions.requests import InitProducerId
 from kop_dedup.observability.groups import group_gauges
@@ -19,7 +20,6 @@ from kop_dedup.observability.metrics import CONTENT_TYPE, render
 from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
-from kop_dedup.transports.http.admission import ByteBudget
 from kop_dedup.transports.http.answers import (
     AUTH_RESPONSES,
     INVALID_RESPONSE,

@@ -13,6 +13,12 @@ is forwarded to it, and answered as if this node had served it.
 a transactional request to its coordinator as a whole, the other batches each to its
 partition's leader, the answers put back in request order.
 
+Before this reads a body (to route by it, or to forward it) the caller's token is
+checked: a request refused there is answered 401/403 with its body unread. The bodies of
+the transactional posts are read up to ``MAX_TXN_REQUEST_BYTES`` (413 past it) and only
+their ``transactionalId`` is decoded, by a decoder that skips the rest (a body that is not
+an object, or nests too deep, routes nowhere: the route answers its 422).
+
 A forwarded request carries :data:`~kop_dedup.cluster.peers.FORWARDED` (and, on a node
 that authenticates, the proof that a node of the cluster sent it:
 :meth:`~kop_dedup.cluster.peers.Peers.vouched`; a client sending the header without
@@ -34,6 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
+import msgspec
 from starlette.datastructures import State
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -44,7 +51,8 @@ from kop_dedup.cluster.placement import Member
 from kop_dedup.cluster.proof import PROOF
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.runtime import Runtime
-from kop_dedup.transports.http.deps import forbidden
+from kop_dedup.transports.http.answers import too_large
+from kop_dedup.transports.http.deps import authenticated_scope, forbidden
 
 __all__ = ["Forwarding", "forwarded", "route_produce"]
 
@@ -92,16 +100,29 @@ def _unavailable(owner: Member, exc: Exception) -> JSONResponse:
     )
 
 
-async def _read(receive: Receive) -> bytes:
-    chunks = []
+async def _read(receive: Receive, limit: int | None = None) -> bytes | None:
+    """The request's body; None once it passes ``limit`` bytes (the rest left unread)."""
+    chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
             break
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return None
+        chunks.append(chunk)
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
+
+
+def _announced(scope: Scope) -> int | None:
+    """The request's Content-Length, when it sends one."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -143,13 +164,20 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
+class _Named(msgspec.Struct):
+    transactionalId: str | None = None  # noqa: N815 (the body's field)
+
+
+_NAMED = msgspec.json.Decoder(_Named)
+
+
 def _transactional_id(body: bytes) -> str | None:
+    """The body's ``transactionalId``; the rest of the body is skipped, not built."""
     try:
-        doc = json.loads(body)
-    except ValueError:
+        tid = _NAMED.decode(body).transactionalId
+    except (msgspec.DecodeError, RecursionError):
         return None  # the route answers 422
-    tid = doc.get("transactionalId") if isinstance(doc, dict) else None
-    return tid if isinstance(tid, str) and tid else None
+    return tid or None
 
 
 class Forwarding:
@@ -157,6 +185,24 @@ class Forwarding:
 
     def __init__(self, app: ASGIApp, state: State) -> None:
         self.app, self.state = app, state
+
+    async def _body(
+        self, scope: Scope, receive: Receive, send: Send, limit: int | None
+    ) -> bytes | None:
+        """The request's body, read once its caller's token is accepted and only up to
+        ``limit`` bytes (MAX_TXN_REQUEST_BYTES); None when the request was answered (401,
+        403, 413) instead."""
+        who = authenticated_scope(self.state.auth, scope)
+        if isinstance(who, JSONResponse):
+            await who(scope, receive, send)
+            return None
+        announced = _announced(scope)
+        body = None
+        if limit is None or announced is None or announced <= limit:
+            body = await _read(receive, limit)
+        if body is None and limit is not None:
+            await too_large(limit, "MAX_TXN_REQUEST_BYTES")(scope, receive, send)
+        return body
 
     @staticmethod
     def _owner(runtime: Runtime, path: str, method: str, body: bytes | None) -> Member | None:
@@ -194,13 +240,31 @@ class Forwarding:
         path, method = scope["path"], scope["method"]
         body: bytes | None = None
         if path in _TXN_POSTS and method == "POST":
-            body = await _read(receive)
+            body = await self._body(scope, receive, send, runtime.settings.max_txn_request_bytes)
+            if body is None:
+                return  # answered
         owner = self._owner(runtime, path, method, body)
         if owner is None or cluster.is_me(owner):
             await self.app(scope, receive if body is None else _replay(body, receive), send)
             return
         if body is None:
-            body = await _read(receive)
+            body = await self._body(scope, receive, send, None)  # BodyLimit bounds it
+        if body is not None:
+            await self._forward(runtime, owner, body, scope, receive, send)
+
+    async def _forward(
+        self,
+        runtime: Runtime,
+        owner: Member,
+        body: bytes,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Serve the request by the node that owns what it names (here again, when a
+        fresh listing of the members says so)."""
+        cluster = runtime.cluster
+        path, method = scope["path"], scope["method"]
         query = scope.get("query_string", b"")
         try:
             answer = await _unless_gone(

@@ -40,7 +40,7 @@ from kop_dedup.protocol.records import (
     KafkaRecord,
     rec,
 )
-from kop_dedup.transports.kafka.inflate import inflate
+from kop_dedup.transports.kafka.inflate import InflateBudget, inflate
 
 __all__ = [
     "CODECS",
@@ -128,10 +128,12 @@ def decode_batch(
     produce_version: int,
     max_records: int | None = None,
     max_bytes: int | None = None,
+    budget: InflateBudget | None = None,
 ) -> KafkaBatch:
     """The one RecordBatch v2 of a Produce partition as a KafkaBatch, or the Kafka error
     a broker answers for it. ``max_bytes`` bounds what its compressed records may
-    inflate to (:func:`inflate_limit`); None: 100 MiB."""
+    inflate to (:func:`inflate_limit`); None: 100 MiB; ``budget``, what the request's
+    batches inflate to together."""
     raw = _one_batch(data)
     (attributes,) = _ATTRIBUTES.unpack_from(raw, _ATTRIBUTES_AT)
     batch = DefaultRecordBatch(raw)
@@ -157,7 +159,7 @@ def decode_batch(
     if max_records is not None and count > max_records:
         raise errors.MessageTooLarge(f"batch has {count} records; the limit is {max_records}")
     if codec:
-        batch = DefaultRecordBatch(_inflated(raw, attributes, codec, count, max_bytes))
+        batch = DefaultRecordBatch(_inflated(raw, attributes, codec, count, max_bytes, budget))
     try:
         records = tuple(
             KafkaRecord(
@@ -184,12 +186,19 @@ def inflate_limit(max_bytes: int, count: int) -> int:
     return max_bytes + count * _RECORD_FRAMING
 
 
-def _inflated(raw: bytes, attributes: int, codec: int, count: int, max_bytes: int | None) -> bytes:
+def _inflated(
+    raw: bytes,
+    attributes: int,
+    codec: int,
+    count: int,
+    max_bytes: int | None,
+    budget: InflateBudget | None,
+) -> bytes:
     """The batch with its records inflated (bounded) and its codec cleared, so that
     aiokafka walks them without inflating anything itself. Its CRC no longer matches:
     it was checked before."""
     limit = _MAX_INFLATED if max_bytes is None else inflate_limit(max_bytes, count)
-    records = inflate(codec, raw[_HEADER_BYTES:], limit)
+    records = inflate(codec, raw[_HEADER_BYTES:], limit, budget)
     length = _HEADER_BYTES - _LOG_OVERHEAD + len(records)
     return b"".join(
         (

@@ -7,7 +7,15 @@ written without deduplication. Before that, as Kafka's ``KafkaApis`` does: acks 
 than -1, 0, 1 are INVALID_REQUIRED_ACKS; a topic that does not exist (Produce never
 creates one: Metadata does) or a partition out of range is
 UNKNOWN_TOPIC_OR_PARTITION; the batch is checked (:mod:`.batches`). The partitions of
-one request are produced side by side.
+one request are produced side by side; a partition the request names twice is produced
+once, with the data named last, and answered once (Kafka gathers a request's partitions
+in a map).
+
+What one request's compressed batches inflate to together is bounded
+(``KAFKA_MAX_REQUEST_INFLATED_BYTES``: 10 MESSAGE_TOO_LARGE past it, inflating stopped
+there), and so is what a connection's requests hold at once
+(``KAFKA_MAX_CONNECTION_INFLATED_BYTES``): a request reserves its bound before inflating,
+keeps what it inflated until answered, and waits while earlier ones hold too much.
 
 Transactional batches need the request's transactional id (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request) and go, all of one request
@@ -31,13 +39,16 @@ The base offset: see :mod:`kop_dedup.pulsar.produced` (``KAFKA_PRODUCE_OFFSETS``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from kop_dedup import errors
+from kop_dedup.admission import ByteBudget
 from kop_dedup.cluster.peers import PeerUnavailable
 from kop_dedup.cluster.placement import Member
 from kop_dedup.protocol.records import KafkaBatch
@@ -45,6 +56,7 @@ from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.transports.kafka import topology, txn_codes
 from kop_dedup.transports.kafka.batches import decode_batch, is_compressed, is_transactional
 from kop_dedup.transports.kafka.forward import forward
+from kop_dedup.transports.kafka.inflate import InflateBudget
 from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
 
 __all__ = ["APIS", "produce"]
@@ -71,8 +83,54 @@ def _partition(index: int, error: errors.KafkaError | None, base_offset: int = -
     )
 
 
+class _Inflating(InflateBudget):
+    """One request's inflate budget, reserved from its connection's (``held``)."""
+
+    def __init__(self, limit: int, held: ByteBudget) -> None:
+        super().__init__(limit)
+        self.held = held
+        self.reserved = min(limit, held.capacity)
+
+    def settle(self) -> None:
+        """Inflating is over: of the reservation keep what the batches hold."""
+        keep = min(self.taken, self.reserved)
+        self.held.release(self.reserved - keep)
+        self.reserved = keep
+
+
+@contextlib.asynccontextmanager
+async def _inflating(session: Session) -> AsyncIterator[_Inflating]:
+    """The request's inflate budget, once its connection has room for it (the request
+    waits meanwhile); given back when the request is answered."""
+    s = session.settings
+    held = session.extra.get(__name__)
+    if held is None:
+        held = session.extra[__name__] = ByteBudget(s.kafka_max_connection_inflated_bytes)
+    budget = _Inflating(s.kafka_max_request_inflated_bytes, held)
+    await held.acquire(budget.reserved)
+    try:
+        yield budget
+    finally:
+        held.release(budget.reserved)
+
+
+def _partitions(request: Any) -> list[tuple[str, Any]]:
+    """(topic, partition data) of the request, a partition named twice once: with the
+    data named last, at its first place (Kafka's ``KafkaApis`` keys them by partition)."""
+    parts: dict[tuple[str, int], Any] = {}
+    for t in request.topic_data:
+        for p in t.partition_data:
+            parts[(t.name, p.index)] = p
+    return [(name, p) for (name, _), p in parts.items()]
+
+
 async def _decoded(
-    session: Session, version: int, topic: str, index: int, data: bytes
+    session: Session,
+    version: int,
+    topic: str,
+    index: int,
+    data: bytes,
+    budget: InflateBudget,
 ) -> KafkaBatch | errors.KafkaError:
     """One partition's batch, checked; or the error it is answered."""
     runtime = session.runtime
@@ -96,6 +154,7 @@ async def _decoded(
         produce_version=version,
         max_records=s.max_batch_records,
         max_bytes=s.max_batch_bytes,
+        budget=budget,
     )
     try:
         if len(data) > _ON_LOOP_BYTES or is_compressed(data):
@@ -200,15 +259,19 @@ Led = dict[int, tuple[Member, list[int]]]
 
 
 async def _sort(
-    session: Session, version: int, parts: list[tuple[str, Any]]
+    session: Session, version: int, parts: list[tuple[str, Any]], budget: _Inflating
 ) -> tuple[dict[int, Answer], dict[int, KafkaBatch], dict[int, KafkaBatch], Led]:
     """The request's partitions by where they go: (answered already: refused; plain
     batches produced here; transactional ones; plain ones led by other nodes, sidecar
     mode only: in cluster mode those are answered 6)."""
     datas = [p.records or b"" for _, p in parts]
     decoded = await asyncio.gather(
-        *(_decoded(session, version, t, p.index, d) for (t, p), d in zip(parts, datas, strict=True))
+        *(
+            _decoded(session, version, t, p.index, d, budget)
+            for (t, p), d in zip(parts, datas, strict=True)
+        )
     )
+    budget.settle()
     results: dict[int, Answer] = {}
     plain: dict[int, KafkaBatch] = {}
     txn: dict[int, KafkaBatch] = {}
@@ -231,12 +294,17 @@ async def _sort(
 
 
 async def _all(
-    session: Session, version: int, request: Any, parts: list[tuple[str, Any]], deadline: float
+    session: Session,
+    version: int,
+    request: Any,
+    parts: list[tuple[str, Any]],
+    deadline: float,
+    budget: _Inflating,
 ) -> list[Answer]:
     """Every partition's answer, in request order: idempotent batches side by side (6
     for a partition another node leads), the transactional ones together through the
     coordinator (here, or forwarded to it)."""
-    results, plain, txn, led = await _sort(session, version, parts)
+    results, plain, txn, led = await _sort(session, version, parts, budget)
     tid = request.transactional_id
     owner = None
     if txn and not session.forwarded and tid is not None:
@@ -283,7 +351,7 @@ async def produce(session: Session, request: Any, version: int) -> Any:
 async def _produce(session: Session, request: Any, version: int) -> Any:
     s = session.settings
     acks = request.acks
-    parts = [(t.name, p) for t in request.topic_data for p in t.partition_data]
+    parts = _partitions(request)
     results: list[Answer]
     if acks not in _ACKS:
         results = [
@@ -300,7 +368,8 @@ async def _produce(session: Session, request: Any, version: int) -> Any:
     else:
         timeout_ms = request.timeout_ms if request.timeout_ms > 0 else s.default_timeout_ms
         deadline = time.monotonic() + min(timeout_ms, s.max_timeout_ms) / 1000
-        results = await _all(session, version, request, parts, deadline)
+        async with _inflating(session) as budget:
+            results = await _all(session, version, request, parts, deadline, budget)
         by_topic = [t for t, _ in parts]
     failed = [e for _, e, _ in results if e is not None]
     if acks == 0:
@@ -311,8 +380,13 @@ async def _produce(session: Session, request: Any, version: int) -> Any:
                 kind="acks0_error",
             )
         return None
+    return _response(version, zip(by_topic, results, strict=True))
+
+
+def _response(version: int, answers: Iterable[tuple[str, Answer]]) -> Any:
+    """The ProduceResponse: each (topic, answer) under its topic, in request order."""
     topics: dict[str, list[Any]] = {}
-    for name, (index, error, offset) in zip(by_topic, results, strict=True):
+    for name, (index, error, offset) in answers:
         topics.setdefault(name, []).append(_partition(index, error, offset))
     return ProduceResponse(
         version=version,
@@ -322,17 +396,7 @@ async def _produce(session: Session, request: Any, version: int) -> Any:
 
 
 def _error(request: Any, version: int, error: errors.KafkaError) -> Any:
-    return ProduceResponse(
-        version=version,
-        responses=[
-            _Topic(
-                name=t.name,
-                partition_responses=[_partition(p.index, error) for p in t.partition_data],
-            )
-            for t in request.topic_data
-        ],
-        throttle_time_ms=0,
-    )
+    return _response(version, ((name, (p.index, error, -1)) for name, p in _partitions(request)))
 
 
 APIS = (

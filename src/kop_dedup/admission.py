@@ -1,4 +1,5 @@
-"""Admission: a budget of request bytes in flight, first come first served.
+"""Admission: a budget of request bytes in flight, first come first served (the HTTP
+produce endpoint's raw bodies; a Kafka connection's inflated Produce batches).
 
 The sidecar holds every record of a produce request in memory until Pulsar has
 answered for it, and Python needs many times a record's wire size for it
