@@ -8,6 +8,7 @@ channels; the produce service leases one per batch and waits on it.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 from kop_dedup import errors
@@ -41,6 +42,7 @@ class Channel:
         "key",
         "last_used",
         "lock",
+        "mark_read",
         "moved",
         "opening",
         "producer",
@@ -74,6 +76,9 @@ class Channel:
         transactions are coordinated elsewhere): closed as soon as it is idle, so that
         the new owner can open the name."""
         self.last_used = time.monotonic()
+        self.mark_read = -math.inf
+        """When (monotonic) the producer now open began its creation: the broker's mark
+        for the name in :attr:`state` is at least as new as this."""
         self.lock = asyncio.Lock()
         """Held while the producer is opened or resynced."""
         self._any: list[asyncio.Future[bool]] = []

@@ -188,6 +188,21 @@ class ChannelManager:
             if channel.producer is None:
                 await self._open(channel, deadline)
 
+    async def verify(self, channel: Channel, since: float, deadline: float) -> None:
+        """Read the broker's mark for the channel's name again, unless it was read at or
+        after ``since`` (monotonic), as a resync does.
+
+        Another holder of the name may have stored more while the producer was
+        disconnected (a pause past the keep-alive, a broker restart, an unload): the
+        client reconnects it by itself, with no hook to tell, and the C++ client keeps
+        its own last sequence id across a reconnection (``ProducerImpl::
+        handleCreateProducer`` takes the broker's only while its own is -1), so only a
+        producer created again reads the broker's mark.
+        """
+        if channel.mark_read < since:
+            channel.state.broken = True  # every batch waits for the read, as after a failure
+        await self.resync(channel, deadline)
+
     async def resync(self, channel: Channel, deadline: float) -> None:
         """After a failed send: wait for every answer, then reopen and take the broker's
         state (the failed batch's fate is in the broker's mark)."""
@@ -215,8 +230,9 @@ class ChannelManager:
         """
         task = channel.opening
         if task is None:
+            started = time.monotonic()
             task = channel.opening = asyncio.ensure_future(self._create(channel))
-            task.add_done_callback(lambda t: self._opened(channel, t))
+            task.add_done_callback(lambda t: self._opened(channel, t, started))
         try:
             await asyncio.wait_for(asyncio.shield(task), max(deadline - time.monotonic(), 0.001))
         except TimeoutError as exc:
@@ -253,8 +269,12 @@ class ChannelManager:
                 f"{self._naming.topic(channel.topic)} --enable, or remove the override)"
             )
 
-    def _opened(self, channel: Channel, task: asyncio.Future[PulsarProducer]) -> None:
-        """Adopt a finished creation, whoever still waits for it; close an orphan."""
+    def _opened(
+        self, channel: Channel, task: asyncio.Future[PulsarProducer], started: float
+    ) -> None:
+        """Adopt a finished creation, whoever still waits for it; close an orphan. The
+        state is the broker's mark, or what the sidecar stored when that is more (what a
+        closed channel of the name left, or this channel's own before a resync)."""
         channel.opening = None
         if task.cancelled() or task.exception() is not None:
             channel.notify()
@@ -264,12 +284,16 @@ class ChannelManager:
             self._close_later(channel.key, producer)
             return
         channel.producer = producer
+        channel.mark_read = started
         ptopic, pid, epoch = channel.key
         if pid >= 0:
             broker = from_pulsar(producer.last_sequence_id())
             memory = self._remembered.get(channel.key)
             remembered, floor = (None, None) if memory is None else (memory.persisted, memory.floor)
-            recent = channel.state.recent
+            own = channel.state
+            if own.persisted is not None and (remembered is None or own.persisted > remembered):
+                remembered, floor = own.persisted, own.floor
+            recent = own.recent
             channel.state = ChannelState.from_broker(broker, remembered, floor)
             channel.state.recent.extend(recent)
             if remembered is not None and (broker is None or broker < remembered):

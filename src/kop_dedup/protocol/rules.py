@@ -34,11 +34,20 @@ The rules, in the order Kafka's broker applies them (``ProducerAppendInfo``):
    never be sent while newer ones are pending); a batch straddling the stored mark is
    refused (45): the broker judges an entry by one sequence id and would store its
    stored part again.
-5. **Shutdown.** A closing sidecar hands nothing more to Pulsar (6, retriable).
-6. **Capacity.** At most ``max_in_flight`` batches of a channel are in Pulsar's hands,
+5. **A mark read since the batch arrived.** A verdict that takes the channel's state
+   to be all the broker knows (a wait or a 45 for a gap past what was sent, or for a
+   start above 0 where nothing is known) is given only once the broker's mark for the
+   name was read after the batch arrived (``VERIFY`` first): another holder of the
+   name may have stored more while the producer was disconnected, and the client
+   reconnects it without a word. A wait behind batches still in flight is the usual
+   reordering and waits as before; only its 45 reads the mark first. Every other
+   verdict is judged by the broker's receipt.
+6. **Shutdown.** A closing sidecar hands nothing more to Pulsar, and reads no mark
+   (6, retriable).
+7. **Capacity.** At most ``max_in_flight`` batches of a channel are in Pulsar's hands,
    and a batch goes only when the client queue has room for all of its records, so a
    batch is never refused half-way through being enqueued.
-7. **Recording a new epoch** (``RECORD_EPOCH``) happens only once the batch has passed
+8. **Recording a new epoch** (``RECORD_EPOCH``) happens only once the batch has passed
    every rule above, just before it is handed to Pulsar: a refused batch changes no
    state.
 
@@ -94,6 +103,8 @@ class Act(enum.Enum):
     """Read the recorded epochs up to now before answering for good."""
     RECORD_EPOCH = "record_epoch"
     """Record the batch's new epoch durably, then decide again."""
+    VERIFY = "verify"
+    """Read the broker's mark for the name again (reopen the producer), then decide again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +148,10 @@ class Moment:
     refused: Mapping[int, errors.KafkaError] = field(default_factory=dict)
     """Base sequences of this channel's batches answered a retriable error, without being
     handed to Pulsar, within the reorder window, and not arrived again since."""
+    mark_current: bool = True
+    """The broker's mark for the name was read after this batch arrived. Before that,
+    another holder of the name may have stored more (the producer was disconnected and
+    the client reconnected it by itself), and the channel's state may be behind."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +175,9 @@ class Verdict:
     after: int | None = None
     """For WAIT behind a gap: only the hand of the batch ending at this extended sequence
     (the one just before this batch) can end the wait early; None: any change."""
+    beyond: bool = False
+    """For WAIT and REFUSE: the verdict takes the channel's state to be all the broker
+    knows (a gap past what was sent, a start above 0 where nothing is known)."""
 
 
 def _kafka(extended: int) -> int:
@@ -170,8 +188,20 @@ def _refuse(error: errors.KafkaError) -> Verdict:
     return Verdict(Act.REFUSE, error.message, error=error)
 
 
-def _wait(until: float, reason: str, *, behind: bool = False, after: int | None = None) -> Verdict:
-    return Verdict(Act.WAIT, reason, until=until, behind=behind, after=after)
+def _wait(
+    until: float,
+    reason: str,
+    *,
+    behind: bool = False,
+    after: int | None = None,
+    beyond: bool = False,
+) -> Verdict:
+    return Verdict(Act.WAIT, reason, until=until, behind=behind, after=after, beyond=beyond)
+
+
+def _beyond(error: errors.KafkaError) -> Verdict:
+    """A refusal that holds only if the broker knows no more than the channel's state."""
+    return Verdict(Act.REFUSE, error.message, error=error, beyond=True)
 
 
 _FINAL = frozenset({Act.SEND, Act.RESEND, Act.DUPLICATE, Act.REFUSE})
@@ -191,12 +221,16 @@ def decide(state: ChannelState, attempt: Attempt, moment: Moment) -> Verdict:
     if state.broken:
         return Verdict(Act.RESYNC, "an earlier send on this channel failed")
     verdict = _sequence_verdict(state, attempt, moment)
-    if moment.closing and verdict.act in _HANDS_TO_PULSAR | {Act.WAIT}:
+    stale = verdict.beyond and not moment.mark_current
+    if moment.closing and (stale or verdict.act in _HANDS_TO_PULSAR | {Act.WAIT}):
         return _refuse(
             errors.NotLeaderOrFollower(
                 "the sidecar is shutting down; retry the batch on another (it is safe)"
             )
         )
+    # a wait while earlier batches are in flight is the usual reordering: not held up
+    if stale and (verdict.act is Act.REFUSE or not state.in_flight):
+        verdict = Verdict(Act.VERIFY, "the broker's mark was read before the batch arrived")
     if verdict.act in _HANDS_TO_PULSAR:
         verdict = _capacity(state, attempt, moment, verdict)
     # an arriving batch behind one inside the sidecar catches up alongside it (rule 1)
@@ -280,9 +314,10 @@ def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str, after: i
             f"{span} waits for sequence {expected} to arrive",
             behind=arrived,
             after=after,
+            beyond=not arrived,
         )
     if not arrived:
-        return _refuse(
+        return _beyond(
             errors.OutOfOrderSequenceNumber(
                 f"expected sequence {expected} next from producer {attempt.producer_id} on "
                 f"{attempt.where}, got {attempt.base_sequence}; the gap did not fill within "
@@ -356,6 +391,7 @@ def _fresh_start(attempt: Attempt, moment: Moment) -> Verdict:
         return _wait(
             moment.gap_deadline,
             f"a new producer starting at {base} waits out the reorder window for earlier batches",
+            beyond=True,
         )
     if base <= min(moment.arrived, default=base):
         return Verdict(
@@ -375,8 +411,8 @@ def _new_epoch_not_at_zero(attempt: Attempt, moment: Moment, older: int) -> Verd
     if 0 in moment.arrived:
         return _wait(moment.deadline, f"{span} waits behind its sequence 0", behind=True)
     if moment.now < moment.gap_deadline:
-        return _wait(moment.gap_deadline, f"{span} waits for sequence 0 to arrive")
-    return _refuse(
+        return _wait(moment.gap_deadline, f"{span} waits for sequence 0 to arrive", beyond=True)
+    return _beyond(
         errors.OutOfOrderSequenceNumber(
             f"producer {attempt.producer_id} moved from epoch {older} to {attempt.epoch} "
             f"on {attempt.where}: a new epoch must start at sequence 0, got {base}"
