@@ -91,3 +91,41 @@ def test_a_name_written_by_another_holder_is_answered_from_the_brokers_mark(
         assert max(took_retry, took_next) < WINDOW_MS / 1000, answers
     stored = [m.properties()[PROP_SEQUENCE] for m in read_all(pulsar_reader_client, ptopic)]
     assert stored == [str(i) for i in range(8)]
+
+
+def test_a_new_epoch_whose_start_another_holder_stored_goes_on_from_the_brokers_mark(
+    pulsar, pulsar_reader_client
+):
+    """The channel of epoch 1 opened with no state (its batch 3 was refused: a new epoch
+    must start at 0); another holder of the name then stored 0..2 of epoch 1. Batch 3
+    again used to wait out the window and get 45 (no 0 in sight); it is stored now."""
+    import pulsar as pulsar_client
+
+    topic = uniq()
+    ptopic = f"{NS}/{topic}-partition-0"
+    with (
+        ThreadSidecar(pulsar, system_namespace=uniq("sys"), reorder_window_ms=WINDOW_MS) as sc,
+        httpx.Client(base_url=sc.url, timeout=60) as api,
+    ):
+        pid = new_pid(api)
+        assert codes(produce(api, batch(topic, pid, 0, 1))) == [0]
+        assert codes(produce(api, batch(topic, pid, 3, 1, epoch=1))) == [45]
+        client = pulsar_client.Client(pulsar.service_url)
+        try:
+            holder = wait_until(
+                "another writer to take the name",
+                lambda: _take_name(pulsar.admin_url, client, ptopic, f"kop-{pid}-1"),
+                timeout=60,
+            )
+            for seq in (0, 1, 2):
+                holder.send(b"", properties={PROP_SEQUENCE: str(seq)}, sequence_id=to_pulsar(seq))
+            holder.close()
+        finally:
+            client.close()
+
+        started = time.monotonic()
+        answer = produce(api, batch(topic, pid, 3, 1, epoch=1))
+        took = time.monotonic() - started
+        assert (codes(answer), took < WINDOW_MS / 1000) == ([0], True), (answer, took)
+    stored = [m.properties()[PROP_SEQUENCE] for m in read_all(pulsar_reader_client, ptopic)]
+    assert stored == ["0", "0", "1", "2", "3"]
