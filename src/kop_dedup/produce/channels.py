@@ -204,14 +204,15 @@ class ChannelManager:
         await self.resync(channel, deadline)
 
     async def resync(self, channel: Channel, deadline: float) -> None:
-        """After a failed send: wait for every answer, then reopen and take the broker's
-        state (the failed batch's fate is in the broker's mark)."""
+        """After a failed send (or to read the broker's mark again, :meth:`verify`): wait
+        for every answer, then reopen and take the broker's state (the failed batch's
+        fate is in the broker's mark)."""
         async with channel.lock:
             if not channel.state.broken:
                 return
             while channel.state.in_flight:
                 if not await channel.wait_change(deadline - time.monotonic()):
-                    raise errors.RequestTimedOut("waiting for earlier failed sends to settle")
+                    raise errors.RequestTimedOut("waiting for earlier sends to settle")
             producer, channel.producer = channel.producer, None
             if producer is not None:
                 await producer.close()

@@ -41,7 +41,8 @@ The rules, in the order Kafka's broker applies them (``ProducerAppendInfo``):
    name may have stored more while the producer was disconnected, and the client
    reconnects it without a word. A wait behind batches still in flight is the usual
    reordering and waits as before; only its 45 reads the mark first. Every other
-   verdict is judged by the broker's receipt.
+   verdict hands the batch to the broker, whose receipt judges it by its own mark, or
+   answers from what this channel itself stored, which another holder cannot undo.
 6. **Shutdown.** A closing sidecar hands nothing more to Pulsar, and reads no mark
    (6, retriable).
 7. **Capacity.** At most ``max_in_flight`` batches of a channel are in Pulsar's hands,
