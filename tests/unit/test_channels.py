@@ -161,6 +161,58 @@ def test_reopening_a_name_the_broker_forgot_is_reported_and_the_memory_kept():
     assert [(b, r) for _, b, r in lost] == [(None, 9)]
 
 
+def test_a_mark_read_before_a_batch_arrived_is_read_again_and_the_brokers_taken():
+    """Another holder stored up to 5 while the producer was away: only a new producer
+    reads it (the C++ client keeps its own last sequence id across a reconnection)."""
+
+    async def go() -> tuple[Channel, list[str], float]:
+        mgr, publisher, _ = manager()
+        publisher.marks["kop-7-0"] = 3  # extended 2
+        channel = await opened(mgr, (TOPIC, 7, 0))
+        read = channel.mark_read
+        arrived = time.monotonic()
+        publisher.marks["kop-7-0"] = 6  # extended 5, stored by the other holder
+        await mgr.verify(channel, arrived, deadline())
+        return channel, publisher.log, read
+
+    channel, log, read = run(go())
+    assert channel.state.persisted == 5
+    assert not channel.state.broken
+    assert channel.mark_read > read
+    assert log[-3:] == ["close kop-7-0", "closed kop-7-0", "create kop-7-0"]
+
+
+def test_a_mark_read_after_the_batch_arrived_is_not_read_again():
+    async def go() -> list[str]:
+        mgr, publisher, _ = manager()
+        arrived = time.monotonic()
+        channel = await opened(mgr, (TOPIC, 7, 0))
+        await mgr.verify(channel, arrived, deadline())
+        return publisher.log
+
+    assert run(go()) == ["create kop-7-0"]
+
+
+def test_a_resync_on_a_mark_the_broker_lost_keeps_what_the_channel_stored_and_says_so():
+    """A resync used to take only the broker's mark and what a closed channel left: the
+    channel's own stored sequences and start were dropped with the producer."""
+
+    async def go() -> tuple[Channel, list]:
+        mgr, publisher, lost = manager()
+        channel = await opened(mgr, (TOPIC, 7, 0))
+        channel.state.on_handed(4, 9, resend=False)  # a producer that started at 4
+        channel.state.on_stored(4, 9, "1:2:0:0")
+        publisher.marks["kop-7-0"] = -1  # the broker forgot the name
+        channel.state.broken = True  # as after a failed send, or a read of the mark
+        await mgr.resync(channel, deadline())
+        return channel, lost
+
+    channel, lost = run(go())
+    assert (channel.state.persisted, channel.state.floor) == (9, 4)
+    assert channel.state.broker_mark is None
+    assert [(b, r) for _, b, r in lost] == [(None, 9)]
+
+
 def test_a_topic_with_deduplication_off_is_refused_when_its_channel_opens():
     async def go() -> None:
         admin = FakeAdmin()

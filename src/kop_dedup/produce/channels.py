@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from kop_dedup import errors
 from kop_dedup.bounded import BoundedMap
+from kop_dedup.produce.channel import Channel, ChannelKey
 from kop_dedup.protocol.records import from_pulsar
 from kop_dedup.protocol.rules import ChannelState
 from kop_dedup.pulsar.admin import PulsarAdmin
@@ -36,11 +37,7 @@ __all__ = ["Channel", "ChannelKey", "ChannelManager", "Remembered"]
 
 log = logging.getLogger(__name__)
 
-ChannelKey = tuple[str, int, int]
-"""(partition topic, producer id, epoch); producer id -1: the plain channel of a partition."""
-
 _CLOSE_WAIT_S = 10.0
-_REFUSALS_KEPT = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,148 +46,6 @@ class Remembered:
 
     persisted: int
     floor: int | None
-
-
-class Channel:
-    """One Pulsar producer name on one partition topic, and what is known of it.
-
-    Batches wait on a channel for a change (:meth:`wait_change`). A batch behind a gap
-    waits for one change only, the hand of the batch just before it (``after``): it
-    is woken by :meth:`handed` of that sequence and by :meth:`notify`, not by the
-    hands, receipts and answers of the other batches in flight, which cannot change
-    its verdict (each woken batch decides again, so waking them all cost several
-    decisions and timers per batch).
-    """
-
-    __slots__ = (
-        "_after",
-        "_any",
-        "arrived",
-        "closed",
-        "key",
-        "last_used",
-        "lock",
-        "moved",
-        "opening",
-        "producer",
-        "refused",
-        "state",
-        "topic",
-        "users",
-        "waiters",
-    )
-
-    def __init__(self, key: ChannelKey, topic: str = "") -> None:
-        self.key = key
-        self.topic = topic
-        """The Kafka topic (for the dedup policy check and messages)."""
-        self.state = ChannelState()
-        self.producer: PulsarProducer | None = None
-        self.opening: asyncio.Future[PulsarProducer] | None = None
-        """The producer's creation while it runs (see ChannelManager._open)."""
-        self.users = 0
-        """Batches holding a lease on this channel."""
-        self.waiters = 0
-        self.arrived: list[int] = []
-        """Base sequences of the batches inside the sidecar for this channel, from arrival
-        to answer: a gap whose next batch has arrived is not a gap, only a wait."""
-        self.refused: dict[int, tuple[errors.KafkaError, float]] = {}
-        """Base sequence -> (retriable answer, when) of batches refused before they were
-        handed to Pulsar, until they arrive again (at most :data:`_REFUSALS_KEPT`)."""
-        self.closed = False
-        self.moved = False
-        """Its partition is led by another node now (or, for a journal, its producer id's
-        transactions are coordinated elsewhere): closed as soon as it is idle, so that
-        the new owner can open the name."""
-        self.last_used = time.monotonic()
-        self.lock = asyncio.Lock()
-        """Held while the producer is opened or resynced."""
-        self._any: list[asyncio.Future[bool]] = []
-        """Waiters woken by any change."""
-        self._after: dict[int, list[asyncio.Future[bool]]] = {}
-        """Waiters behind a gap, by the extended sequence whose hand they wait for."""
-
-    def note_refused(self, base_sequence: int, error: errors.KafkaError, now: float) -> None:
-        """A batch was answered a retriable error without being handed to Pulsar."""
-        self.refused.pop(base_sequence, None)
-        self.refused[base_sequence] = (error, now)
-        if len(self.refused) > _REFUSALS_KEPT:
-            del self.refused[next(iter(self.refused))]
-
-    def refusals_since(self, since: float) -> dict[int, errors.KafkaError]:
-        """The refusals noted at or after ``since`` (monotonic), by base sequence."""
-        return {seq: error for seq, (error, at) in self.refused.items() if at >= since}
-
-    @property
-    def idle(self) -> bool:
-        return self.users == 0 and self.state.in_flight == 0 and self.opening is None
-
-    def notify(self) -> None:
-        """Wake every batch waiting on this channel: they decide again."""
-        if self.waiters:
-            waiting, self._any = self._any, []
-            for futures in self._after.values():
-                waiting.extend(futures)
-            self._after.clear()
-            _wake(waiting)
-
-    def handed(self, last: int) -> None:
-        """A batch ending at extended sequence ``last`` was handed to Pulsar: wake the
-        batches behind it and those waiting for any change."""
-        if self.waiters:
-            waiting, self._any = self._any, []
-            for after in [a for a in self._after if a <= last]:
-                waiting.extend(self._after.pop(after))
-            _wake(waiting)
-
-    def settled(self, *, ok: bool) -> None:
-        """A batch's receipt came: room and in-flight counts changed (a failure changes
-        everything: the channel must resync)."""
-        if not ok:
-            self.notify()
-        elif self._any:
-            waiting, self._any = self._any, []
-            _wake(waiting)
-
-    async def wait_change(self, within: float, after: int | None = None) -> bool:
-        """Wait up to ``within`` seconds for a change; False if nothing changed.
-
-        ``after``: only the hand of the batch ending at this extended sequence (or a
-        :meth:`notify`) is a change for this waiter.
-        """
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
-        if after is None:
-            self._any.append(future)
-        else:
-            self._after.setdefault(after, []).append(future)
-        timer = loop.call_later(max(within, 0), _expire, future)
-        self.waiters += 1
-        try:
-            return await future
-        finally:
-            self.waiters -= 1
-            timer.cancel()
-            if future.cancelled() or not future.result():  # expired or cancelled: unlist
-                self._unlist(future, after)
-
-    def _unlist(self, future: asyncio.Future[bool], after: int | None) -> None:
-        listed = self._any if after is None else self._after.get(after)
-        if listed is not None and future in listed:
-            listed.remove(future)
-            if after is not None and not listed:
-                del self._after[after]
-
-
-def _wake(futures: list[asyncio.Future[bool]]) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_result(True)
-
-
-def _expire(future: asyncio.Future[bool]) -> None:
-    if not future.done():
-        future.set_result(False)
 
 
 StateLost = Callable[[Channel, int | None, int], None]
@@ -333,15 +188,31 @@ class ChannelManager:
             if channel.producer is None:
                 await self._open(channel, deadline)
 
+    async def verify(self, channel: Channel, since: float, deadline: float) -> None:
+        """Read the broker's mark for the channel's name again, unless it was read at or
+        after ``since`` (monotonic), as a resync does.
+
+        Another holder of the name may have stored more while the producer was
+        disconnected (a pause past the keep-alive, a broker restart, an unload): the
+        client reconnects it by itself, with no hook to tell, and the C++ client keeps
+        its own last sequence id across a reconnection (``ProducerImpl::
+        handleCreateProducer`` takes the broker's only while its own is -1), so only a
+        producer created again reads the broker's mark.
+        """
+        if channel.mark_read < since:
+            channel.state.broken = True  # every batch waits for the read, as after a failure
+        await self.resync(channel, deadline)
+
     async def resync(self, channel: Channel, deadline: float) -> None:
-        """After a failed send: wait for every answer, then reopen and take the broker's
-        state (the failed batch's fate is in the broker's mark)."""
+        """After a failed send (or to read the broker's mark again, :meth:`verify`): wait
+        for every answer, then reopen and take the broker's state (the failed batch's
+        fate is in the broker's mark)."""
         async with channel.lock:
             if not channel.state.broken:
                 return
             while channel.state.in_flight:
                 if not await channel.wait_change(deadline - time.monotonic()):
-                    raise errors.RequestTimedOut("waiting for earlier failed sends to settle")
+                    raise errors.RequestTimedOut("waiting for earlier sends to settle")
             producer, channel.producer = channel.producer, None
             if producer is not None:
                 await producer.close()
@@ -360,8 +231,9 @@ class ChannelManager:
         """
         task = channel.opening
         if task is None:
+            started = time.monotonic()
             task = channel.opening = asyncio.ensure_future(self._create(channel))
-            task.add_done_callback(lambda t: self._opened(channel, t))
+            task.add_done_callback(lambda t: self._opened(channel, t, started))
         try:
             await asyncio.wait_for(asyncio.shield(task), max(deadline - time.monotonic(), 0.001))
         except TimeoutError as exc:
@@ -398,8 +270,12 @@ class ChannelManager:
                 f"{self._naming.topic(channel.topic)} --enable, or remove the override)"
             )
 
-    def _opened(self, channel: Channel, task: asyncio.Future[PulsarProducer]) -> None:
-        """Adopt a finished creation, whoever still waits for it; close an orphan."""
+    def _opened(
+        self, channel: Channel, task: asyncio.Future[PulsarProducer], started: float
+    ) -> None:
+        """Adopt a finished creation, whoever still waits for it; close an orphan. The
+        state is the broker's mark, or what the sidecar stored when that is more (what a
+        closed channel of the name left, or this channel's own before a resync)."""
         channel.opening = None
         if task.cancelled() or task.exception() is not None:
             channel.notify()
@@ -409,12 +285,16 @@ class ChannelManager:
             self._close_later(channel.key, producer)
             return
         channel.producer = producer
+        channel.mark_read = started
         ptopic, pid, epoch = channel.key
         if pid >= 0:
             broker = from_pulsar(producer.last_sequence_id())
             memory = self._remembered.get(channel.key)
             remembered, floor = (None, None) if memory is None else (memory.persisted, memory.floor)
-            recent = channel.state.recent
+            own = channel.state
+            if own.persisted is not None and (remembered is None or own.persisted > remembered):
+                remembered, floor = own.persisted, own.floor
+            recent = own.recent
             channel.state = ChannelState.from_broker(broker, remembered, floor)
             channel.state.recent.extend(recent)
             if remembered is not None and (broker is None or broker < remembered):

@@ -228,6 +228,7 @@ class ProduceService:
         extra: dict[str, str] | None = None,
     ) -> tuple[errors.KafkaError | None, str | None]:
         pid, epoch = batch.producer_id, batch.producer_epoch
+        arrived_at = time.monotonic()
         # a journal's channel needs no dedup policy check: its namespace is the sidecar's
         channel = self.channels.lease((ptopic, pid, epoch), "" if extra else batch.topic)
         channel.arrived.append(batch.base_sequence)
@@ -260,6 +261,7 @@ class ProduceService:
                     closing=self.closing,
                     arriving=arriving,
                     refused=channel.refusals_since(now - window) if channel.refused else _NONE,
+                    mark_current=channel.mark_read >= arrived_at,
                 )
                 arriving = False
                 verdict = decide(channel.state, attempt, moment)
@@ -274,7 +276,7 @@ class ProduceService:
                 if act is Act.REFUSE:
                     answer = verdict.error
                     return verdict.error, None
-                fresh = await self._carry_out(channel, verdict, deadline, now)
+                fresh = await self._carry_out(channel, verdict, deadline, now, arrived_at)
                 fresh = fresh or not strict
         except errors.KafkaError as exc:
             answer = exc
@@ -288,7 +290,7 @@ class ProduceService:
             self.channels.release(channel)
 
     async def _carry_out(
-        self, channel: Channel, verdict: Verdict, deadline: float, now: float
+        self, channel: Channel, verdict: Verdict, deadline: float, now: float, arrived_at: float
     ) -> bool:
         """Carry out a verdict that is not final; True if the epochs view is now fresh."""
         pid, epoch = channel.key[1], channel.key[2]
@@ -310,6 +312,9 @@ class ProduceService:
             await self._bounded(
                 self.epochs.raise_to(pid, epoch), deadline, f"recording epoch {epoch}"
             )
+            return False
+        if verdict.act is Act.VERIFY:
+            await self.channels.verify(channel, arrived_at, deadline)
             return False
         await self.channels.resync(channel, deadline)  # Act.RESYNC
         return False

@@ -34,11 +34,21 @@ The rules, in the order Kafka's broker applies them (``ProducerAppendInfo``):
    never be sent while newer ones are pending); a batch straddling the stored mark is
    refused (45): the broker judges an entry by one sequence id and would store its
    stored part again.
-5. **Shutdown.** A closing sidecar hands nothing more to Pulsar (6, retriable).
-6. **Capacity.** At most ``max_in_flight`` batches of a channel are in Pulsar's hands,
+5. **A mark read since the batch arrived.** A verdict that takes the channel's state
+   to be all the broker knows (a wait or a 45 for a gap past what was sent, or for a
+   start above 0 where nothing is known) is given only once the broker's mark for the
+   name was read after the batch arrived (``VERIFY`` first): another holder of the
+   name may have stored more while the producer was disconnected, and the client
+   reconnects it without a word. A wait behind batches still in flight is the usual
+   reordering and waits as before; only its 45 reads the mark first. Every other
+   verdict hands the batch to the broker, whose receipt judges it by its own mark, or
+   answers from what this channel itself stored, which another holder cannot undo.
+6. **Shutdown.** A closing sidecar hands nothing more to Pulsar, and reads no mark
+   (6, retriable).
+7. **Capacity.** At most ``max_in_flight`` batches of a channel are in Pulsar's hands,
    and a batch goes only when the client queue has room for all of its records, so a
    batch is never refused half-way through being enqueued.
-7. **Recording a new epoch** (``RECORD_EPOCH``) happens only once the batch has passed
+8. **Recording a new epoch** (``RECORD_EPOCH``) happens only once the batch has passed
    every rule above, just before it is handed to Pulsar: a refused batch changes no
    state.
 
@@ -54,12 +64,12 @@ only grow, across the 2**31 wrap.
 from __future__ import annotations
 
 import enum
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kop_dedup import errors
-from kop_dedup.protocol.records import SEQ_MODULUS, unwrap
+from kop_dedup.protocol.channel_state import RECENT_BATCHES, ChannelState, StoredBatch
+from kop_dedup.protocol.records import SEQ_MODULUS
 
 __all__ = [
     "MAX_IN_FLIGHT",
@@ -73,8 +83,6 @@ __all__ = [
     "decide",
 ]
 
-RECENT_BATCHES = 5
-"""Stored batches remembered per channel with their position (Kafka keeps 5)."""
 MAX_IN_FLIGHT = 5
 """Batches of one producer and partition in flight at once (Kafka clients: at most 5)."""
 
@@ -96,92 +104,8 @@ class Act(enum.Enum):
     """Read the recorded epochs up to now before answering for good."""
     RECORD_EPOCH = "record_epoch"
     """Record the batch's new epoch durably, then decide again."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredBatch:
-    """A batch the broker stored: its extended sequences and its first record's position."""
-
-    first: int
-    last: int
-    position: str
-
-
-@dataclass(slots=True)
-class ChannelState:
-    """What is known of one producer name on one partition topic.
-
-    ``persisted``: highest extended sequence known stored (None: none).
-    ``sent``: highest extended sequence handed to Pulsar (>= ``persisted``).
-    ``broker_mark``: highest sequence the broker is known to deduplicate: its own mark
-    when the channel opened, raised by every store. Below ``persisted`` only when the
-    broker lost its state for the name and the sidecar remembers more.
-    ``floor``: where a producer that had no state started, when above 0 (Kafka >= 2.5
-    lets it start anywhere); nothing below was ever stored.
-    ``in_flight``: batches handed to Pulsar with no answer yet (resends included).
-    ``broken``: a send failed; what is in flight is unknown until the broker says.
-    ``recent``: the last :data:`RECENT_BATCHES` batches stored through this channel.
-    """
-
-    persisted: int | None = None
-    sent: int | None = None
-    broker_mark: int | None = None
-    floor: int | None = None
-    in_flight: int = 0
-    broken: bool = False
-    recent: deque[StoredBatch] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
-
-    @classmethod
-    def from_broker(
-        cls, broker_mark: int | None, remembered: int | None = None, floor: int | None = None
-    ) -> ChannelState:
-        """State after (re)connecting: the broker's mark, and what the sidecar remembers
-        having stored (which exceeds the broker's mark only if the broker lost state)."""
-        persisted = broker_mark
-        if remembered is not None and (persisted is None or remembered > persisted):
-            persisted = remembered
-        if persisted is None:
-            floor = None  # nothing stored: the next batch starts afresh
-        return cls(persisted=persisted, sent=persisted, broker_mark=broker_mark, floor=floor)
-
-    @property
-    def has_state(self) -> bool:
-        return self.sent is not None
-
-    def place(self, base_sequence: int, count: int) -> tuple[int, int]:
-        """Extended (first, last) for a batch, unwrapped near what was sent."""
-        first = unwrap(base_sequence, self.sent)
-        return first, first + count - 1
-
-    def on_handed(self, first: int, last: int, *, resend: bool) -> None:
-        """The batch was handed to Pulsar."""
-        self.in_flight += 1
-        if resend:
-            return
-        if self.sent is None and first > 0:
-            self.floor = first
-        self.sent = last if self.sent is None else max(self.sent, last)
-
-    def on_stored(self, first: int, last: int, position: str | None) -> None:
-        """The broker stored the batch (position None: it already had it, -1/-1)."""
-        self.in_flight -= 1
-        self.persisted = last if self.persisted is None else max(self.persisted, last)
-        self.broker_mark = last if self.broker_mark is None else max(self.broker_mark, last)
-        self.sent = last if self.sent is None else max(self.sent, last)
-        if position is not None:
-            self.recent.append(StoredBatch(first, last, position))
-
-    def on_failed(self) -> None:
-        """A send failed: what is in flight is unknown until the broker says."""
-        self.in_flight -= 1
-        self.sent = self.persisted
-        self.broken = True
-
-    def recent_position(self, first: int, last: int) -> str | None:
-        for stored in self.recent:
-            if stored.first == first and stored.last == last:
-                return stored.position
-        return None
+    VERIFY = "verify"
+    """Read the broker's mark for the name again (reopen the producer), then decide again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +149,10 @@ class Moment:
     refused: Mapping[int, errors.KafkaError] = field(default_factory=dict)
     """Base sequences of this channel's batches answered a retriable error, without being
     handed to Pulsar, within the reorder window, and not arrived again since."""
+    mark_current: bool = True
+    """The broker's mark for the name was read after this batch arrived. Before that,
+    another holder of the name may have stored more (the producer was disconnected and
+    the client reconnected it by itself), and the channel's state may be behind."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +176,9 @@ class Verdict:
     after: int | None = None
     """For WAIT behind a gap: only the hand of the batch ending at this extended sequence
     (the one just before this batch) can end the wait early; None: any change."""
+    beyond: bool = False
+    """For WAIT and REFUSE: the verdict takes the channel's state to be all the broker
+    knows (a gap past what was sent, a start above 0 where nothing is known)."""
 
 
 def _kafka(extended: int) -> int:
@@ -258,8 +189,20 @@ def _refuse(error: errors.KafkaError) -> Verdict:
     return Verdict(Act.REFUSE, error.message, error=error)
 
 
-def _wait(until: float, reason: str, *, behind: bool = False, after: int | None = None) -> Verdict:
-    return Verdict(Act.WAIT, reason, until=until, behind=behind, after=after)
+def _wait(
+    until: float,
+    reason: str,
+    *,
+    behind: bool = False,
+    after: int | None = None,
+    beyond: bool = False,
+) -> Verdict:
+    return Verdict(Act.WAIT, reason, until=until, behind=behind, after=after, beyond=beyond)
+
+
+def _beyond(error: errors.KafkaError) -> Verdict:
+    """A refusal that holds only if the broker knows no more than the channel's state."""
+    return Verdict(Act.REFUSE, error.message, error=error, beyond=True)
 
 
 _FINAL = frozenset({Act.SEND, Act.RESEND, Act.DUPLICATE, Act.REFUSE})
@@ -279,12 +222,16 @@ def decide(state: ChannelState, attempt: Attempt, moment: Moment) -> Verdict:
     if state.broken:
         return Verdict(Act.RESYNC, "an earlier send on this channel failed")
     verdict = _sequence_verdict(state, attempt, moment)
-    if moment.closing and verdict.act in _HANDS_TO_PULSAR | {Act.WAIT}:
+    stale = verdict.beyond and not moment.mark_current
+    if moment.closing and (stale or verdict.act in _HANDS_TO_PULSAR | {Act.WAIT}):
         return _refuse(
             errors.NotLeaderOrFollower(
                 "the sidecar is shutting down; retry the batch on another (it is safe)"
             )
         )
+    # a wait while earlier batches are in flight is the usual reordering: not held up
+    if stale and (verdict.act is Act.REFUSE or not state.in_flight):
+        verdict = Verdict(Act.VERIFY, "the broker's mark was read before the batch arrived")
     if verdict.act in _HANDS_TO_PULSAR:
         verdict = _capacity(state, attempt, moment, verdict)
     # an arriving batch behind one inside the sidecar catches up alongside it (rule 1)
@@ -368,9 +315,10 @@ def _gap(attempt: Attempt, moment: Moment, *, expected: int, span: str, after: i
             f"{span} waits for sequence {expected} to arrive",
             behind=arrived,
             after=after,
+            beyond=not arrived,
         )
     if not arrived:
-        return _refuse(
+        return _beyond(
             errors.OutOfOrderSequenceNumber(
                 f"expected sequence {expected} next from producer {attempt.producer_id} on "
                 f"{attempt.where}, got {attempt.base_sequence}; the gap did not fill within "
@@ -444,6 +392,7 @@ def _fresh_start(attempt: Attempt, moment: Moment) -> Verdict:
         return _wait(
             moment.gap_deadline,
             f"a new producer starting at {base} waits out the reorder window for earlier batches",
+            beyond=True,
         )
     if base <= min(moment.arrived, default=base):
         return Verdict(
@@ -463,8 +412,8 @@ def _new_epoch_not_at_zero(attempt: Attempt, moment: Moment, older: int) -> Verd
     if 0 in moment.arrived:
         return _wait(moment.deadline, f"{span} waits behind its sequence 0", behind=True)
     if moment.now < moment.gap_deadline:
-        return _wait(moment.gap_deadline, f"{span} waits for sequence 0 to arrive")
-    return _refuse(
+        return _wait(moment.gap_deadline, f"{span} waits for sequence 0 to arrive", beyond=True)
+    return _beyond(
         errors.OutOfOrderSequenceNumber(
             f"producer {attempt.producer_id} moved from epoch {older} to {attempt.epoch} "
             f"on {attempt.where}: a new epoch must start at sequence 0, got {base}"
