@@ -11,8 +11,10 @@ partition's copies in decision order (:mod:`.ordering`), each batch under its on
 producer name and sequence id, complete once every batch has a receipt
 (:mod:`.copier`), with the decision record for audits written meanwhile; then the staged
 offsets are committed and CompleteCommit written. CompleteCommit is therefore written
-only when every partition holds every batch the decision counted. An abort copies
-nothing: its pending offsets are cleared and CompleteAbort written.
+only when every partition holds every batch the decision counted, or no longer exists
+(a topic deleted since the decision is dropped from the copy, logged and counted, as
+Kafka drops a deleted partition's markers: :mod:`.deleted`). An abort copies nothing:
+its pending offsets are cleared and CompleteAbort written.
 
 Applying again what was partly applied is safe: a replayed copy comes back -1/-1, and a
 failed attempt is tried again until this sidecar loses the log partition (whose new
@@ -36,6 +38,7 @@ from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.copy_source import CopyUnresolved
+from kop_dedup.coordination.transactions.deleted import PartitionGone
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.offsets import TxnOffsets
 from kop_dedup.coordination.transactions.ordering import CopyOrder, Ticket
@@ -356,7 +359,10 @@ class TransactionApplier:
         async def copy(part: Partition, batches: list[KafkaBatch]) -> int:
             if ticket is not None:
                 await ticket.wait(part.key)
-            n = await self._copier.copy(txn, part, batches, owner=p)
+            try:
+                n = await self._copier.copy(txn, part, batches, owner=p)
+            except PartitionGone as gone:
+                n = self._dropped(txn, batches, gone)
             if ticket is not None:
                 ticket.done(part.key)
             return n
@@ -370,6 +376,20 @@ class TransactionApplier:
             if isinstance(result, BaseException):
                 raise result
         return copied
+
+    def _dropped(self, txn: Transaction, batches: list[KafkaBatch], gone: PartitionGone) -> int:
+        """A partition deleted since the decision: dropped from the copy (Kafka drops a
+        deleted partition's markers), logged and counted; nothing was copied there."""
+        self._stats.copy_partitions_dropped += 1
+        log.warning(
+            "transaction %d of %r: %s; its %d records there are dropped from the commit, "
+            "the rest is copied",
+            txn.ordinal,
+            txn.transactional_id,
+            gone.message,
+            sum(len(b.records) for b in batches),
+        )
+        return 0
 
     async def _decision_record(
         self, txn: Transaction, commit: bool, copied: dict[tuple[str, int], int]

@@ -185,6 +185,10 @@ class Journal:
         position = decode_entry_position(end)
         return position if position[1] >= 0 else None
 
+    async def data_partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether the data partition exists now (Pulsar's admin, asked afresh)."""
+        return await self._admin.partition_exists(topic, partition)
+
     async def _last(self, ptopic: str) -> str | None:
         try:
             position = await self._admin.last_position(ptopic)
