@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kop_dedup import errors
@@ -51,3 +53,14 @@ def test_an_open_transaction_shows_its_partitions_and_start_a_closed_one_neither
     assert listing.start_time(TXNS[0]) == 1_000
     assert listing.topics_of(TXNS[1]) == {}
     assert listing.start_time(TXNS[1]) == -1
+
+
+def test_a_commit_whose_copy_is_unresolved_shows_no_partitions_the_coordinator_expects():
+    """DescribeTransactions names the partitions the coordinator still expects to
+    complete: a commit being copied names them, one whose copy cannot complete as
+    decided (``unresolved``) names none, so ``find-hanging`` reports it."""
+    copying = _txn("c", 4, TxnState.PREPARE_COMMIT, started=1_000)
+    assert listing.topics_of(copying) == {"b": [0, 1], "a": [0]}
+    stuck = replace(copying, unresolved="the journal holds 2 of its 3 batches")
+    assert listing.topics_of(stuck) == {}
+    assert listing.start_time(stuck) == 1_000

@@ -69,9 +69,12 @@ def start_time(txn: Transaction) -> int:
 
 
 def topics_of(txn: Transaction) -> dict[str, list[int]]:
-    """The partitions of the open transaction by topic (none when none is open)."""
+    """The partitions of the open transaction by topic, those the coordinator still
+    expects to complete, as Kafka's DescribeTransactions answers: none when none is
+    open, and none for a commit whose copy is ``unresolved`` (it cannot complete as
+    decided by itself: ``kafka-transactions find-hanging`` then names its partitions)."""
     out: dict[str, list[int]] = {}
-    if txn.state.open:
+    if txn.state.open and txn.unresolved is None:
         for part in txn.partitions:
             out.setdefault(part.topic, []).append(part.partition)
     return {t: sorted(p) for t, p in out.items()}
