@@ -5,12 +5,13 @@ A hanging transaction, here: a commit decided whose copy cannot complete as the
 decision counted it (the journal holds another number of its batches), so it stays
 PrepareCommit, holds the partition's last stable offset, and is reported
 ``unresolved``: the coordinator no longer expects to finish it by itself. The test
-makes one by having the decision count one batch more than was journaled (as a journal
-trimmed by its retention would look)."""
+makes one by having the decision count one batch more than was journaled in one topic
+(as a journal trimmed by its retention would look)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,15 +20,16 @@ import pytest
 from kop_dedup.protocol.transactions import Partition, Transaction
 from tests.helpers import uniq
 from tests.integration.kafka_consume import create, produce
-from tests.integration.kafka_txn import transactional_producer
+from tests.integration.kafka_txn import read_committed, transactional_producer
 from tests.kafka_cli import TRANSACTIONS, run_tools
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
 
-def count_one_too_many(sc: ThreadSidecar, topic: str) -> None:
-    """Decisions of the sidecar count one batch more in ``topic`` than was journaled."""
+def count_one_too_many(sc: ThreadSidecar, topic: str) -> Callable[[], None]:
+    """Decisions of the sidecar count one batch more in ``topic`` than was journaled,
+    until the function answered is called."""
     copier = sc.runtime.copier
     counted = copier.decision_end
 
@@ -37,17 +39,26 @@ def count_one_too_many(sc: ThreadSidecar, topic: str) -> None:
 
     copier.decision_end = one_too_many
 
+    def restore() -> None:
+        copier.decision_end = counted
 
-def wait_unresolved(api: httpx.Client, tid: str) -> dict[str, Any]:
+    return restore
+
+
+def state_of(
+    api: httpx.Client, tid: str, until: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
     deadline = time.monotonic() + 30
     while True:
         body: dict[str, Any] = api.get(f"/v1/transactions/{tid}").json()
-        if body.get("unresolved") or time.monotonic() > deadline:
+        if until(body) or time.monotonic() > deadline:
             return body
         time.sleep(0.2)
 
 
-def test_find_hanging_names_a_commit_whose_copy_cannot_complete(pulsar: Any, tmp_path: Any) -> None:
+def test_find_hanging_names_a_commit_whose_copy_cannot_complete_and_abort_ends_it(
+    pulsar: Any, tmp_path: Any
+) -> None:
     with (
         ThreadSidecar(pulsar, system_namespace=uniq("sys")) as sc,
         httpx.Client(base_url=sc.url, timeout=60) as api,
@@ -55,40 +66,62 @@ def test_find_hanging_names_a_commit_whose_copy_cannot_complete(pulsar: Any, tmp
         b = sc.kafka_bootstrap
         stuck, fine = create(b, stem="stuck"), create(b, stem="fine")
         produce(b, stuck, [(0, None, b"before-0"), (0, None, b"before-1")])
-        count_one_too_many(sc, stuck)
+        restore = count_one_too_many(sc, stuck)
         tid = uniq("tx-hanging")
         producer = transactional_producer(b, tid)
         producer.init_transactions(30)
         producer.begin_transaction()
         for i in range(3):
             producer.produce(stuck, value=f"s{i}".encode(), partition=0)
+            producer.produce(fine, value=f"f{i}".encode(), partition=0)
         producer.commit_transaction(30)
-        body = wait_unresolved(api, tid)
+        body = state_of(api, tid, lambda t: bool(t.get("unresolved")))
         assert body["state"] == "PrepareCommit", body
         assert body["unresolved"], body
         pid, epoch = body["producerId"], body["producerEpoch"]
+        restore()
         s = ("--bootstrap-server", b)
-        hanging, described, unknown, elsewhere = run_tools(
+        abort = (TRANSACTIONS, [*s, "abort", "--topic", stuck, "--partition", "0"])
+        hanging, described, unknown, aborted, again = run_tools(
             [
                 (TRANSACTIONS, [*s, "find-hanging", "--topic", stuck, "--max-transaction-timeout", "0"]),
                 (TRANSACTIONS, [*s, "describe-producers", "--topic", stuck, "--partition", "0"]),
-                (TRANSACTIONS, [*s, "abort", "--topic", stuck, "--partition", "0", "--start-offset", "7"]),
-                (TRANSACTIONS, [*s, "find-hanging", "--topic", fine, "--max-transaction-timeout", "0"]),
+                (abort[0], [*abort[1], "--start-offset", "7"]),
+                (abort[0], [*abort[1], "--start-offset", "2"]),
+                (TRANSACTIONS, [*s, "find-hanging", "--topic", stuck, "--max-transaction-timeout", "0"]),
             ],
             tmp_path,
         )  # fmt: skip
-        producer.flush(5)
-    assert hanging.exit == 0, (hanging.text, hanging.error_text)
-    rows = [line.split() for line in hanging.lines[1:]]
-    # Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset LastTimestamp ...
-    assert [r[:4] + r[5:6] for r in rows] == [[stuck, "0", str(pid), str(epoch), "2"]], hanging.text
-    assert described.exit == 0, described.error_text
-    assert any(line.split()[:2] == [str(pid), str(epoch)] and line.split()[-1] == "2"
-               for line in described.lines[1:]), described.text  # fmt: skip
-    assert unknown.exit == 1
-    assert (
-        f"Could not find any open transactions starting at offset 7 on partition {stuck}-0"
-        in unknown.error_text + unknown.text
-    ), (unknown.text, unknown.error_text)
-    assert elsewhere.exit == 0, elsewhere.error_text
-    assert elsewhere.lines[1:] == (), elsewhere.text
+        assert hanging.exit == 0, (hanging.text, hanging.error_text)
+        rows = [line.split() for line in hanging.lines[1:]]
+        # Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset LastTimestamp
+        assert [r[:4] + r[5:6] for r in rows] == [[stuck, "0", str(pid), str(epoch), "2"]], (
+            hanging.text
+        )
+        assert described.exit == 0, described.error_text
+        assert any(
+            line.split()[:2] == [str(pid), str(epoch)] and line.split()[-1] == "2"
+            for line in described.lines[1:]
+        ), described.text
+        assert unknown.exit == 1
+        assert (
+            f"Could not find any open transactions starting at offset 7 on partition {stuck}-0"
+            in unknown.error_text + unknown.text
+        ), (unknown.text, unknown.error_text)
+        assert aborted.exit == 0, (aborted.text, aborted.error_text)
+        assert again.exit == 0, again.error_text
+        assert again.lines[1:] == (), again.text  # nothing hangs once aborted
+
+        # the rest of the commit lands; nothing of it in the aborted partition
+        body = state_of(api, tid, lambda t: t["state"] == "CompleteCommit")
+        assert body["state"] == "CompleteCommit", body
+        got = read_committed(b, fine, 1, 3, timeout=30)
+        assert [g.value for g in got] == [b"f0", b"f1", b"f2"]
+        got = read_committed(b, stuck, 1, 2, timeout=30)
+        assert [g.value for g in got] == [b"before-0", b"before-1"]
+        # and the transactional id is usable again
+        producer.begin_transaction()
+        producer.produce(stuck, value=b"after", partition=0)
+        producer.commit_transaction(30)
+        got = read_committed(b, stuck, 1, 3, timeout=30)
+        assert [g.value for g in got] == [b"before-0", b"before-1", b"after"]

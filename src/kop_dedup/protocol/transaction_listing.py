@@ -76,5 +76,6 @@ def topics_of(txn: Transaction) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     if txn.state.open and txn.unresolved is None:
         for part in txn.partitions:
-            out.setdefault(part.topic, []).append(part.partition)
+            if not part.dropped:
+                out.setdefault(part.topic, []).append(part.partition)
     return {t: sorted(p) for t, p in out.items()}

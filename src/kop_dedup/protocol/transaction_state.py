@@ -72,7 +72,10 @@ class Partition:
     ``journaler`` says which sidecar journaled the partition's batches: the instance
     that joined it, or :data:`SHARED` once another one journaled a batch too (None:
     unknown, a record written before the field existed). Only the sole journaler may
-    copy from its local copy of the batches; anyone else reads the journal."""
+    copy from its local copy of the batches; anyone else reads the journal.
+
+    ``dropped``: nothing more is copied there (an operator aborted the partition's part
+    of a commit whose copy could not complete: ``kafka-transactions abort``)."""
 
     topic: str
     partition: int
@@ -81,6 +84,7 @@ class Partition:
     data_start: str | None = None
     journaler: str | None = None
     batches: int | None = None
+    dropped: bool = False
 
     @property
     def key(self) -> tuple[str, int]:

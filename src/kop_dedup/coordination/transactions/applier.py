@@ -88,6 +88,8 @@ class TransactionApplier:
         self._applying: dict[str, asyncio.Task[None]] = {}
         self._unresolved: dict[str, tuple[int, bool]] = {}
         """Transactional id -> (ordinal, reported at ERROR) of copies unresolved now."""
+        self._wakes: dict[str, asyncio.Event] = {}
+        """Transactional id -> set to end the wait before its next attempt."""
         self._closing = False
 
     async def close(self) -> None:
@@ -237,11 +239,28 @@ class TransactionApplier:
                             transactional_id,
                             exc,
                         )
-                    await asyncio.sleep(wait)
+                    await self._pause(transactional_id, wait)
                 else:
                     return
         finally:
             self._unresolved.pop(transactional_id, None)
+            self._wakes.pop(transactional_id, None)
+
+    async def _pause(self, transactional_id: str, wait: float) -> None:
+        """``wait`` seconds before the next attempt, or until :meth:`wake`."""
+        event = self._wakes.setdefault(transactional_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), wait)
+        event.clear()
+
+    def wake(self, transactional_id: str) -> None:
+        """The id's decision changed (a partition dropped by an operator): apply it
+        again now."""
+        event = self._wakes.get(transactional_id)
+        if event is not None:
+            event.set()
+        else:
+            self.ensure(transactional_id)
 
     async def _report_unresolved(self, txn: Transaction, exc: CopyUnresolved) -> None:
         """A decision whose copy cannot be resolved: WARNING the first time, ERROR once the
@@ -350,10 +369,11 @@ class TransactionApplier:
         batches. Nothing is copied unless every partition's batches are found as the
         decision counted them."""
         p = self._state.partition_of(txn.transactional_id)
-        found = await asyncio.gather(*(self._copier.batches(txn, part) for part in txn.partitions))
+        parts = [part for part in txn.partitions if not part.dropped]
+        found = await asyncio.gather(*(self._copier.batches(txn, part) for part in parts))
         copied = {
             part.key: sum(len(b.records) for b in batches)
-            for part, batches in zip(txn.partitions, found, strict=True)
+            for part, batches in zip(parts, found, strict=True)
         }
 
         async def copy(part: Partition, batches: list[KafkaBatch]) -> int:
@@ -368,7 +388,7 @@ class TransactionApplier:
             return n
 
         results = await asyncio.gather(
-            *(copy(part, b) for part, b in zip(txn.partitions, found, strict=True)),
+            *(copy(part, b) for part, b in zip(parts, found, strict=True)),
             self._decision_record(txn, commit=True, copied=copied),
             return_exceptions=True,
         )

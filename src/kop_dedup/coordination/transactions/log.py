@@ -36,6 +36,7 @@ def encode(txn: Transaction) -> bytes:
                 "dataStart": p.data_start,
                 "journaler": p.journaler,
                 "batches": p.batches,
+                **({"dropped": True} if p.dropped else {}),
             }
             for p in txn.partitions
         ],
@@ -85,6 +86,7 @@ def decode(data: bytes) -> Transaction:
                 p.get("dataStart"),
                 p.get("journaler"),
                 None if p.get("batches") is None else int(p["batches"]),
+                bool(p.get("dropped", False)),
             )
             for p in doc.get("partitions", ())
         ),

@@ -141,7 +141,7 @@ class StableOffsets:
             if txn.state is not TxnState.PREPARE_COMMIT:
                 continue
             for part in txn.partitions:
-                if part.key not in wanted:
+                if part.key not in wanted or part.dropped:  # nothing more is copied there
                     continue
                 start = None if part.data_start is None else decode_entry_position(part.data_start)
                 at = await self._positions.after(ptopics[part.key], start)
@@ -157,7 +157,8 @@ class StableOffsets:
         for txn in list(self._state):
             if txn.state is TxnState.PREPARE_COMMIT:
                 for part in txn.partitions:
-                    out.setdefault(part.key, []).append(txn)
+                    if not part.dropped:
+                        out.setdefault(part.key, []).append(txn)
         return out
 
     async def copy_start(self, part: Partition) -> int:
