@@ -82,9 +82,10 @@ def test_find_hanging_names_a_commit_whose_copy_cannot_complete_and_abort_ends_i
         restore()
         s = ("--bootstrap-server", b)
         abort = (TRANSACTIONS, [*s, "abort", "--topic", stuck, "--partition", "0"])
-        hanging, described, unknown, aborted, again = run_tools(
+        hanging, waiting, described, unknown, aborted, again = run_tools(
             [
                 (TRANSACTIONS, [*s, "find-hanging", "--topic", stuck, "--max-transaction-timeout", "0"]),
+                (TRANSACTIONS, [*s, "find-hanging", "--topic", fine, "--max-transaction-timeout", "0"]),
                 (TRANSACTIONS, [*s, "describe-producers", "--topic", stuck, "--partition", "0"]),
                 (abort[0], [*abort[1], "--start-offset", "7"]),
                 (abort[0], [*abort[1], "--start-offset", "2"]),
@@ -98,6 +99,9 @@ def test_find_hanging_names_a_commit_whose_copy_cannot_complete_and_abort_ends_i
         assert [r[:4] + r[5:6] for r in rows] == [[stuck, "0", str(pid), str(epoch), "2"]], (
             hanging.text
         )
+        # the commit's other partition waits for it, but its copy is expected to complete
+        assert waiting.exit == 0, waiting.error_text
+        assert waiting.lines[1:] == (), waiting.text
         assert described.exit == 0, described.error_text
         assert any(
             line.split()[:2] == [str(pid), str(epoch)] and line.split()[-1] == "2"

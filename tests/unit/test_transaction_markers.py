@@ -13,6 +13,7 @@ from kop_dedup.coordination.transactions.log import decode, encode
 from kop_dedup.protocol import transaction_listing as listing
 from kop_dedup.protocol.transaction_markers import abort_marker
 from kop_dedup.protocol.transaction_state import Partition, Transaction, TxnState
+from kop_dedup.protocol.transactions import unresolved
 
 PARTS = (Partition("t", 0, None), Partition("u", 1, None))
 COPYING = Transaction("app", 7, 3, 60_000, TxnState.PREPARE_COMMIT, ordinal=2, partitions=PARTS)
@@ -25,6 +26,20 @@ def test_an_abort_marker_drops_the_partition_of_a_commit_whose_copy_cannot_compl
     assert after.state is TxnState.PREPARE_COMMIT  # the rest is still copied
     assert listing.topics_of(replace(after, unresolved=None)) == {"u": [1]}
     assert abort_marker(after, 7, 3, "t", 0) is after  # again: nothing more to do
+
+
+def test_only_the_partitions_whose_copy_cannot_complete_are_stuck_and_may_be_aborted():
+    named = unresolved(COPYING, "the journal of t-0 holds 2 of its 3 batches", (("t", 0),))
+    assert [named.stuck(p) for p in named.partitions] == [True, False]
+    assert listing.topics_of(named) == {"u": [1]}  # find-hanging names t-0 only
+    with pytest.raises(errors.ConcurrentTransactions):
+        abort_marker(named, 7, 3, "u", 1)
+    after = abort_marker(named, 7, 3, "t", 0)
+    assert [p.dropped for p in after.partitions] == [True, False]
+    assert listing.topics_of(after) == {"u": [1]}
+    # a record that names no partition (written before they were named): all are stuck
+    assert [STUCK.stuck(p) for p in STUCK.partitions] == [True, True]
+    assert decode(encode(named)) == named
 
 
 def test_an_abort_marker_is_refused_while_the_copy_is_expected_to_complete():

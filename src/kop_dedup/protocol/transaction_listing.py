@@ -71,11 +71,12 @@ def start_time(txn: Transaction) -> int:
 def topics_of(txn: Transaction) -> dict[str, list[int]]:
     """The partitions of the open transaction by topic, those the coordinator still
     expects to complete, as Kafka's DescribeTransactions answers: none when none is
-    open, and none for a commit whose copy is ``unresolved`` (it cannot complete as
-    decided by itself: ``kafka-transactions find-hanging`` then names its partitions)."""
+    open, and not those where a commit's copy cannot complete as decided
+    (:meth:`Transaction.stuck`: ``kafka-transactions find-hanging`` names them) or was
+    dropped."""
     out: dict[str, list[int]] = {}
-    if txn.state.open and txn.unresolved is None:
+    if txn.state.open:
         for part in txn.partitions:
-            if not part.dropped:
+            if not part.dropped and not txn.stuck(part):
                 out.setdefault(part.topic, []).append(part.partition)
     return {t: sorted(p) for t, p in out.items()}

@@ -6,7 +6,7 @@ A transaction's records reach a data partition only when its commit is copied th
 the one thing a partition can be held by is a commit decided whose copy has not
 completed (it holds the partition's last stable offset). An abort marker for it:
 
-- drops the partition from the commit when its copy cannot complete as decided
+- drops the partition from the commit when its copy there cannot complete as decided
   (``unresolved``: what ``kafka-transactions find-hanging`` reports): nothing more is
   copied there, and the rest of the commit completes;
 - is refused with CONCURRENT_TRANSACTIONS (51) while the copy is still expected to
@@ -52,7 +52,7 @@ def abort_marker(
         )
     part = txn.partition(topic, partition)
     if txn.state is TxnState.PREPARE_COMMIT and part is not None and not part.dropped:
-        if txn.unresolved is None:
+        if not txn.stuck(part):
             raise errors.ConcurrentTransactions(
                 f"transaction {txn.ordinal} of {txn.transactional_id!r} is being copied into "
                 f"{topic}-{partition}: its coordinator completes it"

@@ -32,6 +32,8 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar, cast
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
@@ -281,14 +283,15 @@ class TransactionApplier:
                 exc.message,
             )
             self._unresolved[tid] = (txn.ordinal, old)
-        if txn.unresolved == exc.message:
+        flagged = tuple(p.key for p in txn.partitions if p.unresolved)
+        if txn.unresolved == exc.message and flagged == exc.partitions:
             return
         ordinal = txn.ordinal
 
         async def mark(current: Transaction | None) -> Transaction | None:
             if current is None or current.ordinal != ordinal or not current.state.preparing:
                 return current
-            return tx.unresolved(current, exc.message)
+            return tx.unresolved(current, exc.message, exc.partitions)
 
         try:
             await self._state.change(tid, mark, take=False)
@@ -370,7 +373,12 @@ class TransactionApplier:
         decision counted them."""
         p = self._state.partition_of(txn.transactional_id)
         parts = [part for part in txn.partitions if not part.dropped]
-        found = await asyncio.gather(*(self._copier.batches(txn, part) for part in parts))
+        finding = await asyncio.gather(
+            *(_where(part, self._copier.batches(txn, part)) for part in parts),
+            return_exceptions=True,
+        )
+        _raise_failure(finding)
+        found = cast("list[list[KafkaBatch]]", finding)
         copied = {
             part.key: sum(len(b.records) for b in batches)
             for part, batches in zip(parts, found, strict=True)
@@ -380,7 +388,7 @@ class TransactionApplier:
             if ticket is not None:
                 await ticket.wait(part.key)
             try:
-                n = await self._copier.copy(txn, part, batches, owner=p)
+                n = await _where(part, self._copier.copy(txn, part, batches, owner=p))
             except PartitionGone as gone:
                 n = self._dropped(txn, batches, gone)
             if ticket is not None:
@@ -392,9 +400,7 @@ class TransactionApplier:
             self._decision_record(txn, commit=True, copied=copied),
             return_exceptions=True,
         )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        _raise_failure(results)
         return copied
 
     def _dropped(self, txn: Transaction, batches: list[KafkaBatch], gone: PartitionGone) -> int:
@@ -431,3 +437,28 @@ class TransactionApplier:
         await self._decisions.send(
             f"{txn.transactional_id}/{txn.ordinal}", json.dumps(doc, separators=(",", ":")).encode()
         )
+
+
+T = TypeVar("T")
+
+
+async def _where(part: Partition, step: Awaitable[T]) -> T:
+    """``step`` of ``part``'s copy; an unresolved copy names the partition."""
+    try:
+        return await step
+    except CopyUnresolved as exc:
+        raise CopyUnresolved(exc.message, (part.key,)) from exc
+
+
+def _raise_failure(results: Sequence[object]) -> None:
+    """Raise what failed among the partitions' ``results``: the unresolved copies as
+    one, naming every partition concerned, else the first failure."""
+    failed = [r for r in results if isinstance(r, BaseException)]
+    unresolved = [r for r in failed if isinstance(r, CopyUnresolved)]
+    if unresolved:
+        raise CopyUnresolved(
+            "; ".join(u.message for u in unresolved),
+            tuple(k for u in unresolved for k in u.partitions),
+        ) from unresolved[0]
+    if failed:
+        raise failed[0]

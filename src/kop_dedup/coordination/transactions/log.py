@@ -37,6 +37,7 @@ def encode(txn: Transaction) -> bytes:
                 "journaler": p.journaler,
                 "batches": p.batches,
                 **({"dropped": True} if p.dropped else {}),
+                **({"unresolved": True} if p.unresolved else {}),
             }
             for p in txn.partitions
         ],
@@ -87,6 +88,7 @@ def decode(data: bytes) -> Transaction:
                 p.get("journaler"),
                 None if p.get("batches") is None else int(p["batches"]),
                 bool(p.get("dropped", False)),
+                bool(p.get("unresolved", False)),
             )
             for p in doc.get("partitions", ())
         ),
