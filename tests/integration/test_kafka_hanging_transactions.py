@@ -16,9 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kop_dedup.protocol.transactions import Partition, Transaction
-from tests.helpers import uniq
+from tests.helpers import uniq, wait_until
 from tests.integration.kafka_consume import create, produce
 from tests.integration.kafka_txn import read_committed, transactional_producer
 from tests.kafka_cli import TRANSACTIONS, run_tools
@@ -129,3 +130,54 @@ def test_find_hanging_names_a_commit_whose_copy_cannot_complete_and_abort_ends_i
         producer.commit_transaction(30)
         got = read_committed(b, stuck, 1, 3, timeout=30)
         assert [g.value for g in got] == [b"before-0", b"before-1", b"after"]
+
+
+def test_an_abort_sent_to_the_partition_leader_is_decided_by_the_ids_coordinator(
+    pulsar: Any, tmp_path: Any
+) -> None:
+    """Two nodes: the transactional id is coordinated by A, the partition led by B, so the
+    tool's WriteTxnMarkers reaches B, which forwards it to A."""
+    with (
+        ThreadSidecar(pulsar, system_namespace=uniq("sys")) as a,
+        ThreadSidecar(pulsar, cluster_of=a) as b,
+        httpx.Client(base_url=a.url, timeout=60) as api,
+    ):
+        wait_until(
+            "A and B to list each other",
+            lambda: all(len(n.runtime.cluster.members) == 2 for n in (a, b)),
+        )
+        cluster, b_id = a.runtime.cluster, b.runtime.cluster.me.node_id
+        tid = next(
+            t
+            for t in (uniq("tx-hanging") for _ in range(1000))
+            if cluster.is_me(cluster.txn_coordinator(t))
+        )
+        stuck = next(
+            n
+            for n in (uniq("stuck") for _ in range(1000))
+            if cluster.leader(n, 0, 1).node_id == b_id
+        )
+        admin = AdminClient({"bootstrap.servers": a.kafka_bootstrap})
+        admin.create_topics([NewTopic(stuck, 1)])[stuck].result(30)
+        produce(a.kafka_bootstrap, stuck, [(0, None, b"before-0"), (0, None, b"before-1")])
+        restore = count_one_too_many(a, stuck)
+        producer = transactional_producer(a.kafka_bootstrap, tid)
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(stuck, value=b"s0", partition=0)
+        producer.commit_transaction(30)
+        assert state_of(api, tid, lambda t: bool(t.get("unresolved")))["unresolved"]
+        restore()
+        forwarded = b.runtime.cluster.stats.forwarded
+        s = ("--bootstrap-server", b.kafka_bootstrap)
+        (aborted,) = run_tools(
+            [(TRANSACTIONS, [*s, "abort", "--topic", stuck, "--partition", "0", "--start-offset", "2"])],
+            tmp_path,
+        )  # fmt: skip
+        assert aborted.exit == 0, (aborted.text, aborted.error_text)
+        assert b.runtime.cluster.stats.forwarded > forwarded
+        body = state_of(api, tid, lambda t: t["state"] == "CompleteCommit")
+        assert body["state"] == "CompleteCommit", body
+        got = read_committed(a.kafka_bootstrap, stuck, 1, 2, timeout=30)
+        assert [g.value for g in got] == [b"before-0", b"before-1"]
+        producer.flush(5)
