@@ -20,11 +20,16 @@ from typing import Any
 
 import httpx
 import pytest
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.helpers import delete_namespace, uniq
-from tests.integration.kafka_consume import create
-from tests.integration.kafka_txn import read_committed, transactional_producer
+from tests.integration.kafka_consume import confluent_consumer, create
+from tests.integration.kafka_txn import (
+    committed_offsets,
+    read_committed,
+    transactional_producer,
+)
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -76,10 +81,16 @@ def test_commit_into_a_topic_deleted_before_its_copy_completes_without_it(
         tid = uniq("tx-deleted")
         producer = transactional_producer(b, tid)
         producer.init_transactions(30)
+        group = uniq("g-deleted")
+        consumer = confluent_consumer(b, **{"group.id": group})
         producer.begin_transaction()
         for i in range(3):
             producer.produce(kept, value=f"k{i}".encode(), partition=0)
             producer.produce(gone, value=f"g{i}".encode(), partition=0)
+        producer.send_offsets_to_transaction(
+            [TopicPartition(kept, 0, 5)], consumer.consumer_group_metadata(), 30
+        )
+        consumer.close()
         producer.commit_transaction(30)  # answered once decided: the copy waits 3 s
         admin = AdminClient({"bootstrap.servers": b})
         admin.delete_topics([gone], operation_timeout=30)[gone].result(30)
@@ -96,9 +107,44 @@ def test_commit_into_a_topic_deleted_before_its_copy_completes_without_it(
         assert body["state"] == "CompleteCommit", body
         got = read_committed(b, kept, 1, 3, timeout=30)
         assert [g.value for g in got] == [b"k0", b"k1", b"k2"]
+        assert committed_offsets(b, group, kept, 1) == {0: 5}  # not pending (88) for good
         # the deleted topic stays deleted: no partition of it was made again
         assert [t for t in pulsar_topics(pulsar, data_namespace) if gone in t] == []
         assert gone not in admin.list_topics(timeout=30).topics
         stats = api.get("/v1/stats").json()
         assert stats["transactions"]["copyPartitionsDropped"] == 1, stats["transactions"]
         producer.flush(5)
+
+
+def test_a_topic_deleted_while_a_copy_producer_is_open_on_it_stays_deleted(pulsar: Any) -> None:
+    """DeleteTopics closes the copy producers on the topic first: one still open (a commit
+    just copied) would be disconnected by the delete, reconnect, and make the partition
+    again on a broker that creates topics on use. A commit into it afterwards drops it."""
+    namespace = uniq("data-deleted")
+    with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin_api:
+        assert admin_api.put(f"/admin/v2/namespaces/public/{namespace}").status_code < 300
+    try:
+        with (
+            ThreadSidecar(pulsar, namespace=namespace, system_namespace=uniq("sys")) as sc,
+            httpx.Client(base_url=sc.url, timeout=60) as api,
+        ):
+            b = sc.kafka_bootstrap
+            gone = create(b, stem="gone")
+            tid = uniq("tx-deleted")
+            producer = transactional_producer(b, tid)
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            producer.produce(gone, value=b"g0", partition=0)
+            producer.commit_transaction(30)
+            deadline = time.monotonic() + 30
+            while api.get(f"/v1/transactions/{tid}").json()["state"] != "CompleteCommit":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert sc.runtime.copier.open_producers() == 1  # pooled for the next commit
+            admin = AdminClient({"bootstrap.servers": b})
+            admin.delete_topics([gone], operation_timeout=30)[gone].result(30)
+            time.sleep(3)  # the client's reconnect comes within a second or two
+            assert [t for t in pulsar_topics(pulsar, namespace) if gone in t] == []
+            producer.flush(5)
+    finally:
+        delete_namespace(pulsar.admin_url, f"public/{namespace}")
