@@ -13,16 +13,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.producer import WriteTxnMarkersRequest
 
 from kop_dedup.protocol.transactions import Partition, Transaction
 from tests.helpers import uniq, wait_until
 from tests.integration.kafka_consume import create, produce
 from tests.integration.kafka_txn import read_committed, transactional_producer
 from tests.kafka_cli import TRANSACTIONS, run_tools
+from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -181,3 +184,47 @@ def test_an_abort_sent_to_the_partition_leader_is_decided_by_the_ids_coordinator
         got = read_committed(a.kafka_bootstrap, stuck, 1, 2, timeout=30)
         assert [g.value for g in got] == [b"before-0", b"before-1"]
         producer.flush(5)
+
+
+def _markers(c: WireClient, version: int, *markers: tuple[int, int, bool, str, int]) -> list[Any]:
+    """(partition, error code) of each marker (producer id, epoch, commit, topic, partition)."""
+    r = WriteTxnMarkersRequest
+    request = r(
+        markers=[
+            r.WritableTxnMarker(
+                producer_id=pid,
+                producer_epoch=epoch,
+                transaction_result=commit,
+                topics=[r.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=[p])],
+                coordinator_epoch=0,
+            )
+            for pid, epoch, commit, t, p in markers
+        ]
+    )
+    answer = c.call(request, version)
+    return [
+        (m.producer_id, [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
+                         for t in m.topics])
+        for m in answer.markers
+    ]  # fmt: skip
+
+
+def test_write_txn_markers_answers_what_it_cannot_do_with_kafkas_codes(sidecar_kafka):
+    """A commit marker is 48; a producer with nothing there 0 (nothing to abort); a
+    partition that does not exist 3; each marker answered on its own, v1 and v2."""
+    topic = create(sidecar_kafka, stem="markers")
+    with WireClient(sidecar_kafka) as c:
+        for version in (1, 2):
+            assert _markers(
+                c,
+                version,
+                (123456789, 0, True, topic, 0),
+                (123456789, 0, False, topic, 0),
+                (123456789, 0, False, topic, 5),
+                (123456789, 0, False, uniq("nope"), 0),
+            ) == [
+                (123456789, [(topic, [(0, 48)])]),
+                (123456789, [(topic, [(0, 0)])]),
+                (123456789, [(topic, [(5, 3)])]),
+                (123456789, [(mock.ANY, [(0, 3)])]),
+            ]
