@@ -203,26 +203,28 @@ class Runtime:
             remembered=settings.txn_remembered_partitions,
             instance=instance,
         )
+        self.copier = Copier(
+            self.publisher.client,
+            self.publisher,
+            self.naming,
+            journal,
+            prefix=settings.producer_name_prefix,
+            on_state_lost=self._copy_state_lost,
+            local=LocalCopy(
+                settings.txn_local_copy_max_bytes, settings.txn_local_copy_max_transactions
+            ),
+            instance=instance,
+            max_message_bytes=settings.pulsar_max_message_bytes,
+            forget_after_ms=settings.broker_dedup_producer_inactivity_minutes * 60_000,
+        )
+        """Copies commits into the data topics (DeleteTopics closes its producers first)."""
         self.transactions = TransactionCoordinator(
             self.publisher.client,
             self.admin,
             log_topic=f"{base}/transaction-log",
             decisions_topic=f"{base}/transaction-decisions",
             journal=journal,
-            copier=Copier(
-                self.publisher.client,
-                self.publisher,
-                self.naming,
-                journal,
-                prefix=settings.producer_name_prefix,
-                on_state_lost=self._copy_state_lost,
-                local=LocalCopy(
-                    settings.txn_local_copy_max_bytes, settings.txn_local_copy_max_transactions
-                ),
-                instance=instance,
-                max_message_bytes=settings.pulsar_max_message_bytes,
-                forget_after_ms=settings.broker_dedup_producer_inactivity_minutes * 60_000,
-            ),
+            copier=self.copier,
             offsets=RoutedOffsets(self.offsets, self.cluster, self.peers),
             allocator=self.registry.allocator,
             epochs=self.registry.epochs,

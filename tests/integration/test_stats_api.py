@@ -35,6 +35,7 @@ OUR_FAMILIES = {
     "kop_dedup_txn_fenced",
     "kop_dedup_txn_check_backs",
     "kop_dedup_txn_copy_state_lost",
+    "kop_dedup_txn_copy_partitions_dropped",
     "kop_dedup_txn_copy_unresolved",
     "kop_dedup_txn_apply_retries",
     "kop_dedup_group_pulls_in_flight",

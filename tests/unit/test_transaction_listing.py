@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -101,3 +102,12 @@ def test_a_pattern_one_past_the_length_cap_or_compiling_too_large_is_invalid_req
     with pytest.raises(errors.InvalidRequest, match="too large"):
         listing.compile_pattern("x{1000}" * 585)  # 585,000 instructions: past the memory cap
     assert time.perf_counter() - started < 1.0
+def test_a_commit_whose_copy_is_unresolved_shows_no_partitions_the_coordinator_expects():
+    """DescribeTransactions names the partitions the coordinator still expects to
+    complete: a commit being copied names them, one whose copy cannot complete as
+    decided (``unresolved``) names none, so ``find-hanging`` reports it."""
+    copying = _txn("c", 4, TxnState.PREPARE_COMMIT, started=1_000)
+    assert listing.topics_of(copying) == {"b": [0, 1], "a": [0]}
+    stuck = replace(copying, unresolved="the journal holds 2 of its 3 batches")
+    assert listing.topics_of(stuck) == {}
+    assert listing.start_time(stuck) == 1_000

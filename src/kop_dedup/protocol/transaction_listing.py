@@ -159,9 +159,14 @@ def start_time(txn: Transaction) -> int:
 
 
 def topics_of(txn: Transaction) -> dict[str, list[int]]:
-    """The partitions of the open transaction by topic (none when none is open)."""
+    """The partitions of the open transaction by topic, those the coordinator still
+    expects to complete, as Kafka's DescribeTransactions answers: none when none is
+    open, and not those where a commit's copy cannot complete as decided
+    (:meth:`Transaction.stuck`: ``kafka-transactions find-hanging`` names them) or was
+    dropped."""
     out: dict[str, list[int]] = {}
     if txn.state.open:
         for part in txn.partitions:
-            out.setdefault(part.topic, []).append(part.partition)
+            if not part.dropped and not txn.stuck(part):
+                out.setdefault(part.topic, []).append(part.partition)
     return {t: sorted(p) for t, p in out.items()}

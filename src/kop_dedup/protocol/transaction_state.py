@@ -72,7 +72,12 @@ class Partition:
     ``journaler`` says which sidecar journaled the partition's batches: the instance
     that joined it, or :data:`SHARED` once another one journaled a batch too (None:
     unknown, a record written before the field existed). Only the sole journaler may
-    copy from its local copy of the batches; anyone else reads the journal."""
+    copy from its local copy of the batches; anyone else reads the journal.
+
+    ``unresolved``: the copy there cannot complete as decided (see
+    :attr:`Transaction.unresolved`). ``dropped``: nothing more is copied there (an
+    operator aborted the partition's part of a commit whose copy could not complete:
+    ``kafka-transactions abort``)."""
 
     topic: str
     partition: int
@@ -81,6 +86,8 @@ class Partition:
     data_start: str | None = None
     journaler: str | None = None
     batches: int | None = None
+    dropped: bool = False
+    unresolved: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
@@ -169,3 +176,10 @@ class Transaction:
 
     def partition(self, topic: str, partition: int) -> Partition | None:
         return next((p for p in self.partitions if p.key == (topic, partition)), None)
+
+    def stuck(self, part: Partition) -> bool:
+        """Whether the copy into ``part`` cannot complete as decided: the transaction is
+        ``unresolved`` there (or anywhere, for a record that names no partition)."""
+        if self.unresolved is None or part.dropped:
+            return False
+        return part.unresolved or not any(p.unresolved for p in self.partitions)

@@ -458,13 +458,16 @@ def complete(txn: Transaction, *, now_ms: int) -> Transaction:
     return replace(txn, state=state, updated_ms=now_ms, unresolved=None)
 
 
-def unresolved(txn: Transaction, reason: str) -> Transaction:
-    """The decision's copy cannot complete for ``reason`` (kept for operators to read;
-    the decision is retried, never completed in part). ``updated_ms`` is kept: it
-    orders a recovery's decisions."""
+def unresolved(
+    txn: Transaction, reason: str, partitions: tuple[tuple[str, int], ...] = ()
+) -> Transaction:
+    """The decision's copy cannot complete for ``reason`` in ``partitions`` (kept for
+    operators to read; the decision is retried, never completed in part). ``updated_ms``
+    is kept: it orders a recovery's decisions."""
     if not txn.state.preparing:
         raise errors.InvalidTxnState(f"a {txn.state.value} transaction has nothing to copy")
-    return replace(txn, unresolved=reason)
+    parts = tuple(replace(p, unresolved=p.key in partitions) for p in txn.partitions)
+    return replace(txn, unresolved=reason, partitions=parts)
 
 
 def timed_out(txn: Transaction, now_ms: int) -> bool:

@@ -213,6 +213,18 @@ class PulsarAdmin:
             raise
         return int(meta.get("partitions", 0))
 
+    async def partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether a Kafka topic has the partition now, asked afresh (no cache): the
+        partitioned topic's metadata names at least ``partition + 1`` partitions. A
+        partition made again as a topic of its own (a broker that creates topics on use)
+        does not count; the admin API unreachable raises."""
+        count = await self._partition_count(self._path(topic))
+        if count:
+            self._partitions[topic] = (count, time.monotonic())
+        else:
+            self._partitions.pop(topic, None)
+        return partition < count
+
     async def create_topic(self, topic: str, partitions: int) -> None:
         path = self._path(topic)
         await self.request("PUT", f"/admin/v2/persistent/{path}/partitions", json=partitions)

@@ -16,6 +16,9 @@ Kafka's coordinator split, one concept per module:
                    ``local_copy`` (what this sidecar journaled) or the ``journal``;
                    ``ordering`` keeps copies into one partition in decision order
 ``log``            the log's record format and the in-memory view of it
+``deleted``        a data topic deleted under a commit: dropped from its copy
+``hanging``        an operator's abort of a commit whose copy cannot complete
+                   (WriteTxnMarkers, ``kafka-transactions abort``)
 =================  ==================================================================
 
 The transitions themselves are pure data in :mod:`kop_dedup.protocol.transactions`.

@@ -11,8 +11,10 @@ partition's copies in decision order (:mod:`.ordering`), each batch under its on
 producer name and sequence id, complete once every batch has a receipt
 (:mod:`.copier`), with the decision record for audits written meanwhile; then the staged
 offsets are committed and CompleteCommit written. CompleteCommit is therefore written
-only when every partition holds every batch the decision counted. An abort copies
-nothing: its pending offsets are cleared and CompleteAbort written.
+only when every partition holds every batch the decision counted, or no longer exists
+(a topic deleted since the decision is dropped from the copy, logged and counted, as
+Kafka drops a deleted partition's markers: :mod:`.deleted`). An abort copies nothing:
+its pending offsets are cleared and CompleteAbort written.
 
 Applying again what was partly applied is safe: a replayed copy comes back -1/-1, and a
 failed attempt is tried again until this sidecar loses the log partition (whose new
@@ -30,12 +32,15 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar, cast
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.store import StagedOffset
 from kop_dedup.coordination.transactions.copier import Copier
 from kop_dedup.coordination.transactions.copy_source import CopyUnresolved
+from kop_dedup.coordination.transactions.deleted import PartitionGone
 from kop_dedup.coordination.transactions.journal import Journal
 from kop_dedup.coordination.transactions.offsets import TxnOffsets
 from kop_dedup.coordination.transactions.ordering import CopyOrder, Ticket
@@ -85,6 +90,8 @@ class TransactionApplier:
         self._applying: dict[str, asyncio.Task[None]] = {}
         self._unresolved: dict[str, tuple[int, bool]] = {}
         """Transactional id -> (ordinal, reported at ERROR) of copies unresolved now."""
+        self._wakes: dict[str, asyncio.Event] = {}
+        """Transactional id -> set to end the wait before its next attempt."""
         self._closing = False
 
     async def close(self) -> None:
@@ -234,11 +241,28 @@ class TransactionApplier:
                             transactional_id,
                             exc,
                         )
-                    await asyncio.sleep(wait)
+                    await self._pause(transactional_id, wait)
                 else:
                     return
         finally:
             self._unresolved.pop(transactional_id, None)
+            self._wakes.pop(transactional_id, None)
+
+    async def _pause(self, transactional_id: str, wait: float) -> None:
+        """``wait`` seconds before the next attempt, or until :meth:`wake`."""
+        event = self._wakes.setdefault(transactional_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), wait)
+        event.clear()
+
+    def wake(self, transactional_id: str) -> None:
+        """The id's decision changed (a partition dropped by an operator): apply it
+        again now."""
+        event = self._wakes.get(transactional_id)
+        if event is not None:
+            event.set()
+        else:
+            self.ensure(transactional_id)
 
     async def _report_unresolved(self, txn: Transaction, exc: CopyUnresolved) -> None:
         """A decision whose copy cannot be resolved: WARNING the first time, ERROR once the
@@ -259,14 +283,15 @@ class TransactionApplier:
                 exc.message,
             )
             self._unresolved[tid] = (txn.ordinal, old)
-        if txn.unresolved == exc.message:
+        flagged = tuple(p.key for p in txn.partitions if p.unresolved)
+        if txn.unresolved == exc.message and flagged == exc.partitions:
             return
         ordinal = txn.ordinal
 
         async def mark(current: Transaction | None) -> Transaction | None:
             if current is None or current.ordinal != ordinal or not current.state.preparing:
                 return current
-            return tx.unresolved(current, exc.message)
+            return tx.unresolved(current, exc.message, exc.partitions)
 
         try:
             await self._state.change(tid, mark, take=False)
@@ -347,29 +372,50 @@ class TransactionApplier:
         batches. Nothing is copied unless every partition's batches are found as the
         decision counted them."""
         p = self._state.partition_of(txn.transactional_id)
-        found = await asyncio.gather(*(self._copier.batches(txn, part) for part in txn.partitions))
+        parts = [part for part in txn.partitions if not part.dropped]
+        finding = await asyncio.gather(
+            *(_where(part, self._copier.batches(txn, part)) for part in parts),
+            return_exceptions=True,
+        )
+        _raise_failure(finding)
+        found = cast("list[list[KafkaBatch]]", finding)
         copied = {
             part.key: sum(len(b.records) for b in batches)
-            for part, batches in zip(txn.partitions, found, strict=True)
+            for part, batches in zip(parts, found, strict=True)
         }
 
         async def copy(part: Partition, batches: list[KafkaBatch]) -> int:
             if ticket is not None:
                 await ticket.wait(part.key)
-            n = await self._copier.copy(txn, part, batches, owner=p)
+            try:
+                n = await _where(part, self._copier.copy(txn, part, batches, owner=p))
+            except PartitionGone as gone:
+                n = self._dropped(txn, batches, gone)
             if ticket is not None:
                 ticket.done(part.key)
             return n
 
         results = await asyncio.gather(
-            *(copy(part, b) for part, b in zip(txn.partitions, found, strict=True)),
+            *(copy(part, b) for part, b in zip(parts, found, strict=True)),
             self._decision_record(txn, commit=True, copied=copied),
             return_exceptions=True,
         )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        _raise_failure(results)
         return copied
+
+    def _dropped(self, txn: Transaction, batches: list[KafkaBatch], gone: PartitionGone) -> int:
+        """A partition deleted since the decision: dropped from the copy (Kafka drops a
+        deleted partition's markers), logged and counted; nothing was copied there."""
+        self._stats.copy_partitions_dropped += 1
+        log.warning(
+            "transaction %d of %r: %s; its %d records there are dropped from the commit, "
+            "the rest is copied",
+            txn.ordinal,
+            txn.transactional_id,
+            gone.message,
+            sum(len(b.records) for b in batches),
+        )
+        return 0
 
     async def _decision_record(
         self, txn: Transaction, commit: bool, copied: dict[tuple[str, int], int]
@@ -391,3 +437,28 @@ class TransactionApplier:
         await self._decisions.send(
             f"{txn.transactional_id}/{txn.ordinal}", json.dumps(doc, separators=(",", ":")).encode()
         )
+
+
+T = TypeVar("T")
+
+
+async def _where(part: Partition, step: Awaitable[T]) -> T:
+    """``step`` of ``part``'s copy; an unresolved copy names the partition."""
+    try:
+        return await step
+    except CopyUnresolved as exc:
+        raise CopyUnresolved(exc.message, (part.key,)) from exc
+
+
+def _raise_failure(results: Sequence[object]) -> None:
+    """Raise what failed among the partitions' ``results``: the unresolved copies as
+    one, naming every partition concerned, else the first failure."""
+    failed = [r for r in results if isinstance(r, BaseException)]
+    unresolved = [r for r in failed if isinstance(r, CopyUnresolved)]
+    if unresolved:
+        raise CopyUnresolved(
+            "; ".join(u.message for u in unresolved),
+            tuple(k for u in unresolved for k in u.partitions),
+        ) from unresolved[0]
+    if failed:
+        raise failed[0]

@@ -70,6 +70,11 @@ goes on); every batch is a complete copy (the alarm raised, nothing stored again
 of them, or none for an older decision, raise the alarm (``on_state_lost``) and leave the
 decision undone.
 
+**A data topic deleted since the decision** is dropped from the copy, as Kafka drops
+the markers of a deleted partition: before a copy producer is created the partition is
+checked (:mod:`.deleted`), and :class:`~.deleted.PartitionGone` is raised when it no
+longer exists (the applier drops the partition and completes the rest).
+
 Each copied record keeps the original's properties (producer id, epoch, sequence, key,
 headers, timestamp) and gains the transaction's ordinal; the first record of each batch
 also carries the transactional id, the batch's index, the transaction's record count in
@@ -89,6 +94,7 @@ from dataclasses import dataclass, field
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.transactions.copy_source import CopySource, CopyUnresolved
+from kop_dedup.coordination.transactions.deleted import TopicDeletions
 from kop_dedup.coordination.transactions.journal import (
     NUMBER_BYTES,
     PROP_TXN_ID,
@@ -189,6 +195,7 @@ class Copier(CopySource):
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._users: dict[tuple[str, str], int] = {}
         """Copies holding or waiting for each lock: a lock is forgotten only with none."""
+        self.deletions = TopicDeletions(journal, naming)
         self._released: dict[int, int] = {}
         """Times each log partition was released: a copy that began before gives up."""
         self._closing = False
@@ -217,6 +224,7 @@ class Copier(CopySource):
             pooled = self._pool.get(key)
             try:
                 if pooled is None:
+                    await self.deletions.check(txn, part)
                     pooled = await self._open(key, owner, released)
                     # -1: the broker has no state for the name (a name it knows has a
                     # mark at or above every copy stored under it): never used, or
@@ -444,6 +452,17 @@ class Copier(CopySource):
         self._released[owner] = self._released.get(owner, 0) + 1
         for key in [k for k, p in self._pool.items() if p.owner == owner]:
             await self._discard(key)
+
+    @contextlib.asynccontextmanager
+    async def deleting(self, topic: str) -> AsyncIterator[None]:
+        """Around the deletion of a Kafka topic (``topic``: its full name): its copy
+        producers close first (a copy using one fails and is tried again) and none opens
+        until the block ends (:mod:`.deleted`)."""
+        async with self.deletions.deleting(topic):
+            prefix = f"{topic}-partition-"
+            for key in [k for k in self._pool if k[0].startswith(prefix)]:
+                await self._discard(key)
+            yield
 
     async def close(self) -> None:
         self._closing = True

@@ -64,7 +64,12 @@ class CopyUnresolved(errors.KafkaStorageError):
     """What a decision must copy cannot be found as it was counted (the journal holds
     another number of the transaction's batches, or cannot be read to the decision's
     end; the broker forgot the copy's name and the data partition holds part of it).
-    Nothing is copied and the decision stays undone: retried, and reported."""
+    Nothing is copied and the decision stays undone: retried, and reported.
+    ``partitions``: the (topic, partition) keys it concerns, where known."""
+
+    def __init__(self, message: str = "", partitions: tuple[tuple[str, int], ...] = ()) -> None:
+        super().__init__(message)
+        self.partitions = partitions
 
 
 class CopySource:

@@ -197,6 +197,10 @@ class Journal:
         ptopic = self._naming.partition_topic(topic, partition)
         return all(n == 0 for _, n in await self._admin.ledgers(ptopic))
 
+    async def data_partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether the data partition exists now (Pulsar's admin, asked afresh)."""
+        return await self._admin.partition_exists(topic, partition)
+
     async def _last(self, ptopic: str) -> str | None:
         try:
             position = await self._admin.last_position(ptopic)

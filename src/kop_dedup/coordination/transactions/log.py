@@ -36,6 +36,8 @@ def encode(txn: Transaction) -> bytes:
                 "dataStart": p.data_start,
                 "journaler": p.journaler,
                 "batches": p.batches,
+                **({"dropped": True} if p.dropped else {}),
+                **({"unresolved": True} if p.unresolved else {}),
             }
             for p in txn.partitions
         ],
@@ -85,6 +87,8 @@ def decode(data: bytes) -> Transaction:
                 p.get("dataStart"),
                 p.get("journaler"),
                 None if p.get("batches") is None else int(p["batches"]),
+                bool(p.get("dropped", False)),
+                bool(p.get("unresolved", False)),
             )
             for p in doc.get("partitions", ())
         ),

@@ -36,7 +36,7 @@ import time
 
 from kop_dedup.coordination.transactions.state import TransactionStateManager
 from kop_dedup.protocol.stable import ASK_AFTER_S, OpenCopy, StableTracker, copy_settled
-from kop_dedup.protocol.transactions import TxnState
+from kop_dedup.protocol.transactions import Partition, Transaction, TxnState
 from kop_dedup.pulsar.fetching import EntryReader
 from kop_dedup.pulsar.message_ids import MessagePosition, decode_entry_position
 from kop_dedup.pulsar.naming import Naming
@@ -141,13 +141,32 @@ class StableOffsets:
             if txn.state is not TxnState.PREPARE_COMMIT:
                 continue
             for part in txn.partitions:
-                if part.key not in wanted:
+                if part.key not in wanted or part.dropped:  # nothing more is copied there
                     continue
                 start = None if part.data_start is None else decode_entry_position(part.data_start)
                 at = await self._positions.after(ptopics[part.key], start)
                 if at[0] < best[part.key][0]:
                     best[part.key] = at
         return best
+
+    async def copying(self) -> dict[tuple[str, int], list[Transaction]]:
+        """The commits being copied (PrepareCommit), by data partition, from the log
+        caught up now."""
+        await self._state.read_all()
+        out: dict[tuple[str, int], list[Transaction]] = {}
+        for txn in list(self._state):
+            if txn.state is TxnState.PREPARE_COMMIT:
+                for part in txn.partitions:
+                    if not part.dropped:
+                        out.setdefault(part.key, []).append(txn)
+        return out
+
+    async def copy_start(self, part: Partition) -> int:
+        """The offset at or below which a commit's copy into ``part`` begins: the first
+        entry after its decision's ``data_start`` (the bound it sets on the LSO)."""
+        ptopic = self._naming.partition_topic(*part.key)
+        start = None if part.data_start is None else decode_entry_position(part.data_start)
+        return (await self._positions.after(ptopic, start))[0]
 
     # -- exact, from the partition's tail -------------------------------------------------------
 

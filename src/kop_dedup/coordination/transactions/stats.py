@@ -27,6 +27,8 @@ class TxnStats:
     copy_unresolved: int = 0
     """Attempts at a copy that could not be resolved (``CopyUnresolved``); the gauge
     ``txn_copy_unresolved`` counts the decisions unresolved now."""
+    copy_partitions_dropped: int = 0
+    """Partitions dropped from a commit's copy: their topic was deleted since the decision."""
     apply_retries: int = 0
     """Attempts to apply a decision that failed and were tried again."""
     applied_ms: list[float] = field(default_factory=list)
@@ -52,6 +54,7 @@ class TxnStats:
             "checkBacks": dict(self.check_backs),
             "copyStateLost": self.copy_state_lost,
             "copyUnresolvedAttempts": self.copy_unresolved,
+            "copyPartitionsDropped": self.copy_partitions_dropped,
             "applyRetries": self.apply_retries,
             "appliedMsP50": pct(0.5),
             "appliedMsP99": pct(0.99),
@@ -88,6 +91,11 @@ class TxnStats:
                 "txn_apply_retries_total",
                 "Attempts to apply a decision that failed and were tried again.",
                 [({}, self.apply_retries)],
+            ),
+            (
+                "txn_copy_partitions_dropped_total",
+                "Partitions dropped from a commit's copy: their topic was deleted since.",
+                [({}, self.copy_partitions_dropped)],
             ),
             (
                 "txn_copy_state_lost_total",

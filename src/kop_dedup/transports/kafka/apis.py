@@ -25,6 +25,7 @@ from kop_dedup.transports.kafka import (
     topics,
     transactions,
     txn_admin,
+    txn_markers,
     versions,
 )
 from kop_dedup.transports.kafka.registry import Api
@@ -60,4 +61,5 @@ API_TABLE = build_table(
     partitions.APIS,
     cluster.APIS,
     txn_admin.APIS,
+    txn_markers.APIS,
 )

@@ -13,7 +13,8 @@ with the API's error answer at Kafka's code (nothing of it is done):
 - 30 GROUP_AUTHORIZATION_FAILED: a group another role used first, or DeleteGroups
   without the admin role;
 - 53 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: a transactional id another role used first;
-- 31 CLUSTER_AUTHORIZATION_FAILED: a batch of a producer id another role was given;
+- 31 CLUSTER_AUTHORIZATION_FAILED: a batch of a producer id another role was given, or
+  WriteTxnMarkers (an operator's abort) without the tenant's admin role;
 - 59 UNKNOWN_PRODUCER_ID: a batch of a producer id given to no role (not handed out yet:
   :meth:`~kop_dedup.security.authorizer.Authorizer.require_producers`).
 
@@ -127,6 +128,10 @@ async def _describe_txns(auth: Authorizer, who: Identity, request: Any, _version
         await auth.require_txn(who, str(tid), claim=False)
 
 
+async def _markers(auth: Authorizer, who: Identity, _request: Any, _version: int) -> None:
+    await auth.require_admin(who, "write transaction markers", errors.ClusterAuthorizationFailed)
+
+
 async def _describe_configs(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
     await auth.require(who, DESCRIBE, _config_topics(request, _version))
 
@@ -162,6 +167,7 @@ _CHECKS: dict[int, Check] = {
     24: _add_partitions,
     25: _add_offsets,
     26: _end_txn,
+    27: _markers,  # WriteTxnMarkers: an operator's abort
     28: _txn_offset_commit,
     32: _describe_configs,
     33: _admin("alter configs", _config_topics),

@@ -140,8 +140,10 @@ async def _delete(session: Session, name: str | None) -> Any:
         if kept is not None:  # close this topic's readers first: none reconnects to it
             await kept.forget(full)
         await session.runtime.stable.forget(full)
-        await session.runtime.service.channels.forget_topic(full)  # and its producers
-        await session.runtime.admin.delete_topic(name)
+        # its producers, the copies of commits into it too
+        async with session.runtime.copier.deleting(full):
+            await session.runtime.service.channels.forget_topic(full)
+            await session.runtime.admin.delete_topic(name)
     except errors.InvalidTopic:
         return _deleted(name, errors.UnknownTopicOrPartition(f"topic {name!r} does not exist"))
     except errors.KafkaError as exc:

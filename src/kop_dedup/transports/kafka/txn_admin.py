@@ -13,9 +13,13 @@ broker's deduplication keeps (its last snapshot, every
 ``brokerDeduplicationSnapshotIntervalSeconds``), those connected now (every sidecar's),
 and those this sidecar produced through, merged by producer id (the newest epoch, the
 highest sequence known). A transactional producer shows under the name its commits
-are copied with. The last timestamp and the coordinator epoch are not kept (-1), nor a
-transaction's start offset: a transaction's records reach the partition only when it
-commits, so no open transaction holds a partition's readers back (-1: none).
+are copied with. A transaction's records reach the partition only when it commits, so
+an open one holds no reader back; a commit being copied does (the partition's last
+stable offset waits for it): its producer shows the offset where its copy begins as
+the transaction's start offset, and the decision's time as the last timestamp (else
+-1: none). The coordinator epoch is not kept (-1). With DescribeTransactions, which
+leaves out the partitions of a commit whose copy cannot complete as decided
+(``unresolved``), ``kafka-transactions find-hanging`` names those partitions.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.protocol import transaction_listing as listing
 from kop_dedup.protocol.records import SEQ_MODULUS, from_pulsar
+from kop_dedup.protocol.transactions import Transaction
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.security.authorizer import TXN
 from kop_dedup.transports.kafka import topology
@@ -163,7 +168,9 @@ def _parse(session: Session, name: str) -> tuple[int, int] | None:
     return session.runtime.naming.parse_producer_name(name)
 
 
-async def _producers(session: Session, topic: str, index: int) -> list[Any]:
+async def _producers(
+    session: Session, topic: str, index: int, copying: list[Transaction]
+) -> list[Any]:
     ptopic = await partition_topic(session, topic, index)
     admin = session.runtime.admin
     known: dict[tuple[int, int], int | None] = {}
@@ -178,26 +185,45 @@ async def _producers(session: Session, topic: str, index: int) -> list[Any]:
     for ids, seq in session.runtime.service.channels.producers_on(ptopic).items():
         have = known.get(ids)
         known[ids] = seq if have is None else max(have, seq or -1)
+    for txn in copying:
+        known.setdefault((txn.producer_id, txn.producer_epoch), None)
     newest: dict[int, tuple[int, int | None]] = {}
     for (pid, epoch), seq in known.items():
         if pid not in newest or epoch > newest[pid][0]:
             newest[pid] = (epoch, seq)
+    open_at = await _copies_here(session, topic, index, copying)
     return [
         _ProducerState(
             producer_id=pid,
             producer_epoch=epoch,
             last_sequence=-1 if seq is None else seq % SEQ_MODULUS,
-            last_timestamp=-1,
+            last_timestamp=open_at.get((pid, epoch), (-1, -1))[1],
             coordinator_epoch=-1,
-            current_txn_start_offset=-1,
+            current_txn_start_offset=open_at.get((pid, epoch), (-1, -1))[0],
         )
         for pid, (epoch, seq) in sorted(newest.items())
     ]
 
 
-async def _partition(session: Session, topic: str, index: int) -> Any:
+async def _copies_here(
+    session: Session, topic: str, index: int, copying: list[Transaction]
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """(producer id, epoch) -> (start offset, decided at) of each commit being copied
+    into the partition."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for txn in copying:
+        part = txn.partition(topic, index)
+        if part is not None:
+            start = await session.runtime.stable.copy_start(part)
+            out[txn.producer_id, txn.producer_epoch] = (start, txn.updated_ms)
+    return out
+
+
+async def _partition(
+    session: Session, topic: str, index: int, copying: dict[tuple[str, int], list[Transaction]]
+) -> Any:
     try:
-        active = await _producers(session, topic, index)
+        active = await _producers(session, topic, index, copying.get((topic, index), []))
     except Exception as exc:
         error = translate(exc, f"describing the producers of {topic}-{index}")
         return _ProducerPartition(
@@ -215,9 +241,10 @@ async def _partition(session: Session, topic: str, index: int) -> Any:
 
 
 async def describe_producers(session: Session, request: Any, version: int) -> Any:
+    copying = await session.runtime.stable.copying()
     topics = []
     for t in request.topics:
-        parts = [await _partition(session, t.name, i) for i in t.partition_indexes]
+        parts = [await _partition(session, t.name, i, copying) for i in t.partition_indexes]
         topics.append(_ProducerTopic(name=t.name, partitions=parts))
     return DescribeProducersResponse(version=version, throttle_time_ms=0, topics=topics)
 
