@@ -102,6 +102,8 @@ def test_a_pattern_one_past_the_length_cap_or_compiling_too_large_is_invalid_req
     with pytest.raises(errors.InvalidRequest, match="too large"):
         listing.compile_pattern("x{1000}" * 585)  # 585,000 instructions: past the memory cap
     assert time.perf_counter() - started < 1.0
+
+
 def test_a_commit_whose_copy_is_unresolved_shows_no_partitions_the_coordinator_expects():
     """DescribeTransactions names the partitions the coordinator still expects to
     complete: a commit being copied names them, one whose copy cannot complete as
