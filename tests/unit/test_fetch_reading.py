@@ -459,3 +459,30 @@ def test_a_read_committed_reader_reads_a_copy_larger_than_its_read_ahead_once_in
     assert not reader.stable.holding
     spilled = len(log.opened) > 1
     assert spilled or batches * per_batch * per_record <= bound + chunk + per_batch * per_record
+
+
+def test_a_spilled_reader_that_handed_out_what_it_kept_says_it_stands_where_it_stopped_keeping():
+    """The reader pool keeps a reader under its next offset: after a spill, once what was
+    kept is handed out, that is where it stopped keeping (it reads again from there), not
+    the end of what it read through."""
+    from kop_dedup.pulsar import fetching
+
+    messages = _copy_log(0, 6, 1, 0)
+    index = _index([[1] * 6])
+    reader = EntryReader(_Log(messages), _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
+    saved = fetching._AHEAD_BYTES, fetching._AHEAD_CHUNK
+    fetching._AHEAD_BYTES, fetching._AHEAD_CHUNK = 2 * (1 + RECORD_OVERHEAD), 1
+    try:
+        got = asyncio.run(reader.read(1, committed=True))
+        assert reader.spilled
+        for entry in got:
+            assert entry.base_offset < reader.next_offset or not reader._unread
+        while reader._unread:
+            got += asyncio.run(reader.read(1, committed=True))
+        assert (reader.next_offset, reader.next_position) == (
+            reader._spill[0],  # type: ignore[index]
+            reader._spill[1],  # type: ignore[index]
+        )
+        assert reader.next_offset == sum(len(e.records) for e in got)
+    finally:
+        fetching._AHEAD_BYTES, fetching._AHEAD_CHUNK = saved

@@ -138,6 +138,8 @@ class EntryReader:
         """The offset of the next record :meth:`read` returns."""
         if self._unread:
             return self._unread[0].base_offset
+        if self._spill is not None:  # read again from there
+            return self._spill[0]
         return self._read_offset
 
     @property
@@ -145,6 +147,8 @@ class EntryReader:
         """Where the next record is, when known without a lookup."""
         if self._unread:
             return self._unread[0].position
+        if self._spill is not None:
+            return self._spill[1]
         if self._held is not None:
             return position_of(self._held)
         return self._expected

@@ -155,11 +155,15 @@ class PartitionReader:
     @property
     def next_offset(self) -> int:
         """The offset of the next record :meth:`read` returns."""
-        return self._ahead[0].offset if self._ahead else self._read_offset
+        if self._ahead:
+            return self._ahead[0].offset
+        return self._read_offset if self._spill is None else self._spill[0]
 
     @property
     def next_position(self) -> MessagePosition:
-        return self._ahead[0].position if self._ahead else self._read_position
+        if self._ahead:
+            return self._ahead[0].position
+        return self._read_position if self._spill is None else self._spill[1]
 
     async def _open(self) -> Any:
         if self._reader is None:
