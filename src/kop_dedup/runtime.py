@@ -150,6 +150,11 @@ class Runtime:
             token=self.auth.peer_token(settings),
             secret=self.auth.cluster_secret(settings),
             authenticating=self.auth.enabled,
+            verify=(
+                str(settings.peer_tls_trust_certs_file)
+                if settings.peer_tls_trust_certs_file is not None
+                else True
+            ),
             # a forwarded long poll or join waits as long as the client allows
             timeout_s=max(settings.max_timeout_ms, settings.max_pull_wait_ms) / 1000 + 30,
         )

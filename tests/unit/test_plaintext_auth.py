@@ -1,0 +1,120 @@
+"""Tokens in cleartext (issue 36, item 7): with authentication on, a listener beyond
+loopback without TLS, or an http:// peer URL on another host, refuses to start unless
+KOP_DEDUP_ALLOW_PLAINTEXT_AUTH=true, which starts with one WARNING."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kop_dedup.security.cleartext import Verdict, judge, plaintext_auth
+from kop_dedup.security.exposure import Exposed
+from kop_dedup.settings import Settings
+from kop_dedup.transports.http import server
+
+
+@pytest.mark.parametrize(
+    ("host", "tls", "auth", "allowed", "verdict"),
+    [
+        ("0.0.0.0", False, True, False, Verdict.REFUSE),
+        ("0.0.0.0", False, True, True, Verdict.WARN),
+        ("0.0.0.0", True, True, False, Verdict.OK),
+        ("0.0.0.0", False, False, False, Verdict.OK),  # exposure.py judges that one
+        ("10.0.0.7", False, True, False, Verdict.REFUSE),
+        ("kop-0.kop", False, True, False, Verdict.REFUSE),
+        ("::", False, True, False, Verdict.REFUSE),
+        ("127.0.0.1", False, True, False, Verdict.OK),
+        ("127.9.9.9", False, True, False, Verdict.OK),
+        ("::1", False, True, False, Verdict.OK),
+        ("localhost", False, True, False, Verdict.OK),
+    ],
+)
+def test_the_decision_for_one_listener(host, tls, auth, allowed, verdict):
+    assert judge(host, tls=tls, authenticating=auth, allowed=allowed) is verdict
+
+
+AUTH = {"auth_tokens": ["t0ken"]}
+
+
+def test_each_cleartext_place_is_named_with_its_setting():
+    verdict, message = plaintext_auth(
+        Settings(
+            **AUTH,
+            host="0.0.0.0",
+            kafka_listener="0.0.0.0:9092",
+            peer_url="http://kop-1.kop:8090",
+        )
+    )
+    assert verdict is Verdict.REFUSE
+    for named in (
+        "KOP_DEDUP_HOST=0.0.0.0",
+        "KOP_DEDUP_KAFKA_LISTENER=0.0.0.0:9092",
+        "KOP_DEDUP_PEER_URL=http://kop-1.kop:8090",
+        "KOP_DEDUP_ALLOW_PLAINTEXT_AUTH=true",
+    ):
+        assert named in message
+
+
+def test_tls_everywhere_or_loopback_starts(tmp_path):
+    crt, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    tls = {"http_tls_cert": crt, "http_tls_key": key, "kafka_tls_cert": crt, "kafka_tls_key": key}
+    for settings in (
+        Settings(**AUTH, **tls, host="0.0.0.0", kafka_listener="0.0.0.0:9092"),
+        Settings(**AUTH, **tls, host="0.0.0.0", peer_url="https://kop-1.kop:8090"),
+        Settings(**AUTH, host="127.0.0.1", kafka_listener="127.0.0.1:9092"),
+        Settings(**AUTH, host="127.0.0.1", peer_url="http://127.0.0.1:8091"),
+        Settings(**AUTH, host="::1", kafka_listener="[::1]:9092", peer_url="http://[::1]:1"),
+    ):
+        assert plaintext_auth(settings) == (Verdict.OK, "")
+
+
+def test_an_http_peer_url_on_another_host_is_refused_even_behind_tls_listeners(tmp_path):
+    crt = tmp_path / "c.pem"
+    settings = Settings(
+        **AUTH,
+        host="0.0.0.0",
+        http_tls_cert=crt,
+        http_tls_key=crt,
+        kafka_listener="127.0.0.1:9092",
+        peer_url="http://10.0.0.7:8090",
+    )
+    verdict, message = plaintext_auth(settings)
+    assert verdict is Verdict.REFUSE
+    assert "KOP_DEDUP_PEER_URL=http://10.0.0.7:8090" in message
+    assert "KOP_DEDUP_HOST" not in message
+
+
+def _captured(monkeypatch):
+    ran = []
+
+    class Captured:
+        def __init__(self, config):
+            pass
+
+        def run(self):
+            ran.append(True)
+
+    monkeypatch.setattr(server, "_server_class", lambda: Captured)
+    return ran
+
+
+def test_serve_refuses_tokens_on_every_address_without_tls(monkeypatch):
+    ran = _captured(monkeypatch)
+    settings = Settings(**AUTH, host="0.0.0.0", kafka_listener="")
+    with pytest.raises(Exposed, match=r"KOP_DEDUP_HOST=0\.0\.0\.0.*KOP_DEDUP_ALLOW_PLAINTEXT_AUTH"):
+        server.serve(settings)
+    assert ran == []
+
+
+def test_serve_starts_with_the_allow_flag_and_warns_once(monkeypatch, caplog):
+    ran = _captured(monkeypatch)
+    monkeypatch.setattr("kop_dedup.observability.logs.configure", lambda *a: None)
+    settings = Settings(**AUTH, host="0.0.0.0", kafka_listener="", allow_plaintext_auth=True)
+    with caplog.at_level(logging.WARNING):
+        server.serve(settings)
+    assert ran == [True]
+    warned = [r for r in caplog.records if "cleartext" in r.getMessage()]
+    assert len(warned) == 1
+    assert warned[0].levelno == logging.WARNING
+    assert "KOP_DEDUP_HOST=0.0.0.0" in warned[0].getMessage()
