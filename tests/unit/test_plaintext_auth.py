@@ -5,8 +5,11 @@ KOP_DEDUP_ALLOW_PLAINTEXT_AUTH=true, which starts with one WARNING."""
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from kop_dedup.security.cleartext import Verdict, judge, plaintext_auth
 from kop_dedup.security.exposure import Exposed
@@ -118,3 +121,50 @@ def test_serve_starts_with_the_allow_flag_and_warns_once(monkeypatch, caplog):
     assert len(warned) == 1
     assert warned[0].levelno == logging.WARNING
     assert "KOP_DEDUP_HOST=0.0.0.0" in warned[0].getMessage()
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def _manifest_settings(name, tmp_path):
+    """The settings a manifest's kop-dedup container starts with (its ConfigMap and its
+    env, ``$(...)`` expanded to a name), the token file a real one."""
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()) if d]
+    values = dict(next(d for d in docs if d["kind"] == "ConfigMap")["data"])
+    workload = next(d for d in docs if d["kind"] in {"Deployment", "StatefulSet"})
+    [container] = [
+        c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] == "kop-dedup"
+    ]
+    for entry in container["env"]:
+        if "value" in entry:
+            values[entry["name"]] = re.sub(r"\$\((\w+)\)", "pod-0", entry["value"])
+    tokens = tmp_path / "tokens"
+    tokens.write_text("t0ken\n")
+    values["KOP_DEDUP_AUTH_TOKENS_FILE"] = str(tokens)
+    return Settings(
+        **{
+            k.removeprefix("KOP_DEDUP_").lower(): v
+            for k, v in values.items()
+            if k.startswith("KOP_")
+        }
+    )
+
+
+def test_the_cluster_manifest_speaks_tls_everywhere_tokens_travel(tmp_path):
+    settings = _manifest_settings("cluster.yaml", tmp_path)
+    assert settings.peer_url.startswith("https://")
+    assert settings.peer_tls_trust_certs_file is not None
+    assert not settings.allow_plaintext_auth
+    assert plaintext_auth(settings) == (Verdict.OK, "")
+
+
+def test_the_per_pod_manifest_says_its_cleartext_out_loud(tmp_path):
+    """Pod IPs cannot be named in a certificate: the per-pod manifest sets the allow flag
+    explicitly (with a comment requiring a mesh with mutual TLS) and starts warning."""
+    settings = _manifest_settings("sidecar.yaml", tmp_path)
+    assert settings.allow_plaintext_auth
+    verdict, message = plaintext_auth(settings)
+    assert verdict is Verdict.WARN
+    assert "KOP_DEDUP_PEER_URL=http://pod-0:8090" in message
+    text = (DEPLOY / "kubernetes" / "sidecar.yaml").read_text()
+    assert "mutual TLS" in text
