@@ -5,7 +5,10 @@ KOP_DEDUP_ALLOW_PLAINTEXT_AUTH=true, which starts with one WARNING."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -168,3 +171,30 @@ def test_the_per_pod_manifest_says_its_cleartext_out_loud(tmp_path):
     assert "KOP_DEDUP_PEER_URL=http://pod-0:8090" in message
     text = (DEPLOY / "kubernetes" / "sidecar.yaml").read_text()
     assert "mutual TLS" in text
+
+
+def test_kop_dedup_serve_exits_naming_the_setting_and_the_way_out(tmp_path):
+    """As an operator sees it: exit status 1, one line naming the setting (no broker is
+    asked: the refusal comes first)."""
+    env = {
+        **os.environ,
+        "KOP_DEDUP_HOST": "127.0.0.1",
+        "KOP_DEDUP_KAFKA_LISTENER": "0.0.0.0:0",
+        "KOP_DEDUP_AUTH_TOKENS": '["t0ken"]',
+        "KOP_DEDUP_PULSAR_ADMIN_URL": "http://127.0.0.1:1",
+    }
+    env.pop("KOP_DEDUP_ALLOW_PLAINTEXT_AUTH", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "kop_dedup", "serve"],
+        env=env,
+        cwd=tmp_path,  # no .env of the checkout
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "KOP_DEDUP_KAFKA_LISTENER=0.0.0.0:0 without TLS" in done.stderr
+    assert "KOP_DEDUP_KAFKA_TLS_CERT" in done.stderr
+    assert "KOP_DEDUP_ALLOW_PLAINTEXT_AUTH=true" in done.stderr
+    assert "t0ken" not in done.stderr
