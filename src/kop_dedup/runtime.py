@@ -51,6 +51,7 @@ from kop_dedup.pulsar.topic_admin import TopicAdmin
 from kop_dedup.security.authorizer import Authorizer
 from kop_dedup.security.fingerprint import fingerprint
 from kop_dedup.security.identity import Authenticator
+from kop_dedup.security.system_namespace import check_system_namespace
 from kop_dedup.settings import Settings, split_address
 
 __all__ = ["DeduplicationOff", "Runtime", "registry_bounds", "txn_settings"]
@@ -150,6 +151,11 @@ class Runtime:
             token=self.auth.peer_token(settings),
             secret=self.auth.cluster_secret(settings),
             authenticating=self.auth.enabled,
+            verify=(
+                str(settings.peer_tls_trust_certs_file)
+                if settings.peer_tls_trust_certs_file is not None
+                else True
+            ),
             # a forwarded long poll or join waits as long as the client allows
             timeout_s=max(settings.max_timeout_ms, settings.max_pull_wait_ms) / 1000 + 30,
         )
@@ -319,6 +325,7 @@ class Runtime:
 
     async def start(self) -> None:
         s = self.settings
+        await check_system_namespace(s, self.admin)  # before anything is created
         ns = self.naming.namespace_path
         await self.admin.ensure_namespace(ns, deduplication=s.ensure_deduplication)
         if not await self.admin.deduplication_enabled(ns):

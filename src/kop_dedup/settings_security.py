@@ -7,6 +7,7 @@ class's bases)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -44,6 +45,19 @@ class SecuritySettings(BaseSettings):
     allow_unauthenticated: bool = False
     """Listen on an address other than loopback with authentication off (no tokens, no
     roles, no keys); without it the sidecar refuses to start there."""
+    allow_plaintext_auth: bool = False
+    """With authentication on, listen without TLS (HTTP or Kafka) on an address other
+    than loopback, or forward to an ``http://`` peer URL on another host: tokens and
+    SASL/PLAIN passwords then cross the network in cleartext. Without it the sidecar
+    refuses to start so; with it, it starts and logs a WARNING naming each exposure (for
+    a TLS-terminating proxy or a mesh with mutual TLS in front)."""
+    peer_tls_trust_certs_file: Path | None = None
+    """CA certificates to trust for ``https://`` peer URLs (forwarding between nodes);
+    default: the system's. Peers' certificates are checked, their host name too."""
+    system_namespace_check: Literal["warn", "refuse"] = "warn"
+    """With a Pulsar token set: a system namespace whose permissions grant any role other
+    than this sidecar's own (and the superusers) is logged at start as an ERROR naming
+    the roles (``warn``), or the sidecar refuses to start (``refuse``)."""
 
     # -- inputs and limits
     kafka_max_unauthenticated_bytes: int = Field(default=512 * 1024, ge=1024)

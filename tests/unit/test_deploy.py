@@ -51,6 +51,7 @@ def test_cluster_manifest_validates_strictly(version):
         "ConfigMap",
         "PodDisruptionBudget",
         "Secret",
+        "Secret",
         "Service",
         "Service",
         "StatefulSet",
@@ -112,11 +113,15 @@ def test_the_shared_tier_gives_each_pod_its_ordinal_and_its_dns_name():
     assert node_id == "metadata.labels['apps.kubernetes.io/pod-index']"
     dns = f"$(POD_NAME).{headless['metadata']['name']}.$(POD_NAMESPACE).svc.cluster.local"
     assert env["KOP_DEDUP_KAFKA_ADVERTISED"]["value"] == f"{dns}:{kafka_port}"
-    assert env["KOP_DEDUP_PEER_URL"]["value"] == f"http://{dns}:{data['KOP_DEDUP_PORT']}"
+    assert env["KOP_DEDUP_PEER_URL"]["value"] == f"https://{dns}:{data['KOP_DEDUP_PORT']}"
     names = [e["name"] for e in container["env"]]
     for used in ("POD_NAME", "POD_NAMESPACE"):
         assert names.index(used) < names.index("KOP_DEDUP_KAFKA_ADVERTISED")
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": "http",
+        "scheme": "HTTPS",
+    }
     assert container["securityContext"]["runAsNonRoot"] is True
     assert sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 30
     shutdown_s = int(data["KOP_DEDUP_SHUTDOWN_TIMEOUT_MS"]) / 1000

@@ -83,14 +83,17 @@ class Peers:
         timeout_s: float,
         secret: bytes | None = None,
         authenticating: bool = False,
+        verify: bool | str = True,
     ) -> None:
         """``token``: what this node calls the others' internal API with; ``secret``:
         the cluster's shared secret, keying the proofs of forwarded requests (None:
-        there is none); ``authenticating``: whether this node authenticates callers."""
+        there is none); ``authenticating``: whether this node authenticates callers;
+        ``verify``: httpx's, for ``https://`` peers (a CA file, or True: the system's)."""
         self._me = me
         self._token = token
         self._secret, self._authenticating = secret, authenticating
         self._http = httpx.AsyncClient(
+            verify=verify,
             timeout=httpx.Timeout(timeout_s, connect=5.0),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
         )

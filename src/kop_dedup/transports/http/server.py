@@ -28,6 +28,7 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
     import uvicorn  # noqa: PLC0415
 
     from kop_dedup.observability.logs import configure  # noqa: PLC0415
+    from kop_dedup.security.cleartext import Verdict, plaintext_auth  # noqa: PLC0415
     from kop_dedup.security.exposure import Exposed, exposure_refusal  # noqa: PLC0415
     from kop_dedup.settings import Settings  # noqa: PLC0415
     from kop_dedup.transports.http import create_app  # noqa: PLC0415
@@ -36,7 +37,12 @@ def serve(settings: Any = None, *, graceful_seconds: float = 25.0) -> None:
     refused = exposure_refusal(settings)
     if refused is not None:
         raise Exposed(refused)
+    verdict, said = plaintext_auth(settings)
+    if verdict is Verdict.REFUSE:
+        raise Exposed(said)
     configure(settings.log_format, settings.log_level)
+    if verdict is Verdict.WARN:
+        log.warning("%s", said)
     app = create_app(settings)
     kafka = settings.kafka_address()
     scheme = "http" if settings.http_tls_cert is None else "https"
@@ -122,6 +128,7 @@ def _exit_after(budget_s: float) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    from kop_dedup.security.cleartext import Verdict, plaintext_auth  # noqa: PLC0415
     from kop_dedup.security.exposure import Exposed, exposure_refusal  # noqa: PLC0415
     from kop_dedup.settings import Settings  # noqa: PLC0415
 
@@ -134,6 +141,9 @@ def _handler(args: argparse.Namespace) -> int:
     refused = exposure_refusal(settings)
     if refused is not None:
         raise Exposed(refused)
+    verdict, said = plaintext_auth(settings)
+    if verdict is Verdict.REFUSE:  # the warning is logged once, by serve (each node's)
+        raise Exposed(said)
     if args.nodes > 1:
         from kop_dedup.nodes import run_nodes  # noqa: PLC0415
         from kop_dedup.observability.logs import configure  # noqa: PLC0415
