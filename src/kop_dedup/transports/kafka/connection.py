@@ -22,7 +22,8 @@ has expired or its roles-file line is gone, the request closes the connection
 unanswered (Kafka closes a session past its KIP-368 lifetime so; Pulsar's
 ``authenticationRefreshCheckSeconds`` ends such a connection too).
 Nothing one connection sends reaches another: each has its own reader, queue and
-tasks, and an unexpected exception in a handler answers UNKNOWN_SERVER_ERROR.
+tasks, and an unexpected exception in a handler answers UNKNOWN_SERVER_ERROR naming the
+exception's class (its text is logged, never answered).
 """
 
 from __future__ import annotations
@@ -295,7 +296,9 @@ class Connection:
                 "kafka request failed",
                 extra={"api": api.name, "version": version, "peer": session.peer},
             )
-            answer = api.error_answer(body, version, errors.KafkaError(f"{exc!r}"))
+            # its text may hold internal addresses or state: logged above, named by kind
+            why = f"an unexpected {type(exc).__name__} (the sidecar's log has the detail)"
+            answer = api.error_answer(body, version, errors.KafkaError(why))
         outcome = self._encoded(api, header, answer, close)
         if failed_auth:
             outcome = _Outcome(outcome.frame, outcome.close, failed_auth=True)
