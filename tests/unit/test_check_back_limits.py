@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import pytest
 
 from kop_dedup.coordination.transactions.checkback import Answer, CheckBack, check_back_refusal
@@ -42,6 +43,27 @@ def test_a_url_outside_every_prefix_is_refused(url):
     refused = check_back_refusal(url, ["https://app.internal:8443/txn/"])
     assert refused is not None
     assert "KOP_DEDUP_CHECK_BACK_URLS" in refused
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://app.internal:8443/txn/../admin/delete",
+        "https://app.internal:8443/txn/%2e%2e/admin",
+        "https://app.internal:8443/txn/%2E%2E%2fadmin",
+        "https://app.internal:8443/txn/./../../x",
+        "https://app.internal:8443/txn/..",
+    ],
+)
+def test_dot_segments_cannot_climb_out_of_an_allowed_prefix(url):
+    # the client would call the normalized path, outside the prefix (issue 36, item 9)
+    refused = check_back_refusal(url, ["https://app.internal:8443/txn/"])
+    assert refused is not None, f"{url} was allowed"
+    assert "'.' or '..'" in refused
+
+
+def test_the_http_client_calls_the_path_with_its_dot_segments_removed():
+    assert httpx.URL("https://app.internal:8443/txn/../admin").path == "/admin"
 
 
 def test_without_an_allow_list_every_url_is_refused_naming_the_setting():

@@ -126,3 +126,44 @@ def _hs256(claims: dict, key: bytes) -> str:
 
     signed = part(b'{"alg":"HS256","typ":"JWT"}') + "." + part(json.dumps(claims).encode())
     return signed + "." + part(hmac.new(key, signed.encode(), hashlib.sha256).digest())
+
+
+def test_a_login_from_the_roles_file_ends_when_its_line_goes_or_changes_role(tmp_path):
+    roles = tmp_path / "roles"
+    roles.write_text("alice:ta\nbob:tb\n")
+    auth = Authenticator.from_settings(Settings(auth_roles_file=roles))
+    alice, bob = auth.login("ta"), auth.login("tb")
+    assert alice is not None
+    assert bob is not None
+    assert b"ta" not in repr(alice).encode()  # a digest is kept, never the token
+    roles.write_text("# rewritten, alice's line kept\nalice:ta\nbob:tb\n")
+    _touch_later(roles)
+    assert auth.ended(alice) is None
+    roles.write_text("bob:ta\n")  # alice's token is now bob's, bob's line is gone
+    _touch_later(roles)
+    assert auth.ended(alice) == "role alice's token is no longer in roles"
+    assert auth.ended(bob) == "role bob's token is no longer in roles"
+    now_bob = auth.login("ta")
+    assert now_bob is not None
+    assert auth.ended(now_bob) is None
+    roles.unlink()
+    assert auth.ended(now_bob) == "role bob's token is no longer in roles"
+
+
+def test_a_jwt_login_ends_at_its_exp_and_a_static_token_never_ends():
+    auth = Authenticator.from_settings(
+        Settings(auth_tokens=["t0"], auth_token_secret_key=base64.b64encode(SECRET).decode())
+    )
+    exp = int(time.time()) + 60
+    login = auth.login(jwt.encode({"sub": "carol", "exp": exp}, SECRET, algorithm="HS256"))
+    assert login is not None
+    assert login.expires_at == exp
+    assert auth.ended(login, now=exp - 1) is None
+    assert auth.ended(login, now=exp) is not None
+    assert "carol's token expired" in (auth.ended(login, now=exp) or "")
+    forever = auth.login(jwt.encode({"sub": "dave"}, SECRET, algorithm="HS256"))
+    assert forever is not None
+    assert auth.ended(forever, now=exp + 10**9) is None
+    static = auth.login("t0")
+    assert static is not None
+    assert auth.ended(static, now=exp + 10**9) is None

@@ -62,7 +62,21 @@ _NOT_SENT = _HOP_BY_HOP | {FORWARDED, PROOF}
 
 
 class PeerUnavailable(ConnectionError):
-    """The owner could not be reached (or did not answer in time)."""
+    """The owner could not be reached (or did not answer in time). Its text names the
+    node and the kind of failure only, and may be put in a client's answer: the peer's
+    URL and the underlying error are logged where it is raised, never answered."""
+
+
+def _unavailable(owner: Member, what: str, detail: str) -> PeerUnavailable:
+    """A :class:`PeerUnavailable` saying ``node N <what>``; ``detail`` (the URL, the
+    error) logged for the operator."""
+    log.warning("node %d %s: %s", owner.node_id, what, detail, extra={"peer_url": owner.peer_url})
+    return PeerUnavailable(f"node {owner.node_id} {what}")
+
+
+def _failed(owner: Member, exc: httpx.HTTPError) -> PeerUnavailable:
+    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
+    return _unavailable(owner, f"{kind} ({type(exc).__name__})", f"{owner.peer_url}: {exc!r}")
 
 
 class PeerAnswer:
@@ -155,7 +169,7 @@ class Peers:
         try:
             resp = await self._http.request(method, url, headers=sent, content=body)
         except httpx.HTTPError as exc:
-            raise PeerUnavailable(f"node {owner.node_id} ({owner.peer_url}): {exc!r}") from exc
+            raise _failed(owner, exc) from exc
         kept = [
             (k.encode("latin-1"), v.encode("latin-1"))
             for k, v in resp.headers.multi_items()
@@ -181,11 +195,12 @@ class Peers:
                 f"{owner.peer_url}{INTERNAL}/kafka", headers=headers, content=body
             )
         except httpx.HTTPError as exc:
-            raise PeerUnavailable(f"node {owner.node_id} ({owner.peer_url}): {exc!r}") from exc
+            raise _failed(owner, exc) from exc
         if resp.status_code != 200:
-            raise PeerUnavailable(
-                f"node {owner.node_id} answered {resp.status_code} to a forwarded Kafka "
-                f"request: {resp.text[:200]}"
+            raise _unavailable(
+                owner,
+                f"answered HTTP {resp.status_code} to a forwarded Kafka request",
+                f"{owner.peer_url}: {resp.text[:200]!r}",
             )
         return resp.content
 
@@ -203,10 +218,12 @@ class Peers:
                 },
             )
         except httpx.HTTPError as exc:
-            raise PeerUnavailable(f"node {owner.node_id} ({owner.peer_url}): {exc!r}") from exc
+            raise _failed(owner, exc) from exc
         if resp.status_code != 200:
-            raise PeerUnavailable(
-                f"node {owner.node_id} answered {resp.status_code} to {name}: {resp.text[:200]}"
+            raise _unavailable(
+                owner,
+                f"answered HTTP {resp.status_code} to {name}",
+                f"{owner.peer_url}: {resp.text[:200]!r}",
             )
         return resp.json()
 

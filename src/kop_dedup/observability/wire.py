@@ -26,7 +26,7 @@ CLOSE_REASONS = (
     "oversized",  # a frame over KAFKA_MAX_REQUEST_BYTES
     "malformed",  # a header or body that does not parse
     "unsupported",  # an unknown API key, or a version not served
-    "auth",  # SASL refused, or a request before authentication
+    "auth",  # SASL refused, a request before authentication, or its credential ended
     "acks0_error",  # a Produce with acks=0 that failed (Kafka closes to tell the client)
     "shutdown",  # the sidecar stopped
     "idle",  # no request for too long

@@ -44,6 +44,7 @@ _BROKER_RUNTIME_CONFIG = "/admin/v2/brokers/configuration/runtime"
 
 
 _REDIRECTS = 3
+_BROKERS_TTL_S = 30.0  # the cluster's broker hosts, for redirects, read again after this
 
 
 class PulsarAdmin(EntryLookups):
@@ -68,6 +69,7 @@ class PulsarAdmin(EntryLookups):
         self._dedup: dict[str, tuple[tuple[bool, str], float]] = {}
         self._dedup_pending: dict[str, asyncio.Future[tuple[bool, str]]] = {}
         self._dedup_scopes: dict[str, tuple[bool | None, float]] = {}
+        self._brokers: tuple[frozenset[str], float] | None = None
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -90,18 +92,64 @@ class PulsarAdmin(EntryLookups):
             log.warning("refused to call the Pulsar admin API at %r", path)
             raise
         # a broker that does not own a topic redirects to the one that does (307): follow
-        # it with the same method, body and token (httpx drops the token across hosts)
+        # it with the same method, body and token, only to a broker of the cluster
         resp = await self._http.request(method, path, **kwargs)
         for _ in range(_REDIRECTS):
             if resp.status_code not in (307, 308) or "location" not in resp.headers:
                 break
-            resp = await self._http.request(method, resp.headers["location"], **kwargs)
+            target = resp.request.url.join(resp.headers["location"])
+            if not await self._may_follow(target):
+                log.warning(
+                    "the Pulsar admin API redirected %s to %s, not a broker of the cluster: "
+                    "not followed",
+                    path,
+                    target.host,
+                )
+                raise AdminError(
+                    resp.status_code,
+                    f"redirected to {target.host}, which is not a broker of the Pulsar "
+                    "cluster (the sidecar's token goes only to the cluster's brokers)",
+                )
+            resp = await self._http.request(method, target, **kwargs)
         if resp.status_code >= 400:
             reason = resp.text
             with contextlib.suppress(ValueError, AttributeError):
                 reason = resp.json().get("reason", reason)
             raise AdminError(resp.status_code, reason)
         return resp
+
+    async def _may_follow(self, url: httpx.URL) -> bool:
+        """Whether a redirect to ``url`` may be followed with the sidecar's token: the
+        admin URL's own origin, or (never from https to http) a host of an active
+        broker of the cluster (``/admin/v2/brokers/{cluster}``, cached
+        :data:`_BROKERS_TTL_S`)."""
+        base = self._http.base_url
+        if (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port):
+            return True
+        if "authorization" not in self._http.headers:
+            return True  # no token to give away
+        if base.scheme == "https" and url.scheme != "https":
+            return False
+        return url.host.lower() in await self._broker_hosts()
+
+    async def _broker_hosts(self) -> frozenset[str]:
+        """The hosts of the active brokers of the admin URL's clusters; none when they
+        cannot be read (a redirect elsewhere is then not followed)."""
+        cached = self._brokers
+        if cached is not None and time.monotonic() - cached[1] < _BROKERS_TTL_S:
+            return cached[0]
+        hosts: set[str] = set()
+        try:
+            clusters = await self._http.get("/admin/v2/clusters")
+            for cluster in clusters.json() if clusters.status_code == 200 else []:
+                path = f"/admin/v2/brokers/{quote(str(cluster), safe='')}"
+                brokers = await self._http.get(path)
+                if brokers.status_code == 200:
+                    hosts.update(str(b).rsplit(":", 1)[0].lower() for b in brokers.json())
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("reading the Pulsar cluster's brokers failed: %r", exc)
+        self._brokers = (frozenset(hosts), time.monotonic())
+        return self._brokers[0]
 
     async def get_json(self, path: str, **params: str) -> Any:
         """GET an admin path (``/admin/v2/...``); AdminError for a 4xx or 5xx answer."""

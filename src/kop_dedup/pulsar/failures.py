@@ -126,4 +126,7 @@ def translate(  # noqa: PLR0911 - one answer per kind of failure
         log.warning("%s: Pulsar unreachable: %r", what, failure)
         return errors.NotLeaderOrFollower(f"{what}: Pulsar unreachable")
     log.error("untranslated failure in %s: %r", what, failure)
-    return errors.KafkaStorageError(detail)
+    # its text may hold internal addresses or state: logged above, named by kind here
+    return errors.KafkaStorageError(
+        f"{what}: an unexpected {type(failure).__name__} (the sidecar's log has the detail)"
+    )

@@ -17,13 +17,22 @@ Identity(role='~auth-tokens', superuser=True)
 
 With none configured, :attr:`Authenticator.enabled` is False and every request is
 let in as :data:`ANONYMOUS`, a superuser (the sidecar as it was before tokens).
+
+A session that outlives one request (a Kafka connection) keeps the :class:`Credential`
+:meth:`Authenticator.login` gave it and asks :meth:`Authenticator.ended` at each request:
+a JWT past its ``exp``, or a file line removed or given to another role, ends it (as
+Pulsar's ``authenticationRefreshCheckSeconds`` ends a connection). The credential keeps
+a digest of the token, never the token.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import hashlib
 import hmac
 import logging
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +47,7 @@ __all__ = [
     "ANONYMOUS",
     "TOKENS_ROLE",
     "Authenticator",
+    "Credential",
     "Identity",
     "read_key",
     "roles_file",
@@ -60,6 +70,25 @@ class Identity:
 
 ANONYMOUS = Identity("~anonymous", superuser=True)
 """Everyone, when authentication is off."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """What a session proved at login, to be checked again while it lasts."""
+
+    identity: Identity
+    expires_at: float | None = None
+    """A JWT's ``exp`` (seconds since the epoch); None: does not expire."""
+    source: int | None = None
+    """The index of the watched file the token came from; None: a static token or a JWT."""
+    digest: bytes = b""
+    """SHA-256 of the token, to find it again when its file changes."""
+    generation: int = 0
+    """The file's read generation at login."""
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
 
 
 def read_key(value: str) -> bytes:
@@ -127,6 +156,19 @@ class _WatchedFile:
         self._path, self._parse = path, parse
         self._seen: tuple[int, int] | None = None
         self._tokens: dict[str, str] = {}
+        self._roles: dict[bytes, str] = {}
+        self.generation = 0
+        """Incremented at each read (or loss) of the file."""
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def role_of(self, digest: bytes) -> str | None:
+        """The role the token with this SHA-256 names in the file now (read again if it
+        changed); None when no line has it."""
+        self.tokens()
+        return self._roles.get(digest)
 
     def tokens(self) -> dict[str, str]:
         """token -> role, as the file says now."""
@@ -135,12 +177,15 @@ class _WatchedFile:
         except OSError:
             if self._seen is not None:
                 log.warning("%s is gone: none of its tokens is accepted", self._path)
-            self._seen, self._tokens = None, {}
+                self.generation += 1
+            self._seen, self._tokens, self._roles = None, {}, {}
             return self._tokens
         seen = (st.st_mtime_ns, st.st_size)
         if seen != self._seen:
             self._tokens = self._parse(self._path.read_text(encoding="utf-8"))
+            self._roles = {_digest(token): role for token, role in self._tokens.items()}
             self._seen = seen
+            self.generation += 1
             log.info("%s read: %d tokens", self._path, len(self._tokens))
         return self._tokens
 
@@ -199,23 +244,53 @@ class Authenticator:
 
     def authenticate(self, token: str) -> Identity | None:
         """The identity ``token`` proves; None when it proves none."""
+        credential = self.login(token)
+        return None if credential is None else credential.identity
+
+    def login(self, token: str) -> Credential | None:
+        """What ``token`` proves, kept by a session to ask :meth:`ended` later; None
+        when it proves nothing."""
         if not self.enabled:
-            return ANONYMOUS
+            return Credential(ANONYMOUS)
         presented = token.encode("utf-8", "surrogateescape")
         if any(hmac.compare_digest(presented, t) for t in self._tokens):
-            return self.identity(TOKENS_ROLE)
-        for watched in self._files:
+            return Credential(self.identity(TOKENS_ROLE))
+        for index, watched in enumerate(self._files):
             role = None
             for known, named in watched.tokens().items():
                 if hmac.compare_digest(presented, known.encode()):
                     role = named
             if role is not None:
-                return self.identity(role)
+                return Credential(
+                    self.identity(role),
+                    source=index,
+                    digest=_digest(token),
+                    generation=watched.generation,
+                )
         if self._keys and token.count(".") == 2:
             return self._jwt(token)
         return None
 
-    def _jwt(self, token: str) -> Identity | None:
+    def ended(self, credential: Credential, now: float | None = None) -> str | None:
+        """Why ``credential`` no longer holds (for the log and the close), or None
+        while it does: a JWT at or past its ``exp``, a file line removed or given to
+        another role (the file read again when it changed)."""
+        expires = credential.expires_at
+        if expires is not None and (time.time() if now is None else now) >= expires:
+            at = dt.datetime.fromtimestamp(expires, dt.UTC).isoformat()
+            return f"role {credential.identity.role}'s token expired at {at}"
+        if credential.source is None:
+            return None
+        watched = self._files[credential.source]
+        watched.tokens()
+        if watched.generation == credential.generation:
+            return None
+        role = watched.role_of(credential.digest)
+        if role == credential.identity.role:
+            return None
+        return f"role {credential.identity.role}'s token is no longer in {watched.path.name}"
+
+    def _jwt(self, token: str) -> Credential | None:
         for key, algorithms in self._keys:
             try:
                 claims = jwt.decode(
@@ -225,7 +300,9 @@ class Authenticator:
                 continue
             role = claims.get(self._claim)
             if isinstance(role, str) and role:
-                return self.identity(role)
+                exp = claims.get("exp")  # PyJWT checked it is a number, when present
+                expires = float(exp) if isinstance(exp, int | float) else None
+                return Credential(self.identity(role), expires_at=expires)
         return None
 
     def peer_token(self, settings: Settings) -> str | None:

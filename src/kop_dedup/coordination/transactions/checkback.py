@@ -99,10 +99,17 @@ def _origin_and_path(url: str) -> tuple[tuple[str, str, int], str] | None:
     return origin, parts.path or "/"
 
 
+def _climbs(path: str) -> bool:
+    """Whether ``path`` has a ``.`` or ``..`` segment, once percent-decoded (``%2e``,
+    ``%2f`` included)."""
+    return any(segment in {".", ".."} for segment in urllib.parse.unquote(path).split("/"))
+
+
 def check_back_refusal(url: str, prefixes: Sequence[str]) -> str | None:
     """Why ``url`` may not be a check-back URL (None: it may), given the allowed
     prefixes (``check_back_urls``): the same scheme, host and port as one of them, and
-    a path that starts with its path.
+    a path that starts with its path and has no ``.`` or ``..`` segment (which would
+    take the call elsewhere).
 
     >>> check_back_refusal("https://app:8443/txn/a", ["https://app:8443/txn/"]) is None
     True
@@ -115,6 +122,12 @@ def check_back_refusal(url: str, prefixes: Sequence[str]) -> str | None:
             "KOP_DEDUP_CHECK_BACK_URLS to the URL prefixes the sidecar may call)"
         )
     asked = _origin_and_path(url)
+    if asked is not None and _climbs(asked[1]):
+        # an HTTP client removes dot segments before it sends: /txn/../admin is /admin
+        return (
+            f"checkBackUrl {url!r} has a '.' or '..' path segment (percent-encoded or "
+            "not): give the path as it is to be called"
+        )
     for prefix in prefixes:
         allowed = _origin_and_path(prefix)
         if (

@@ -16,9 +16,14 @@ or a version it does not serve; ``KafkaApis`` on a Produce with acks=0 that fail
 ``SaslServerAuthenticator`` before authentication on a frame over
 ``sasl.server.max.receive.size``, judged from its size header, or any request but
 ApiVersions and SASL, never decoded). A request must arrive whole within the read
-timeout of its first byte; a failed authentication closes after Kafka's delay.
+timeout of its first byte; a failed authentication closes after Kafka's delay. An
+authenticated connection's credential is checked again at each request: once its JWT
+has expired or its roles-file line is gone, the request closes the connection
+unanswered (Kafka closes a session past its KIP-368 lifetime so; Pulsar's
+``authenticationRefreshCheckSeconds`` ends such a connection too).
 Nothing one connection sends reaches another: each has its own reader, queue and
-tasks, and an unexpected exception in a handler answers UNKNOWN_SERVER_ERROR.
+tasks, and an unexpected exception in a handler answers UNKNOWN_SERVER_ERROR naming the
+exception's class (its text is logged, never answered).
 """
 
 from __future__ import annotations
@@ -161,6 +166,19 @@ class Connection:
             )
             return None
 
+    def _credential_ended(self, api: Api) -> str | None:
+        """Why the session's login no longer holds, for a request that needs it."""
+        session = self.session
+        if api.before_auth or not session.authenticated or session.credential is None:
+            return None
+        reason = session.shared.auth.ended(session.credential)
+        if reason is None:
+            return None
+        return (
+            f"{api.name} after the session's credential ended ({reason}): "
+            "the client must log in again with a valid token"
+        )
+
     def _limit(self) -> tuple[int, str]:
         """The largest frame the connection takes now, and the setting that says so."""
         session = self.session
@@ -189,25 +207,38 @@ class Connection:
                 key = "none" if ids is None else str(ids[0])
                 self._refuse("unsupported", f"unknown API key {key}")
                 return
-            session = self.session
-            if session.auth_required and not session.authenticated and not api.before_auth:
-                # not decoded: before authentication only ApiVersions and SASL are (Kafka
-                # closes on any other request during the SASL exchange, without answer)
-                self._refuse(
-                    "auth",
-                    f"{api.name} before SASL authentication: authenticate with SASL/PLAIN, "
-                    "the sidecar's token as the password",
-                )
-                return
-            if not api.serves(ids[1]) and api.key != API_VERSIONS_KEY:
-                self._refuse(
-                    "unsupported",
-                    f"{api.name} v{ids[1]} is not served (versions "
-                    f"{api.served_from or api.versions[0]}..{api.versions[1]})",
-                )
+            refusal = self._refusal(api, ids[1])
+            if refusal is not None:
+                self._refuse(*refusal)
                 return
             if not await self._dispatch(api, frame):
                 return
+
+    def _refusal(self, api: Api, version: int) -> tuple[str, str] | None:
+        """(kind, reason) when a request of ``api`` closes the connection undecoded."""
+        session = self.session
+        if session.auth_required and not session.authenticated and not api.before_auth:
+            # not decoded: before authentication only ApiVersions and SASL are (Kafka
+            # closes on any other request during the SASL exchange, without answer)
+            return (
+                "auth",
+                (
+                    f"{api.name} before SASL authentication: authenticate with SASL/PLAIN, "
+                    "the sidecar's token as the password"
+                ),
+            )
+        ended = self._credential_ended(api)
+        if ended is not None:
+            return "auth", ended
+        if not api.serves(version) and api.key != API_VERSIONS_KEY:
+            return (
+                "unsupported",
+                (
+                    f"{api.name} v{version} is not served (versions "
+                    f"{api.served_from or api.versions[0]}..{api.versions[1]})"
+                ),
+            )
+        return None
 
     async def _dispatch(self, api: Api, frame: bytes) -> bool:
         """Decode one request and start it; False when the connection must close."""
@@ -265,7 +296,9 @@ class Connection:
                 "kafka request failed",
                 extra={"api": api.name, "version": version, "peer": session.peer},
             )
-            answer = api.error_answer(body, version, errors.KafkaError(f"{exc!r}"))
+            # its text may hold internal addresses or state: logged above, named by kind
+            why = f"an unexpected {type(exc).__name__} (the sidecar's log has the detail)"
+            answer = api.error_answer(body, version, errors.KafkaError(why))
         outcome = self._encoded(api, header, answer, close)
         if failed_auth:
             outcome = _Outcome(outcome.frame, outcome.close, failed_auth=True)

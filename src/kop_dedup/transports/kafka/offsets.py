@@ -13,8 +13,9 @@ epochs are ignored.
 OffsetFetch: -1 and empty metadata for a partition without a committed offset (a
 topic that does not exist included, as Kafka); ``require_stable`` (v7+) answers 88
 UNSTABLE_OFFSET_COMMIT for partitions with offsets pending in a transaction; a null
-topic list (v2+) answers every partition the group has an offset for; v8+ asks for
-several groups at once.
+topic list (v2+) answers every partition the group has an offset for, of the topics
+the caller may consume (Kafka leaves out the topics a caller is not authorized on;
+named topics were authorized before, 29); v8+ asks for several groups at once.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from kop_dedup import errors
 from kop_dedup.coordination.groups import simple
 from kop_dedup.coordination.groups.store import UNKNOWN_OFFSET, CommittedOffset, StagedOffset
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.security.authorizer import CONSUME
 from kop_dedup.transports.kafka.fetch import partition_topic
 from kop_dedup.transports.kafka.registry import Api, Session
 from kop_dedup.transports.kafka.routed import group_key
@@ -215,18 +217,35 @@ async def offset_fetch(session: Session, request: Any, version: int) -> Any:
         found = _fetched(answers, wanted if wanted is not None or error is None else [])
         groups.append((group, found, error))
     if version >= _GROUPS_FROM:
-        return OffsetFetchResponse(
+        answer = OffsetFetchResponse(
             version=version,
             throttle_time_ms=0,
             groups=[_group_answer(version, g, f, e) for g, f, e in groups],
         )
+        await _readable_only(session, answer)
+        return answer
     group, found, error = groups[0]
-    return OffsetFetchResponse(
+    answer = OffsetFetchResponse(
         version=version,
         throttle_time_ms=0,
         topics=_group_answer(version, group, found, error),
         error_code=errors.NONE_ERRNO if error is None else error.errno,
     )
+    await _readable_only(session, answer)
+    return answer
+
+
+async def _readable_only(session: Session, answer: Any) -> None:
+    """Leave out of an OffsetFetch answer the topics the caller may not consume: run
+    where the client is, on the answer of the node that served it or of the coordinator
+    it was forwarded to (which does not know the caller)."""
+    who = session.identity
+    if who.superuser or session.forwarded:
+        return
+    auth = session.runtime.authorizer
+    holders = answer.groups if answer.version >= _GROUPS_FROM else [answer]
+    for holder in holders:
+        holder.topics = [t for t in holder.topics if await auth.may(who, CONSUME, t.name)]
 
 
 def _fetch_error(request: Any, version: int, error: errors.KafkaError) -> Any:
@@ -289,5 +308,6 @@ APIS = (
         error_answer=_fetch_error,
         coordinator_key=_fetch_key,
         response=OffsetFetchResponse,
+        after_forward=_readable_only,
     ),
 )

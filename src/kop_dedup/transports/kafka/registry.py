@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kop_dedup.errors import KafkaError
-from kop_dedup.security.identity import ANONYMOUS, Authenticator, Identity
+from kop_dedup.security.identity import ANONYMOUS, Authenticator, Credential, Identity
 
 if TYPE_CHECKING:
     from kop_dedup.observability.wire import WireStats
@@ -146,6 +146,9 @@ class Session:
     user: str | None = None
     identity: Identity = ANONYMOUS
     """The authenticated caller (its role); everyone is a superuser with auth off."""
+    credential: Credential | None = None
+    """What the SASL login proved, checked again at each request (an expired JWT or a
+    removed roles-file line closes the connection)."""
     forwarded: bool = False
     """A request another node forwarded (``/internal/v1/kafka``): served here, never
     forwarded again."""

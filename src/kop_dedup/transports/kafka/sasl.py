@@ -56,10 +56,10 @@ def _check_plain(session: Session, token: bytes) -> str:
             "Authentication failed: Client requested an authorization id that is different "
             "from username"
         )
-    who = session.shared.auth.authenticate(password)
-    if who is None:
+    credential = session.shared.auth.login(password)
+    if credential is None:
         raise errors.SaslAuthenticationFailed("Authentication failed: Invalid username or password")
-    session.identity = who
+    session.identity, session.credential = credential.identity, credential
     return user
 
 
