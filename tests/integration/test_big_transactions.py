@@ -64,7 +64,8 @@ def test_read_committed_reads_a_committed_transaction_larger_than_the_read_ahead
         f"t-{i:05d}-".encode() for i in range(records)
     ]
     assert got[-1].value == b"after"
-    assert took < 10 + records / 60, f"read {records + 1} records in {took:.1f}s"
+    # the bound: 121 records (11 MiB) read within 10 s; more, 2 MiB/s at least
+    assert took < max(10.0, records / 30), f"read {records + 1} records in {took:.1f}s"
 
 
 def test_a_group_pull_reads_a_committed_transaction_larger_than_the_read_ahead(
