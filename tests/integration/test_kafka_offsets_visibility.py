@@ -20,7 +20,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from tests.helpers import delete_namespace, uniq
 from tests.kafka_wire import WireClient
-from tests.pulsar_grants import Grants
+from tests.pulsar_grants import KafkaRoles
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -28,19 +28,7 @@ pytestmark = pytest.mark.integration
 ROLES = "carol:tok-carol\nroot:tok-root\n"
 
 
-class Env(Grants):
-    def __init__(self, sc: ThreadSidecar, namespace: str, admin: httpx.Client) -> None:
-        super().__init__(admin, namespace)
-        self.sc = sc
-
-    def conf(self, token: str) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.sc.kafka_bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanisms": "PLAIN",
-            "sasl.username": "anyone",
-            "sasl.password": token,
-        }
+Env = KafkaRoles
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from kop_dedup.protocol.records import rec
 from tests.helpers import delete_namespace, uniq, wait_until
 from tests.kafka_admin_wire import list_transactions
 from tests.kafka_wire import WireClient, produce_request
-from tests.pulsar_grants import Grants
+from tests.pulsar_grants import KafkaRoles
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
@@ -33,20 +33,7 @@ TTL_MS = 1_000
 ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\nkop-test-ops:tok-ops\n"
 
 
-class Env(Grants):
-    def __init__(self, sc: ThreadSidecar, namespace: str, admin: httpx.Client) -> None:
-        super().__init__(admin, namespace)
-        self.sc = sc
-
-    def conf(self, token: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.sc.kafka_bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanisms": "PLAIN",
-            "sasl.username": "anyone",
-            "sasl.password": token,
-            **extra,
-        }
+Env = KafkaRoles
 
 
 @pytest.fixture(scope="module")
