@@ -234,9 +234,7 @@ class _Run:
         self.say(f"edges: VIOLATION {line}")
 
     def create_topic(self, count: int) -> str:
-        name = (
-            f"edges-{self.tag}-{len(self.model.expected) + len(self.slots)}-{uuid.uuid4().hex[:4]}"
-        )
+        name = f"edges-{self.tag}-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": self.bootstrap()})
         for future in admin.create_topics([NewTopic(name, count, 1)]).values():
             future.result(timeout=self.cfg.answer_s)
