@@ -124,7 +124,7 @@ def pulsar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
             .with_exposed_ports(6650, 8080)
             .with_env("PULSAR_STANDALONE_USE_ZOOKEEPER", "1")
             .with_env("PULSAR_PREFIX_brokerDeduplicationEnabled", "true")
-            .with_env("PULSAR_PREFIX_transactionCoordinatorEnabled", "true")
+            .with_env("PULSAR_PREFIX_transactionCoordinatorEnabled", "false")
             .with_env("PULSAR_PREFIX_keepAliveIntervalSeconds", "5")
             .with_env(
                 "PULSAR_PREFIX_brokerEntryMetadataInterceptors",

@@ -31,7 +31,7 @@ def test_config_overrides_ports_dedup_and_loopback(tmp_path):
     assert conf["brokerServicePort"] == "16001"
     assert conf["webServicePort"] == "18001"
     assert conf["brokerDeduplicationEnabled"] == "true"
-    assert conf["transactionCoordinatorEnabled"] == "true"
+    assert conf["transactionCoordinatorEnabled"] == "false"  # Pulsar's are never used
     assert conf["bindAddress"] == "127.0.0.1"
     assert conf["defaultRetentionTimeInMinutes"] == "-1"
     assert conf["zkTimeout"] == "30000"  # the embedded bookie's session (loadConf reads it)

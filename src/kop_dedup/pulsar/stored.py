@@ -7,6 +7,7 @@ entries within a byte budget, on a worker thread.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,8 @@ __all__ = [
     "position_of",
     "read_available",
 ]
+
+log = logging.getLogger(__name__)
 
 _READ_WAIT_MS = 5_000
 ENTRY_OVERHEAD = 61
@@ -118,7 +121,18 @@ def next_message(reader: Any) -> tuple[Any, bool]:
     try:
         return reader.read_next(0), False
     except pulsar.Timeout:
-        if not reader.has_message_available():  # asks the broker when need be
+        try:
+            available = reader.has_message_available()  # asks the broker when need be
+        except pulsar.Timeout:
+            log.warning(
+                "the broker did not answer GetLastMessageId for %s within the operation "
+                "timeout; with Pulsar's transactions on (transactionCoordinatorEnabled), "
+                "a transaction buffer whose recovery hung holds it until the topic is "
+                "unloaded (pulsar-admin topics unload)",
+                reader.topic(),
+            )
+            raise
+        if not available:
             return None, True
         try:
             return reader.read_next(_READ_WAIT_MS), False
