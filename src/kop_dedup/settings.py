@@ -349,6 +349,13 @@ class Settings(SecuritySettings):
     """The base offset a Produce answer carries: ``derive`` it from the offset of the
     entry before when this sidecar knows it (entries are dense within a ledger), else
     ask the broker (one admin call); ``lookup``: always ask; ``none``: answer -1."""
+    kafka_transaction_produce_offsets: Literal["floor", "none"] = "floor"
+    """The base offset a Produce answer carries for a batch in a transaction, whose
+    offsets are known only once its transaction is committed and copied: ``floor``, the
+    partition's end as this sidecar last knew it (the records land at or above it; Kafka
+    Streams keeps it as its changelog checkpoint and, after a clean restart, restores only
+    past it); ``none``: -1, as before (Streams then restores its stores from the whole
+    changelog at every start)."""
     kafka_log_retention_ms: int = Field(default=7 * 24 * 3_600_000, ge=-1)
     """Kafka's ``log.retention.ms`` for topics without their own ``retention.ms``: set as
     the data namespace's retention (rounded up to minutes; -1 keeps forever) when it has

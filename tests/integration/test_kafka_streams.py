@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -199,3 +201,77 @@ def test_streams_instance_killed_hands_its_tasks_over_and_counts_exactly_once(
     reads and stable offset fetches wait for that."""
     target = dict(zip(("kafka", "sidecar"), conformance, strict=True))[name]
     assert fail_over_exactly_once(target, tmp_path) == _expected()
+
+
+def _checkpoints(state: Path, changelog: str) -> dict[int, int]:
+    """The changelog offsets Streams wrote in its tasks' checkpoint files (``<state
+    dir>/<application id>/<task>/.checkpoint``: a version, a count, then one "topic
+    partition offset" line each)."""
+    found: dict[int, int] = {}
+    for path in state.glob("*/.checkpoint"):
+        for line in path.read_text().splitlines()[2:]:
+            topic, partition, offset = line.split()
+            if topic == changelog:
+                found[int(partition)] = int(offset)
+    return found
+
+
+def _restored(log: Path, since: int) -> int:
+    """Changelog records Streams says it restored in the log past byte ``since``."""
+    text = log.read_text(errors="replace")[since:]
+    return sum(int(n) for n in re.findall(r"with a total number of (\d+) records", text))
+
+
+def restart_after_a_clean_stop(target: Target, workdir: Path) -> dict[str, Any]:
+    """Count the input, stop cleanly (SIGTERM: a last commit, the checkpoints written),
+    count as much input again with the same state directory; what the checkpoints said,
+    the changelog's ends, what the second start restored and the counts at the end."""
+    source = target.create_topic(partitions=PARTITIONS, stem="streams-in")
+    sink = target.create_topic(partitions=PARTITIONS, stem="streams-out")
+    app = StreamsApp(workdir, target.bootstrap, target.unique("counter"), source, sink)
+    changelog = f"{app.application_id}-counts-changelog"
+    later = [(p, k + b"-again", v) for p, k, v in _inputs()]
+    out: dict[str, Any] = {}
+    try:
+        assert not [
+            d for d in target.produce(source, _inputs(), enable_idempotence=True) if d.error
+        ]
+        app.start()
+        app.wait_running(90)
+        _until_seen(target, app, sink, RECORDS, 90)
+        _stopped_cleanly(target, app, app.stop())
+        out["checkpoints"] = _checkpoints(Path(app.args[4]) / app.application_id, changelog)
+        out["ends"] = target.end_offsets(changelog, PARTITIONS)
+        since = app.log.stat().st_size
+        assert not [d for d in target.produce(source, later, enable_idempotence=True) if d.error]
+        app.start()
+        app.wait_running(90)
+        out["restored"] = _restored(app.log, since)
+        _until_seen(target, app, sink, 2 * RECORDS, 90)
+    finally:
+        code = app.stop()
+    _stopped_cleanly(target, app, code)
+    out["counts"] = counts(target.read(sink, PARTITIONS))
+    return out
+
+
+@pytest.mark.parametrize("name", [_KAFKA_TOO, "sidecar"])
+def test_streams_restarted_after_a_clean_stop_restores_only_past_its_checkpoints(
+    conformance, tmp_path, name
+):
+    """Under exactly_once_v2 Streams keeps, per changelog partition, the offset it was last
+    answered for a changelog record as its checkpoint, and a clean restart restores only
+    what lies past it. The listener answered -1 for every Produce in a transaction (the
+    records are copied only at commit), so Streams kept no checkpoint and wiped and
+    restored its store from the whole changelog at every start; now the answer is a floor
+    of where the records land (the partition's end as last known). The store restored
+    from it must be exact: the counts go on from where they were, with no repeat."""
+    target = dict(zip(("kafka", "sidecar"), conformance, strict=True))[name]
+    run = restart_after_a_clean_stop(target, tmp_path)
+    print(f"{target.name}: {run['checkpoints']=} {run['ends']=} {run['restored']=}")
+    assert sorted(run["checkpoints"]) == list(range(PARTITIONS)), run
+    for p, offset in run["checkpoints"].items():
+        assert 0 <= offset < run["ends"][p], (p, run)
+    assert run["restored"] < sum(run["ends"].values()), run  # not the whole changelog
+    twice = collections.Counter(v.decode() for _p, _k, v in _inputs())
+    assert run["counts"] == expected_counts({v: 2 * n for v, n in twice.items()})

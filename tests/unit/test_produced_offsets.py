@@ -106,3 +106,64 @@ def test_an_entry_before_that_never_answers_is_asked_after_the_wait():
     offsets = ProducedOffsets(broker, wait_s=0.01)  # type: ignore[arg-type]
     assert _run(offsets, [("5:1:0:0", 3)]) == [2]
     assert broker.asked == [(5, 1)]
+
+
+class Ends(Broker):
+    """A broker that also says where a topic ends (its last entry), as the admin API."""
+
+    def __init__(self, sizes: dict[tuple[int, int], int]) -> None:
+        super().__init__(sizes)
+        self.last: tuple[int, int] | None = max(sizes) if sizes else None
+        self.ends_asked = 0
+
+    async def last_position(self, topic: str) -> tuple[int, int] | None:
+        self.ends_asked += 1
+        return self.last
+
+    async def first_entry(self, topic: str) -> None:
+        return None
+
+
+def test_a_transactions_floor_is_the_partitions_end_never_above_it_and_never_waited_for():
+    """A batch in a transaction lands once its transaction is copied, after everything
+    the partition holds: its floor is the end as last known, 0 before anything is known
+    (the answer never waits on the broker), the broker's end once asked, and what this
+    sidecar's own receipts show in between."""
+    broker = Ends({(5, 0): 3, (5, 1): 10})
+
+    async def main() -> list[int]:
+        offsets = ProducedOffsets(broker)  # type: ignore[arg-type]
+        seen = [offsets.floor("t")]  # nothing known yet: 0, and the broker is asked
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        seen.append(offsets.floor("t"))  # the end: 13
+        broker.index[5, 2] = 13 + 4 - 1
+        seen.append(await offsets.base_offset("t", "5:2:0:0", 4))  # an idempotent batch: 13
+        seen.append(offsets.floor("t"))  # known from its receipt: 17, nothing asked
+        return seen
+
+    assert asyncio.run(main()) == [0, 13, 13, 17]
+    assert broker.ends_asked == 1
+
+
+def test_the_brokers_end_replaces_a_floor_once_a_second_so_a_topic_made_again_starts_over(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from kop_dedup.pulsar import produced
+
+    monkeypatch.setattr(produced, "_END_REFRESH_S", 0.0)
+    broker = Ends({(5, 0): 3, (5, 1): 10})
+
+    async def main() -> list[int]:
+        offsets = ProducedOffsets(broker)  # type: ignore[arg-type]
+        offsets.floor("t")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        before = offsets.floor("t")
+        broker.index = {(8, 0): 0}  # deleted and made again: one record (index 0)
+        broker.last = (8, 0)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return [before, offsets.floor("t")]
+
+    assert asyncio.run(main()) == [13, 1]

@@ -20,6 +20,18 @@ index(E)``. A send receipt carries the ledger and entry, not the index, so:
 
 A failed lookup never fails the produce: the batch is stored; the answer says -1.
 
+A batch produced in a transaction is journaled, and copied into its partition once the
+transaction commits: its offsets are not known when it is answered. What is known is a
+floor: the copy appends after everything the partition holds now, so each record lands
+at or above the partition's end offset. :meth:`ProducedOffsets.floor` answers that
+floor from what this sidecar knows (the ends of the entries it produced or looked up,
+the broker's end asked at most once a second per partition, in the background), never
+waiting; 0 when it knows nothing yet. Kafka Streams keeps the last offset it was
+answered per changelog partition as its checkpoint, and restores from there after a
+clean restart: a floor makes it replay a suffix the store already holds (exact for its
+keyed stores: each key ends at its last write), where -1 gave it no checkpoint at all
+and a restore of the whole changelog at every start.
+
 >>> offsets = ProducedOffsets(admin)
 >>> await offsets.base_offset("persistent://public/kafka/t-partition-0", "12:3:0:0", 100)
 """
@@ -29,16 +41,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from typing import Literal
 
 from kop_dedup.pulsar.admin import PulsarAdmin
+from kop_dedup.pulsar.positions import Positions
 
 __all__ = ["ProducedOffsets"]
 
 log = logging.getLogger(__name__)
 
 _KEPT = 20_000
+_END_REFRESH_S = 1.0
+"""How often a partition's end is asked of the broker at most, for :meth:`floor`."""
 
 
 class ProducedOffsets:
@@ -56,6 +72,10 @@ class ProducedOffsets:
         self.looked_up = 0
         self.unknown = 0
         self._warned: set[str] = set()
+        self._positions = Positions(admin)
+        self._ends: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        """Partition topic -> (an end offset it reached, when the broker was last asked)."""
+        self._ending: dict[str, asyncio.Task[None]] = {}
 
     async def base_offset(self, ptopic: str, message_id: str | None, records: int) -> int:
         """The offset of the batch's first record; -1 when it cannot be known."""
@@ -79,7 +99,41 @@ class ProducedOffsets:
         if index is None:
             self.unknown += 1
             return -1
+        self._reached(ptopic, index + 1, asked=None)
         return index - records + 1
+
+    def floor(self, ptopic: str) -> int:
+        """An offset at or below where a record written to ``ptopic`` from now on lands:
+        the partition's end as last known (0 when nothing is known yet). Never waits:
+        the broker is asked in the background when what is known is over a second old."""
+        known = self._ends.get(ptopic)
+        now = time.monotonic()
+        if (known is None or now - known[1] >= _END_REFRESH_S) and ptopic not in self._ending:
+            self._ending[ptopic] = asyncio.get_running_loop().create_task(self._ask_end(ptopic))
+        return 0 if known is None else known[0]
+
+    async def _ask_end(self, ptopic: str) -> None:
+        try:
+            end, _position = await self._positions.end(ptopic)
+        except Exception as exc:  # a floor stays what it was; the produce is not failed
+            log.debug("asking the end of %s failed: %r", ptopic, exc)
+            self._reached(ptopic, 0, asked=time.monotonic())
+        else:
+            # the broker's word replaces what was known: a topic deleted and made again
+            # starts over
+            self._ends.pop(ptopic, None)
+            self._reached(ptopic, end, asked=time.monotonic())
+        finally:
+            self._ending.pop(ptopic, None)
+
+    def _reached(self, ptopic: str, end: int, *, asked: float | None) -> None:
+        """``ptopic`` holds at least ``end`` records (``asked``: the broker said so then)."""
+        known = self._ends.pop(ptopic, None)
+        if known is not None:
+            end, asked = max(end, known[0]), known[1] if asked is None else asked
+        self._ends[ptopic] = (end, 0.0 if asked is None else asked)
+        if len(self._ends) > _KEPT:
+            self._ends.popitem(last=False)
 
     def _future(self, key: tuple[str, int, int]) -> asyncio.Future[int | None]:
         """The index of an entry, once known (a placeholder until its answer resolves it)."""

@@ -21,13 +21,15 @@ Transactional batches need the request's transactional id (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request) and go, all of one request
 in one call, through the transaction coordinator's journal
 (``TransactionCoordinator.produce``): visible once the transaction commits, never if it
-aborts. Their answer carries no base offset (-1): a record's offset is known only when
-the commit copies it into the data partition. As Kafka's transactions v1 with partition
-verification, a batch for a partition the client did not add (AddPartitionsToTxn) is
-refused: INVALID_TXN_STATE up to v10, TRANSACTION_ABORTABLE in v11; a transactional
-Produce v12 comes from a client of transactions v2 (KIP-890), whose first batch adds its
-partition. The coordinator's answers are mapped as Kafka maps them (:mod:`.txn_codes`:
-47 for a fenced epoch, 19 NOT_ENOUGH_REPLICAS, retried, while a decision is applied).
+aborts. A record's offset is known only when the commit copies it into the data
+partition, so their answer's base offset is a floor, the partition's end as last known
+(``KAFKA_TRANSACTION_PRODUCE_OFFSETS``; ``ProducedOffsets.floor``), or -1. As Kafka's
+transactions v1 with partition verification, a batch for a partition the client did not
+add (AddPartitionsToTxn) is refused: INVALID_TXN_STATE up to v10, TRANSACTION_ABORTABLE
+in v11; a transactional Produce v12 comes from a client of transactions v2 (KIP-890),
+whose first batch adds its partition. The coordinator's answers are mapped as Kafka maps
+them (:mod:`.txn_codes`: 47 for a fenced epoch, 19 NOT_ENOUGH_REPLICAS, retried, while a
+decision is applied).
 
 acks=1 and acks=all both answer once Pulsar has stored the entry (a Pulsar write is
 durable per the namespace's persistence policy); acks=0 gets no answer, and a failure
@@ -201,8 +203,17 @@ async def _transactional(
                 0.0,
             )
         error = None if answer.error is None else txn_codes.for_produce(version, answer.error)
-        out.append((batch.partition, error, -1))
+        out.append((batch.partition, error, -1 if error is not None else _floor(session, batch)))
     return out
+
+
+def _floor(session: Session, batch: KafkaBatch) -> int:
+    """A transactional batch's base offset: where its records land at the lowest (they
+    are copied once the transaction commits; see ``ProducedOffsets.floor``), or -1."""
+    if session.settings.kafka_transaction_produce_offsets == "none":
+        return -1
+    naming = session.runtime.service.naming
+    return session.shared.offsets.floor(naming.partition_topic(batch.topic, batch.partition))
 
 
 async def _elsewhere(
