@@ -99,7 +99,7 @@ class ProducedOffsets:
         if index is None:
             self.unknown += 1
             return -1
-        self._reached(ptopic, index + 1, asked=None)
+        self._reached(ptopic, index + 1)
         return index - records + 1
 
     def floor(self, ptopic: str) -> int:
@@ -117,21 +117,21 @@ class ProducedOffsets:
             end, _position = await self._positions.end(ptopic)
         except Exception as exc:  # a floor stays what it was; the produce is not failed
             log.debug("asking the end of %s failed: %r", ptopic, exc)
-            self._reached(ptopic, 0, asked=time.monotonic())
-        else:
-            # the broker's word replaces what was known: a topic deleted and made again
-            # starts over
-            self._ends.pop(ptopic, None)
-            self._reached(ptopic, end, asked=time.monotonic())
+            end = self._ends.get(ptopic, (0, 0.0))[0]
         finally:
             self._ending.pop(ptopic, None)
+        # the broker's word replaces what was known: a topic deleted and made again
+        # starts over
+        self._keep(ptopic, end, time.monotonic())
 
-    def _reached(self, ptopic: str, end: int, *, asked: float | None) -> None:
-        """``ptopic`` holds at least ``end`` records (``asked``: the broker said so then)."""
-        known = self._ends.pop(ptopic, None)
-        if known is not None:
-            end, asked = max(end, known[0]), known[1] if asked is None else asked
-        self._ends[ptopic] = (end, 0.0 if asked is None else asked)
+    def _reached(self, ptopic: str, end: int) -> None:
+        """A receipt shows ``ptopic`` holds at least ``end`` records."""
+        end_known, asked = self._ends.get(ptopic, (0, 0.0))
+        self._keep(ptopic, max(end, end_known), asked)
+
+    def _keep(self, ptopic: str, end: int, asked: float) -> None:
+        self._ends[ptopic] = (end, asked)
+        self._ends.move_to_end(ptopic)
         if len(self._ends) > _KEPT:
             self._ends.popitem(last=False)
 
