@@ -68,6 +68,9 @@ The tree::
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
     +-- TransactionalIdNotFound (105)
+    +-- FencedMemberEpoch (110)
+    +-- UnsupportedAssignor (112)
+    +-- StaleMemberEpoch (113)
     +-- MismatchedEndpointType (114)
     +-- TransactionAbortable (120)
     +-- InvalidRegularExpression (128)
@@ -408,6 +411,18 @@ class ProducerFenced(KafkaError):
 
 class TransactionalIdNotFound(KafkaError):
     errno, name = 105, "TRANSACTIONAL_ID_NOT_FOUND"
+
+
+class FencedMemberEpoch(KafkaError):
+    errno, name = 110, "FENCED_MEMBER_EPOCH"
+
+
+class UnsupportedAssignor(KafkaError):
+    errno, name = 112, "UNSUPPORTED_ASSIGNOR"
+
+
+class StaleMemberEpoch(KafkaError):
+    errno, name = 113, "STALE_MEMBER_EPOCH"
 
 
 class MismatchedEndpointType(KafkaError):

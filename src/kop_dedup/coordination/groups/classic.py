@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
 from kop_dedup.coordination.groups.api import ResolvedReset
+from kop_dedup.coordination.groups.consumer import refuse_classic
 from kop_dedup.coordination.groups.offsets import offset_doc
 from kop_dedup.coordination.groups.settings import GroupSettings, full
 from kop_dedup.coordination.groups.store import GroupStore, StagedOffset, key
@@ -100,6 +101,7 @@ class ClassicGroups:
         return self.group(group_id)
 
     def _not_http(self, group_id: str) -> None:
+        refuse_classic(self.store, group_id)  # a consumer group with members: 23
         if self.store.doc(group_id, "g") is not None:
             raise errors.InconsistentGroupProtocol(
                 f"group {group_id!r} is an HTTP consumer group (server-side assignment): "

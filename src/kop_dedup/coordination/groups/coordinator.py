@@ -35,6 +35,7 @@ from kop_dedup.coordination.groups.api import (
     ResolvedReset,
 )
 from kop_dedup.coordination.groups.classic import ClassicGroups
+from kop_dedup.coordination.groups.consumer import ConsumerGroups
 from kop_dedup.coordination.groups.pulls import Pulls
 from kop_dedup.coordination.groups.readers import ReaderPool
 from kop_dedup.coordination.groups.resets import GroupResets
@@ -89,6 +90,8 @@ class GroupCoordinator:
         self._resets = GroupResets(self)
         self.classic = ClassicGroups(store, settings)
         """Kafka classic groups (JoinGroup and the rest): :mod:`.classic`."""
+        self.consumer = ConsumerGroups(store, settings, partitions_of)
+        """Consumer groups of the consumer protocol (KIP-848): :mod:`.consumer`."""
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         store.on_orphan(self._recover)
@@ -353,6 +356,7 @@ class GroupCoordinator:
                     if group is not None and group.expire(now) is not None:
                         await self._expire(group_id)
                 await self.classic.sweep(p)
+                await self.consumer.sweep(p)
             except errors.NotCoordinator:  # moved meanwhile: its new owner sweeps it
                 continue
         self.readers.reap()

@@ -83,6 +83,9 @@ async def commit(
     """Commit ``offsets`` for ``group`` as Kafka would let this commit through; raises
     the Kafka error it gets instead (nothing is written then)."""
     http_group = await groups.describe(group)
+    if http_group is None and groups.consumer.serves(group):
+        await groups.consumer.commit(group, member, generation, offsets)
+        return
     if http_group is None and groups.classic.is_kafka(group):
         await groups.classic.commit(group, member, instance_id, generation, offsets)
         return

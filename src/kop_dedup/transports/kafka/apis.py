@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from kop_dedup.transports.kafka import (
     cluster,
     configs,
+    consumer_groups,
     fetch,
     group_deletion,
     groups,
@@ -55,6 +56,7 @@ API_TABLE = build_table(
     list_offsets.APIS,
     offsets.APIS,
     groups.APIS,
+    consumer_groups.APIS,
     group_deletion.APIS,
     transactions.APIS,
     configs.APIS,

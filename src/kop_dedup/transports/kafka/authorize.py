@@ -119,6 +119,11 @@ async def _describe_groups(auth: Authorizer, who: Identity, request: Any, _versi
         await auth.require_group(who, str(group), claim=False)
 
 
+async def _consumer_groups(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
+    for group in request.group_ids or ():
+        await auth.require_group(who, str(group), claim=False)
+
+
 async def _delete_groups(auth: Authorizer, who: Identity, _request: Any, _version: int) -> None:
     await auth.require_admin(who, "delete groups", errors.GroupAuthorizationFailed)
 
@@ -177,6 +182,8 @@ _CHECKS: dict[int, Check] = {
     47: _offsets(claim=True),  # OffsetDelete: the group's and its topics'
     61: _topics(CONSUME),  # DescribeProducers
     65: _describe_txns,
+    68: _group,  # ConsumerGroupHeartbeat
+    69: _consumer_groups,  # ConsumerGroupDescribe
 }
 
 

@@ -33,6 +33,7 @@ from kafka.protocol.consumer import (
 
 from kop_dedup import errors
 from kop_dedup.coordination.groups.classic import ClassicGroups, NewMemberId
+from kop_dedup.coordination.groups.consumer import consumer_state
 from kop_dedup.protocol.groups.classic import EMPTY, STABLE, ClassicGroup, JoinRequest
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.security.authorizer import GROUP
@@ -294,6 +295,7 @@ def _describe_error(request: Any, version: int, error: errors.KafkaError) -> Any
 
 async def list_groups(session: Session, request: Any, version: int) -> Any:
     classic = _classic(session)
+    consumer = session.runtime.groups.consumer
     store = classic.store
     listed = ListGroupsResponse.ListedGroup
     # Kafka compares both filters case-insensitively: kafka-consumer-groups --list (4.x)
@@ -306,21 +308,24 @@ async def list_groups(session: Session, request: Any, version: int) -> Any:
             await store.read_partition(p)
             for group_id in store.groups_in(p):
                 group = classic.group(group_id)
-                if group is not None:
+                group_type = "classic"
+                if consumer.serves(group_id):  # KIP-848: listed as Kafka lists it
+                    state, protocol_type, group_type = consumer_state(consumer, group_id)
+                elif group is not None:
                     state = group.state if group.members or group.state != EMPTY else EMPTY
                     protocol_type = group.protocol_type or ""
                 elif classic.plain_commits(group_id):
                     state, protocol_type = EMPTY, ""
                 else:
                     continue
-                if (states and state.lower() not in states) or (types and "classic" not in types):
+                if (states and state.lower() not in states) or (types and group_type not in types):
                     continue
                 out.append(
                     listed(
                         group_id=group_id,
                         protocol_type=protocol_type,
                         group_state=state,
-                        group_type="classic",
+                        group_type=group_type,
                     )
                 )
         mine = await session.runtime.authorizer.visible(

@@ -29,6 +29,7 @@ from kafka.protocol.metadata import (
 )
 
 from kop_dedup import errors
+from kop_dedup.protocol.topic_ids import topic_id
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.security.authorizer import DESCRIBE
@@ -51,7 +52,7 @@ def _topic(
     return _Topic(
         error_code=errors.NONE_ERRNO if error is None else error.errno,
         name=name,
-        topic_id=None,
+        topic_id=topic_id(name) if name and error is None else None,
         is_internal=False,
         partitions=[
             _Partition(

@@ -1,0 +1,215 @@
+"""The coordinator of consumer groups of the consumer protocol (KIP-848:
+ConsumerGroupHeartbeat, ConsumerGroupDescribe, the commits of their members): Kafka's
+``GroupMetadataManager`` for server-side assignment, with the group's state
+(:class:`~kop_dedup.protocol.groups.consumer.ConsumerGroup`) in the group store under
+``["c", group]``, so any sidecar serves any member.
+
+Every change runs as the owner of the group's store partition (:meth:`GroupStore.owned
+<kop_dedup.coordination.groups.store.GroupStore.owned>`); the owner's sweep removes the
+members past their session or their revocation deadline (a new epoch and target for
+the others).
+
+One group id, one protocol, as Kafka with ``group.consumer.migration.policy=disabled``:
+
+- a heartbeat for a classic group with members, or for an HTTP group, is
+  GROUP_ID_NOT_FOUND (69, "not a consumer group"); a classic group without members
+  (its commits only) becomes a consumer group, its committed offsets kept;
+- a JoinGroup for a consumer group with members is INCONSISTENT_GROUP_PROTOCOL (23)
+  (:func:`refuse_classic`); one without members becomes a classic group again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
+
+from kop_dedup import errors
+from kop_dedup.clock import now_ms
+from kop_dedup.coordination.groups.offsets import offset_doc
+from kop_dedup.coordination.groups.settings import GroupSettings
+from kop_dedup.coordination.groups.store import GroupStore, StagedOffset, key
+from kop_dedup.coordination.names import validate_group_id, validate_topics
+from kop_dedup.protocol.groups.consumer import (
+    LEAVE_EPOCHS,
+    Beat,
+    ConsumerGroup,
+    ConsumerMember,
+)
+
+__all__ = ["ConsumerGroups", "consumer_state", "refuse_classic"]
+
+_REFRESH_PART = 3
+"""A heartbeat that changes nothing but the member's last-seen time is stored only once
+this part of its session has passed since the last stored one (a write per heartbeat
+would cost a Pulsar write every few seconds per member)."""
+
+
+def _group(store: GroupStore, group_id: str) -> ConsumerGroup | None:
+    return ConsumerGroup.from_doc(store.doc(group_id, "c"))
+
+
+def refuse_classic(store: GroupStore, group_id: str) -> None:
+    """INCONSISTENT_GROUP_PROTOCOL (23) for a classic member joining a consumer group
+    that has members (called by the classic coordinator inside its change)."""
+    group = _group(store, group_id)
+    if group is not None and group.members:
+        raise errors.InconsistentGroupProtocol(
+            f"group {group_id!r} is a consumer group (group.protocol=consumer) with members: "
+            "a classic member cannot join it"
+        )
+
+
+def consumer_state(groups: ConsumerGroups, group_id: str) -> tuple[str, str, str]:
+    """(state, protocol type, group type) of a consumer group as ListGroups answers it."""
+    group = groups.group(group_id) or ConsumerGroup.new()
+    return group.state, "consumer", "consumer"
+
+
+class ConsumerGroups:
+    def __init__(
+        self,
+        store: GroupStore,
+        settings: GroupSettings,
+        partitions_of: Callable[[str], Awaitable[int]],
+    ) -> None:
+        self.store = store
+        self.max_members = settings.max_members
+        self._partitions_of = partitions_of
+
+    # -- reading --------------------------------------------------------------------------
+
+    def group(self, group_id: str) -> ConsumerGroup | None:
+        """The group as this sidecar has read it (None: not a consumer group)."""
+        return _group(self.store, group_id)
+
+    def serves(self, group_id: str) -> bool:
+        """A consumer group with members, or one no classic group shadows."""
+        group = self.group(group_id)
+        if group is None:
+            return False
+        return bool(group.members) or self.store.doc(group_id, "k") is None
+
+    async def read(self, group_id: str) -> ConsumerGroup | None:
+        await self.store.read(group_id)
+        return self.group(group_id) if self.serves(group_id) else None
+
+    async def _counts(self, topics: Iterable[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for topic in sorted(set(topics)):
+            try:
+                count = await self._partitions_of(topic)
+            except errors.KafkaError:  # no such topic (yet): nothing of it to assign
+                continue
+            if count > 0:
+                out[topic] = count
+        return out
+
+    def _other_kinds(self, group_id: str) -> bool:
+        """GROUP_ID_NOT_FOUND for an HTTP group or a classic group with members; True
+        when an empty classic group is to be replaced."""
+        if self.store.doc(group_id, "g") is not None:
+            raise errors.GroupIdNotFound(
+                f"group {group_id!r} is an HTTP consumer group, not a consumer group"
+            )
+        classic = self.store.doc(group_id, "k")
+        if classic is None:
+            return False
+        if classic.get("members"):
+            raise errors.GroupIdNotFound(
+                f"group {group_id!r} is a classic group with members, not a consumer group "
+                "(its members use group.protocol=classic)"
+            )
+        return True
+
+    # -- ConsumerGroupHeartbeat -----------------------------------------------------------
+
+    async def heartbeat(self, group_id: str, beat: Beat) -> tuple[ConsumerGroup, ConsumerMember]:
+        """One heartbeat: the group after it and the member as answered. Raises 25, 42,
+        69, 81, 110, 112 (see :meth:`ConsumerGroup.heartbeat`)."""
+        validate_group_id(group_id)
+        if not beat.member_id:
+            if beat.member_epoch != 0:
+                raise errors.UnknownMemberId("a member id is needed past the join")
+            beat = replace(beat, member_id=str(uuid.uuid4()))
+        if beat.topics is not None:
+            validate_topics(beat.topics)
+        await self.store.read(group_id)
+        known = self.group(group_id) or ConsumerGroup.new()
+        counts = await self._counts(known.subscribed_topics(beat.topics or ()))
+
+        async def change(p: int) -> tuple[ConsumerGroup, ConsumerMember]:
+            replace_classic = self._other_kinds(group_id)
+            before = self.group(group_id) or ConsumerGroup.new()
+            if replace_classic and before.members:
+                replace_classic = False
+            now = now_ms()
+            after, member = before.heartbeat(
+                beat, {**before.counts, **counts}, now, max_members=self.max_members
+            )
+            if replace_classic:
+                await self.store.remove(p, key("k", group_id))
+            if _worth_storing(before, after, member, now):
+                await self.store.write(p, key("c", group_id), after.to_doc())
+            return after, member
+
+        result: tuple[ConsumerGroup, ConsumerMember] = await self.store.owned(group_id, change)
+        return result
+
+    # -- sessions -------------------------------------------------------------------------
+
+    async def sweep(self, partition: int) -> None:
+        """Members past their session or revocation deadline removed, on a store
+        partition this sidecar owns (NOT_COORDINATOR once it moved: the sweep never takes
+        a partition)."""
+        now = now_ms()
+        for group_id in self.store.groups_in(partition):
+            group = self.group(group_id)
+            if group is None or not group.expired(now):
+                continue
+
+            async def change(p: int, group_id: str = group_id) -> None:
+                current = self.group(group_id)
+                gone = [] if current is None else current.expired(now_ms())
+                if current is not None and gone:
+                    after = current.without(gone, current.counts)
+                    await self.store.write(p, key("c", group_id), after.to_doc())
+
+            await self.store.owned(group_id, change, take=False)
+
+    # -- offsets --------------------------------------------------------------------------
+
+    async def commit(
+        self, group_id: str, member_id: str, epoch: int, offsets: Sequence[StagedOffset]
+    ) -> None:
+        """OffsetCommit to a consumer group: Kafka's checks
+        (:meth:`ConsumerGroup.validate_commit`: 25, 110, 113) and the offsets stored, in
+        one change."""
+        validate_topics(o.topic for o in offsets)
+        now = now_ms()
+
+        async def change(p: int) -> None:
+            group = self.group(group_id)
+            if group is not None:
+                group.validate_commit(member_id, epoch)
+            for o in offsets:
+                await self.store.write(
+                    p, key("o", group_id, o.topic, o.partition), offset_doc(o, now)
+                )
+
+        await self.store.owned(group_id, change)
+
+
+def _worth_storing(
+    before: ConsumerGroup, after: ConsumerGroup, member: ConsumerMember, now: int
+) -> bool:
+    """Whether the change must be stored: anything but the member's last-seen time
+    changed, or that time is older than a part of its session."""
+    old = before.members.get(member.member_id)
+    if old is None or member.epoch in LEAVE_EPOCHS:
+        return True
+    if replace(member, last_seen_ms=old.last_seen_ms) != old:
+        return True
+    if replace(after, members=before.members) != before:
+        return True
+    return now - old.last_seen_ms > member.session_timeout_ms // _REFRESH_PART

@@ -1,0 +1,402 @@
+"""A consumer group of the consumer protocol (KIP-848: ConsumerGroupHeartbeat,
+server-side assignment) as typed, immutable data and its transitions, after Kafka's
+``ConsumerGroup``, ``ConsumerGroupMember`` and ``CurrentAssignmentBuilder``: no I/O, no
+clock (``now_ms`` is passed).
+
+The group store keeps it under ``["c", group]`` (:meth:`ConsumerGroup.to_doc`), apart
+from the classic groups' ``["k", group]`` and the HTTP groups' ``["g", group]``.
+
+Epochs, as Kafka's: the **group epoch** goes up whenever the membership or a subscription
+changes (or a subscribed topic gets partitions); the **target assignment** is computed
+by the group's assignor at that epoch (the assignment epoch); each member moves towards
+its target at its own pace (:func:`reconcile`):
+
+- a partition the member holds but its target does not is **revoked** first: the member
+  keeps its epoch (state ``unrevoked_partitions``) and gets its assignment without it;
+  it moves on only when a heartbeat lists its owned partitions without it;
+- a partition of its target that another member still holds (assigned, or being
+  revoked) is **unreleased**: the member moves to the target epoch without it (state
+  ``unreleased_partitions``) and gets it at a later heartbeat, once it is free;
+- else the member is ``stable`` at the target epoch with all of its target.
+
+So a partition never has two owners: it is given to a new member only once the previous
+owner's heartbeat no longer lists it (or the owner left or was fenced).
+
+>>> g = ConsumerGroup.new()
+>>> g, m = g.heartbeat(Beat("a", 0, topics=("t",), session_timeout_ms=45000), {"t": 2}, 0)
+>>> m.epoch, sorted(m.assigned), g.state
+(1, [('t', 0), ('t', 1)], 'Stable')
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kop_dedup import errors
+from kop_dedup.protocol.groups.assignors import (
+    ASSIGNORS,
+    DEFAULT_ASSIGNOR,
+    Assignment,
+    TopicPartition,
+)
+
+__all__ = [
+    "LEAVE_EPOCHS",
+    "MEMBER_STABLE",
+    "UNRELEASED",
+    "UNREVOKED",
+    "Beat",
+    "ConsumerGroup",
+    "ConsumerMember",
+    "reconcile",
+]
+
+MEMBER_STABLE = "stable"
+UNREVOKED = "unrevoked_partitions"
+UNRELEASED = "unreleased_partitions"
+LEAVE_EPOCHS = (-1, -2)
+"""A heartbeat at epoch -1 leaves the group; -2 (a static member's temporary leave) is
+served as a leave too."""
+
+EMPTY, ASSIGNING, RECONCILING, STABLE = "Empty", "Assigning", "Reconciling", "Stable"
+
+
+def _tps(items: Iterable[Any]) -> Assignment:
+    return frozenset((str(t), int(p)) for t, p in items)
+
+
+def _doc_tps(a: Assignment) -> list[list[Any]]:
+    return [[t, p] for t, p in sorted(a)]
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """A ConsumerGroupHeartbeat as the group sees it (None: unchanged since the last)."""
+
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    topics: tuple[str, ...] | None = None
+    assignor: str | None = None
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+    session_timeout_ms: int = 45_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMember:
+    member_id: str
+    epoch: int
+    previous_epoch: int = -1
+    state: str = MEMBER_STABLE
+    assigned: Assignment = frozenset()
+    revoking: Assignment = frozenset()
+    topics: tuple[str, ...] = ()
+    assignor: str | None = None
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = 300_000
+    session_timeout_ms: int = 45_000
+    last_seen_ms: int = 0
+    revoke_by_ms: int = 0
+    """While ``unrevoked_partitions``: the member is fenced if it has not revoked by then
+    (its rebalance timeout, Kafka's revocation timer)."""
+
+    def with_epoch(self, epoch: int) -> ConsumerMember:
+        if epoch == self.epoch:
+            return self
+        return replace(self, epoch=epoch, previous_epoch=self.epoch)
+
+    def expired(self, now_ms: int) -> bool:
+        """Past its session, or past its revocation deadline."""
+        late = self.state == UNREVOKED and self.revoke_by_ms and now_ms > self.revoke_by_ms
+        return now_ms - self.last_seen_ms > self.session_timeout_ms or bool(late)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "id": self.member_id,
+            "epoch": self.epoch,
+            "prev": self.previous_epoch,
+            "state": self.state,
+            "assigned": _doc_tps(self.assigned),
+            "revoking": _doc_tps(self.revoking),
+            "topics": list(self.topics),
+            "assignor": self.assignor,
+            "inst": self.instance_id,
+            "rack": self.rack_id,
+            "client": self.client_id,
+            "host": self.client_host,
+            "rebalance": self.rebalance_timeout_ms,
+            "session": self.session_timeout_ms,
+            "seen": self.last_seen_ms,
+            "revoke_by": self.revoke_by_ms,
+        }
+
+    @classmethod
+    def from_doc(cls, d: Mapping[str, Any]) -> ConsumerMember:
+        return cls(
+            str(d["id"]),
+            int(d["epoch"]),
+            int(d["prev"]),
+            str(d["state"]),
+            _tps(d["assigned"]),
+            _tps(d["revoking"]),
+            tuple(d["topics"]),
+            d.get("assignor"),
+            d.get("inst"),
+            d.get("rack"),
+            str(d.get("client", "")),
+            str(d.get("host", "")),
+            int(d["rebalance"]),
+            int(d["session"]),
+            int(d["seen"]),
+            int(d.get("revoke_by", 0)),
+        )
+
+
+def reconcile(
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Assignment,
+    owned: Assignment | None,
+    held_elsewhere: Callable[[TopicPartition], bool],
+    now_ms: int,
+) -> ConsumerMember:
+    """The member's next state towards ``target`` (Kafka's ``CurrentAssignmentBuilder``).
+
+    ``owned``: the partitions the member's heartbeat lists (None: not listed, so it may
+    still hold any it held); ``held_elsewhere``: whether another member holds a partition
+    (assigned or being revoked)."""
+
+    def still_owns(revoking: Assignment) -> bool:
+        return owned is None or bool(owned & revoking)
+
+    if member.state == MEMBER_STABLE and member.epoch == target_epoch:
+        return member
+    if member.state == UNREVOKED and still_owns(member.revoking):
+        return member
+    subscribed = set(member.topics)
+    aim = frozenset(tp for tp in target if tp[0] in subscribed)
+    kept = member.assigned & aim
+    revoking = member.assigned - kept
+    pending = aim - kept
+    unreleased = frozenset(tp for tp in pending if held_elsewhere(tp))
+    if revoking and still_owns(revoking):
+        deadline = member.revoke_by_ms
+        if member.state != UNREVOKED or revoking != member.revoking:
+            deadline = now_ms + member.rebalance_timeout_ms
+        return replace(
+            member, state=UNREVOKED, assigned=kept, revoking=revoking, revoke_by_ms=deadline
+        )
+    state = UNRELEASED if unreleased else MEMBER_STABLE
+    return replace(
+        member.with_epoch(target_epoch),
+        state=state,
+        assigned=kept | (pending - unreleased),
+        revoking=frozenset(),
+        revoke_by_ms=0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroup:
+    epoch: int = 0
+    assignment_epoch: int = 0
+    assignor: str = DEFAULT_ASSIGNOR
+    members: Mapping[str, ConsumerMember] = field(default_factory=dict)
+    target: Mapping[str, Assignment] = field(default_factory=dict)
+    counts: Mapping[str, int] = field(default_factory=dict)
+    """The partition counts of the subscribed topics the target was computed on."""
+
+    @classmethod
+    def new(cls) -> ConsumerGroup:
+        return cls()
+
+    # -- reading ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        if not self.members:
+            return EMPTY
+        if self.assignment_epoch != self.epoch:
+            return ASSIGNING
+        settled = all(
+            m.state == MEMBER_STABLE and m.epoch == self.assignment_epoch
+            for m in self.members.values()
+        )
+        return STABLE if settled else RECONCILING
+
+    def subscribed_topics(self, extra: Iterable[str] = ()) -> set[str]:
+        return {t for m in self.members.values() for t in m.topics} | set(extra)
+
+    def held_by_others(self, member_id: str) -> Callable[[TopicPartition], bool]:
+        held = {
+            tp
+            for m in self.members.values()
+            if m.member_id != member_id
+            for tp in m.assigned | m.revoking
+        }
+        return held.__contains__
+
+    # -- transitions --------------------------------------------------------------------
+
+    def heartbeat(
+        self, beat: Beat, counts: Mapping[str, int], now_ms: int, *, max_members: int = 1_000
+    ) -> tuple[ConsumerGroup, ConsumerMember]:
+        """The group after ``beat`` and the member as answered (epoch -1: it left).
+        ``counts``: the partition counts of every topic a member subscribes to after
+        the beat (a topic that does not exist: absent). Raises 25, 42, 81, 110, 112."""
+        if beat.assignor is not None and beat.assignor not in ASSIGNORS:
+            raise errors.UnsupportedAssignor(
+                f"assignor {beat.assignor!r} is not served: one of {sorted(ASSIGNORS)}"
+            )
+        current = self.members.get(beat.member_id)
+        if beat.member_epoch in LEAVE_EPOCHS:
+            if current is None:
+                raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
+            return self.without([beat.member_id], counts), replace(current, epoch=-1)
+        if beat.member_epoch == 0:
+            if beat.topics is None and current is None:
+                raise errors.InvalidRequest("SubscribedTopicNames must be set when joining")
+            if current is None:
+                if len(self.members) >= max_members:
+                    raise errors.GroupMaxSizeReached(
+                        f"the group has {len(self.members)} members, the most it may have"
+                    )
+                current = ConsumerMember(beat.member_id, 0)
+        elif current is None:
+            raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
+        else:
+            _check_epoch(current, beat)
+        joined = beat.member_id not in self.members
+        member = replace(
+            current,
+            topics=tuple(sorted(set(beat.topics))) if beat.topics is not None else current.topics,
+            assignor=beat.assignor if beat.assignor is not None else current.assignor,
+            instance_id=beat.instance_id or current.instance_id,
+            rack_id=beat.rack_id or current.rack_id,
+            client_id=beat.client_id or current.client_id,
+            client_host=beat.client_host or current.client_host,
+            rebalance_timeout_ms=(
+                beat.rebalance_timeout_ms
+                if beat.rebalance_timeout_ms > 0
+                else current.rebalance_timeout_ms
+            ),
+            session_timeout_ms=beat.session_timeout_ms,
+            last_seen_ms=now_ms,
+        )
+        group = replace(self, members={**self.members, member.member_id: member})
+        changed = member.topics != current.topics or member.assignor != current.assignor
+        if joined or changed or group.stale_counts(counts):
+            group = group.assigned(counts, bump=True)
+        member = reconcile(
+            member,
+            group.assignment_epoch,
+            group.target.get(member.member_id, frozenset()),
+            beat.owned if beat.member_epoch != 0 else beat.owned or frozenset(),
+            group.held_by_others(member.member_id),
+            now_ms,
+        )
+        return replace(group, members={**group.members, member.member_id: member}), member
+
+    def stale_counts(self, counts: Mapping[str, int]) -> bool:
+        topics = self.subscribed_topics()
+        return {t: counts.get(t, 0) for t in topics} != {t: self.counts.get(t, 0) for t in topics}
+
+    def assigned(self, counts: Mapping[str, int], *, bump: bool) -> ConsumerGroup:
+        """A new target assignment (the group epoch bumped when ``bump``)."""
+        epoch = self.epoch + 1 if bump else self.epoch
+        prefs = Counter(m.assignor for m in self.members.values() if m.assignor)
+        name = min(prefs, key=lambda n: (-prefs[n], n)) if prefs else DEFAULT_ASSIGNOR
+        topics = self.subscribed_topics()
+        kept = {t: counts[t] for t in topics if t in counts}
+        subs = {m.member_id: m.topics for m in self.members.values()}
+        target = ASSIGNORS[name](subs, kept, self.target)
+        return replace(
+            self, epoch=epoch, assignment_epoch=epoch, assignor=name, target=target, counts=kept
+        )
+
+    def without(self, member_ids: Iterable[str], counts: Mapping[str, int]) -> ConsumerGroup:
+        """The group without ``member_ids`` (left, expired or fenced): their partitions are
+        free at once; a new epoch and target for the others."""
+        gone = set(member_ids)
+        members = {k: m for k, m in self.members.items() if k not in gone}
+        if len(members) == len(self.members):
+            return self
+        group = replace(
+            self, members=members, target={k: a for k, a in self.target.items() if k not in gone}
+        )
+        return group.assigned(counts, bump=True)
+
+    def expired(self, now_ms: int) -> list[str]:
+        return [k for k, m in self.members.items() if m.expired(now_ms)]
+
+    def validate_commit(self, member_id: str, epoch: int) -> None:
+        """An OffsetCommit to this group (Kafka's ``ConsumerGroup.validateOffsetCommit``):
+        an admin commit (epoch < 0) only while it is empty; else the member must be in it
+        (25) at its epoch (113 below it, 110 above)."""
+        if epoch < 0 and not self.members:
+            return
+        member = self.members.get(member_id)
+        if member is None:
+            raise errors.UnknownMemberId(f"member {member_id!r} is not in the group")
+        if epoch > member.epoch:
+            raise errors.FencedMemberEpoch(
+                f"member epoch {epoch} is above the member's {member.epoch}"
+            )
+        if epoch < member.epoch:
+            raise errors.StaleMemberEpoch(
+                f"member epoch {epoch} is below the member's {member.epoch}"
+            )
+
+    # -- storage ------------------------------------------------------------------------
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "aepoch": self.assignment_epoch,
+            "assignor": self.assignor,
+            "members": [m.to_doc() for m in self.members.values()],
+            "target": {k: _doc_tps(a) for k, a in self.target.items()},
+            "counts": dict(self.counts),
+        }
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any] | None) -> ConsumerGroup | None:
+        if doc is None:
+            return None
+        members = [ConsumerMember.from_doc(d) for d in doc["members"]]
+        return cls(
+            int(doc["epoch"]),
+            int(doc["aepoch"]),
+            str(doc["assignor"]),
+            {m.member_id: m for m in members},
+            {k: _tps(v) for k, v in doc["target"].items()},
+            {str(k): int(v) for k, v in doc["counts"].items()},
+        )
+
+
+def _check_epoch(member: ConsumerMember, beat: Beat) -> None:
+    """Kafka's ``throwIfMemberEpochIsInvalid``: an epoch above the member's is fenced; one
+    below only when it is the previous epoch and the member owns no more than its
+    assignment (the answer that bumped it was lost)."""
+    if beat.member_epoch > member.epoch:
+        raise errors.FencedMemberEpoch(
+            f"member epoch {beat.member_epoch} is above the member's {member.epoch}: rejoin"
+        )
+    if beat.member_epoch < member.epoch and (
+        beat.member_epoch != member.previous_epoch
+        or beat.owned is None
+        or not beat.owned <= member.assigned
+    ):
+        raise errors.FencedMemberEpoch(
+            f"member epoch {beat.member_epoch} is stale (the member's is {member.epoch}): rejoin"
+        )

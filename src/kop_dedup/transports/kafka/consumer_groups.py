@@ -1,0 +1,249 @@
+"""The consumer group protocol over the wire (KIP-848): ConsumerGroupHeartbeat (68,
+v0-1) and ConsumerGroupDescribe (69, v0-1).
+
+Decode, call :class:`~kop_dedup.coordination.groups.consumer.ConsumerGroups`, encode.
+Partitions travel by topic id (:func:`kop_dedup.protocol.topic_ids.topic_id`, which
+Metadata v10+ answers too); an owned partition of a topic id no member subscribes to is
+ignored. The session timeout and heartbeat interval are the server's, as Kafka's
+(``KOP_DEDUP_KAFKA_CONSUMER_SESSION_TIMEOUT_MS``,
+``KOP_DEDUP_KAFKA_CONSUMER_HEARTBEAT_INTERVAL_MS``). A subscription by regular
+expression (``SubscribedTopicRegex``, ``subscribe(SubscriptionPattern)``) is not served:
+INVALID_REQUEST (42) saying so; ``subscribe(java.util.regex.Pattern)``, resolved by the
+client into names, is.
+
+ConsumerGroupDescribe answers GROUP_ID_NOT_FOUND (69) for a group that is not a consumer
+group (a classic one included): Kafka's admin client then describes it with
+DescribeGroups, so ``kafka-consumer-groups --describe`` shows groups of both protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from kop_dedup import errors
+from kop_dedup.coordination.groups.consumer import ConsumerGroups
+from kop_dedup.protocol.groups.assignors import Assignment
+from kop_dedup.protocol.groups.consumer import Beat, ConsumerGroup, ConsumerMember
+from kop_dedup.protocol.topic_ids import by_id, topic_id
+from kop_dedup.pulsar.failures import translate
+from kop_dedup.transports.kafka.registry import Api, Session
+from kop_dedup.transports.kafka.routed import group_key
+from kop_dedup.transports.kafka.schemas import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+
+__all__ = ["APIS", "consumer_group_describe", "consumer_group_heartbeat"]
+
+_HB = ConsumerGroupHeartbeatResponse
+_DESCRIBED = ConsumerGroupDescribeResponse.DescribedGroup
+_MEMBER = _DESCRIBED.Member
+_CONSUMER_MEMBER = 1
+"""MemberType (v1+, KIP-1099): 1 a member of the consumer protocol."""
+
+
+def _consumer(session: Session) -> ConsumerGroups:
+    return session.runtime.groups.consumer
+
+
+def _by_topic(assignment: Assignment) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for topic, p in sorted(assignment):
+        out.setdefault(topic, []).append(p)
+    return out
+
+
+# -- ConsumerGroupHeartbeat --------------------------------------------------------------
+
+
+def _heartbeat_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
+    return _HB(
+        version=version,
+        throttle_time_ms=0,
+        error_code=error.errno,
+        error_message=str(error) or error.name,
+        member_id=None,
+        member_epoch=-1,
+        heartbeat_interval_ms=0,
+        assignment=None,
+    )
+
+
+def _owned(request: Any, topics: Iterable[str]) -> Assignment | None:
+    if request.topic_partitions is None:
+        return None
+    names = by_id(topics)
+    return frozenset(
+        (names[tp.topic_id], p)
+        for tp in request.topic_partitions
+        if tp.topic_id in names
+        for p in tp.partitions
+    )
+
+
+async def consumer_group_heartbeat(session: Session, request: Any, version: int) -> Any:
+    if getattr(request, "subscribed_topic_regex", None):
+        return _heartbeat_error(
+            request,
+            version,
+            errors.InvalidRequest(
+                "subscriptions by regular expression (SubscribedTopicRegex) are not served: "
+                "subscribe to topic names"
+            ),
+        )
+    consumer = _consumer(session)
+    s = session.settings
+    topics = None if request.subscribed_topic_names is None else request.subscribed_topic_names
+    try:
+        known = consumer.group(request.group_id) or ConsumerGroup.new()
+        beat = Beat(
+            member_id=request.member_id or "",
+            member_epoch=request.member_epoch,
+            instance_id=request.instance_id,
+            rack_id=request.rack_id,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            topics=None if topics is None else tuple(str(t) for t in topics),
+            assignor=request.server_assignor,
+            owned=_owned(request, known.subscribed_topics(topics or ())),
+            client_id=session.client_id,
+            client_host="/" + session.peer.rsplit(":", 1)[0],
+            session_timeout_ms=s.kafka_consumer_session_timeout_ms,
+        )
+        _, member = await consumer.heartbeat(request.group_id, beat)
+    except Exception as exc:
+        error = translate(exc, f"heartbeat in consumer group {request.group_id!r}")
+        return _heartbeat_error(request, version, error)
+    return _heartbeat_answer(version, member, s.kafka_consumer_heartbeat_interval_ms)
+
+
+def _heartbeat_answer(version: int, member: ConsumerMember, interval_ms: int) -> Any:
+    assignment = None
+    if member.epoch >= 0:
+        assignment = _HB.Assignment(
+            topic_partitions=[
+                _HB.Assignment.TopicPartitions(topic_id=topic_id(t), partitions=ps)
+                for t, ps in _by_topic(member.assigned).items()
+            ]
+        )
+    return _HB(
+        version=version,
+        throttle_time_ms=0,
+        error_code=errors.NONE_ERRNO,
+        error_message=None,
+        member_id=member.member_id,
+        member_epoch=member.epoch,
+        heartbeat_interval_ms=interval_ms,
+        assignment=assignment,
+    )
+
+
+# -- ConsumerGroupDescribe ---------------------------------------------------------------
+
+
+def _assignment(assignment: Assignment) -> Any:
+    tps = _DESCRIBED.Member.Assignment.TopicPartitions
+    return _DESCRIBED.Member.Assignment(
+        topic_partitions=[
+            tps(topic_id=topic_id(t), topic_name=t, partitions=ps)
+            for t, ps in _by_topic(assignment).items()
+        ],
+    )
+
+
+def _described(group_id: str, group: ConsumerGroup) -> Any:
+    return _DESCRIBED(
+        error_code=errors.NONE_ERRNO,
+        error_message=None,
+        group_id=group_id,
+        group_state=group.state,
+        group_epoch=group.epoch,
+        assignment_epoch=group.assignment_epoch,
+        assignor_name=group.assignor,
+        members=[
+            _MEMBER(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                rack_id=m.rack_id,
+                member_epoch=m.epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=list(m.topics),
+                subscribed_topic_regex=None,
+                assignment=_assignment(m.assigned),
+                target_assignment=_assignment(group.target.get(m.member_id, frozenset())),
+                member_type=_CONSUMER_MEMBER,
+            )
+            for m in group.members.values()
+        ],
+    )
+
+
+def _described_error(group_id: str, error: errors.KafkaError) -> Any:
+    return _DESCRIBED(
+        error_code=error.errno,
+        error_message=str(error) or error.name,
+        group_id=group_id,
+        group_state="",
+        group_epoch=-1,
+        assignment_epoch=-1,
+        assignor_name="",
+        members=[],
+    )
+
+
+async def consumer_group_describe(session: Session, request: Any, version: int) -> Any:
+    consumer = _consumer(session)
+    out = []
+    for group_id in request.group_ids:
+        try:
+            group = await consumer.read(group_id)
+        except Exception as exc:
+            out.append(_described_error(group_id, translate(exc, f"describing {group_id!r}")))
+            continue
+        if group is None:
+            missing = errors.GroupIdNotFound(f"group {group_id!r} is not a consumer group")
+            out.append(_described_error(group_id, missing))
+        else:
+            out.append(_described(group_id, group))
+    return ConsumerGroupDescribeResponse(version=version, throttle_time_ms=0, groups=out)
+
+
+def _describe_error(request: Any, version: int, error: errors.KafkaError) -> Any:
+    return ConsumerGroupDescribeResponse(
+        version=version,
+        throttle_time_ms=0,
+        groups=[_described_error(g, error) for g in request.group_ids],
+    )
+
+
+def _first_group(request: Any, _version: int) -> tuple[int, str] | None:
+    """Admin clients batch the groups of one describe by coordinator."""
+    groups = list(request.group_ids or [])
+    return (0, str(groups[0])) if groups else None
+
+
+APIS = (
+    Api(
+        key=68,
+        name="ConsumerGroupHeartbeat",
+        request=ConsumerGroupHeartbeatRequest,
+        versions=(0, 1),
+        handle=consumer_group_heartbeat,
+        error_answer=_heartbeat_error,
+        coordinator_key=group_key,
+        response=ConsumerGroupHeartbeatResponse,
+    ),
+    Api(
+        key=69,
+        name="ConsumerGroupDescribe",
+        request=ConsumerGroupDescribeRequest,
+        versions=(0, 1),
+        handle=consumer_group_describe,
+        error_answer=_describe_error,
+        coordinator_key=_first_group,
+        response=ConsumerGroupDescribeResponse,
+    ),
+)
