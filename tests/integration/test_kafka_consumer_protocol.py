@@ -132,7 +132,7 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
         _wait(both, shared, "the two members to share the topic", 120)
         split = sorted([len(a.assigned), len(b.assigned)])
         _produce(bootstrap, topic, "one")
-        ends = {p: PER_PHASE // PARTITIONS for p in ALL}
+        ends = dict.fromkeys(ALL, PER_PHASE // PARTITIONS)
 
         def at(ends: dict[int, int]) -> Callable[[], bool]:
             def check() -> bool:
@@ -161,7 +161,7 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
         _wait([a], lambda: a.assigned == ALL, "the remaining member to get all 4", 120)
         after_leave = [len(a.assigned)]
         _produce(bootstrap, topic, "two")
-        ends = {p: 2 * PER_PHASE // PARTITIONS for p in ALL}
+        ends = dict.fromkeys(ALL, 2 * PER_PHASE // PARTITIONS)
         _wait(both, at(ends), "commits at the ends of the later records", 120)
     finally:
         a.tool.stop()

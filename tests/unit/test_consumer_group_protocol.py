@@ -98,7 +98,8 @@ def test_partition_moves_only_after_its_owner_revoked_it() -> None:
     assert len(a.assigned) == len(moving) == 2
     # b still waits: a has not said it let them go
     g, b = g.heartbeat(Beat("b", 2), T4, 3)
-    assert b.assigned == frozenset() and b.state == UNRELEASED
+    assert b.assigned == frozenset()
+    assert b.state == UNRELEASED
     # a lists what it owns, still with the revoked partitions: nothing moves
     g, a = g.heartbeat(Beat("a", 1, owned=_all("t", 4)), T4, 4)
     assert a.state == UNREVOKED
@@ -117,7 +118,8 @@ def test_leaving_member_frees_its_partitions_for_the_other() -> None:
     g, a = g.heartbeat(Beat("a", 1, owned=a.assigned), T4, 2)
     g, b = g.heartbeat(Beat("b", 2, owned=frozenset()), T4, 3)
     g, left = g.heartbeat(Beat("a", -1), T4, 4)
-    assert left.epoch == -1 and "a" not in g.members
+    assert left.epoch == -1
+    assert "a" not in g.members
     g, b = g.heartbeat(Beat("b", b.epoch, owned=b.assigned), T4, 5)
     assert (b.epoch, b.assigned) == (g.epoch, _all("t", 4))
 
@@ -135,8 +137,10 @@ def test_member_that_does_not_revoke_in_time_is_fenced() -> None:
     g, _ = _join(ConsumerGroup.new(), "a", rebalance_timeout_ms=500)
     g, _ = _join(g, "b")
     g, a = g.heartbeat(Beat("a", 1), T4, 100)
-    assert a.state == UNREVOKED and a.revoke_by_ms == 600
-    assert "a" in g.expired(601) and "a" not in g.expired(599)
+    assert a.state == UNREVOKED
+    assert a.revoke_by_ms == 600
+    assert "a" in g.expired(601)
+    assert "a" not in g.expired(599)
 
 
 def test_epoch_checks() -> None:
@@ -164,7 +168,8 @@ def test_range_assignor_chosen_by_members() -> None:
     g, a = ConsumerGroup.new().heartbeat(
         Beat("a", 0, topics=("t",), assignor="range", owned=frozenset()), {"t": 3}, 0
     )
-    assert g.assignor == "range" and a.assigned == _all("t", 3)
+    assert g.assignor == "range"
+    assert a.assigned == _all("t", 3)
 
 
 def test_new_partitions_bump_the_epoch() -> None:
@@ -176,7 +181,8 @@ def test_new_partitions_bump_the_epoch() -> None:
 def test_reconcile_unsubscribed_topic_is_revoked() -> None:
     m = ConsumerMember("a", 1, topics=("u",), assigned=_all("t", 2))
     got = reconcile(m, 2, _all("t", 2), None, lambda _tp: False, 0)
-    assert got.state == UNREVOKED and got.revoking == _all("t", 2)
+    assert got.state == UNREVOKED
+    assert got.revoking == _all("t", 2)
 
 
 def test_commit_checks_member_epoch() -> None:
