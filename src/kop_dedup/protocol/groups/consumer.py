@@ -342,19 +342,16 @@ class ConsumerGroup:
     def validate_commit(self, member_id: str, epoch: int) -> None:
         """An OffsetCommit to this group (Kafka's ``ConsumerGroup.validateOffsetCommit``):
         an admin commit (epoch < 0) only while it is empty; else the member must be in it
-        (25) at its epoch (113 below it, 110 above)."""
+        (25) at its epoch: any other is STALE_MEMBER_EPOCH (113), above it too, as Kafka
+        4.1 answers (its heartbeat answers 110 there)."""
         if epoch < 0 and not self.members:
             return
         member = self.members.get(member_id)
         if member is None:
             raise errors.UnknownMemberId(f"member {member_id!r} is not in the group")
-        if epoch > member.epoch:
-            raise errors.FencedMemberEpoch(
-                f"member epoch {epoch} is above the member's {member.epoch}"
-            )
-        if epoch < member.epoch:
+        if epoch != member.epoch:
             raise errors.StaleMemberEpoch(
-                f"member epoch {epoch} is below the member's {member.epoch}"
+                f"member epoch {epoch} is not the member's ({member.epoch})"
             )
 
     # -- storage ------------------------------------------------------------------------

@@ -1,0 +1,179 @@
+"""ConsumerGroupHeartbeat and ConsumerGroupDescribe request by request, the same
+requests to the reference Kafka broker and to the listener, the answers compared: the
+join (a member epoch, the whole topic assigned by the topic id Metadata answers), the
+epoch checks of heartbeats and commits (110, 113, 25), a describe of a consumer group
+and of a classic one (69), a leave. Then what the listener refuses where Kafka would
+migrate a group between protocols (documented): a classic JoinGroup into a consumer
+group with members (23), a consumer heartbeat into a classic group with members (69),
+and ``kafka-consumer-groups --list`` showing groups of both types."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+
+from kop_dedup.transports.kafka.schemas import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
+from tests.integration.kafka_consume import create
+from tests.kafka_cli import GROUPS, run_tools
+from tests.kafka_group_wire import member
+from tests.kafka_wire import WireClient
+
+pytestmark = [pytest.mark.integration]
+
+
+def _beat(c: WireClient, group: str, member_id: str, epoch: int, **kw: Any) -> Any:
+    return c.call(
+        ConsumerGroupHeartbeatRequest(
+            group_id=group,
+            member_id=member_id,
+            member_epoch=epoch,
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout_ms=kw.get("rebalance_timeout_ms", 30_000),
+            subscribed_topic_names=kw.get("topics"),
+            subscribed_topic_regex=None,
+            server_assignor=kw.get("assignor"),
+            topic_partitions=kw.get("owned"),
+        ),
+        1,
+    )
+
+
+def _describe(c: WireClient, *groups: str) -> Any:
+    return c.call(
+        ConsumerGroupDescribeRequest(group_ids=list(groups), include_authorized_operations=False),
+        1,
+    )
+
+
+def _commit(c: WireClient, group: str, topic: str, member_id: str, epoch: int) -> int:
+    t = OffsetCommitRequest.OffsetCommitRequestTopic
+    p = t.OffsetCommitRequestPartition(
+        partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata=""
+    )
+    answer = c.call(
+        OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=epoch,
+            member_id=member_id,
+            group_instance_id=None,
+            topics=[t(name=topic, partitions=[p])],
+        ),
+        9,
+    )
+    return int(answer.topics[0].partitions[0].error_code)
+
+
+def _ready(c: WireClient, group: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if c.call(FindCoordinatorRequest(key=group, key_type=0), 2).error_code == 0:
+            code = _describe(c, group).groups[0].error_code
+            if code not in (14, 15, 16):
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"no coordinator for {group}")
+
+
+def scenario(bootstrap: str) -> dict[str, Any]:
+    topic = create(bootstrap, 2, "kip848w")
+    group = f"kip848w-{uuid.uuid4().hex[:8]}"
+    mid = str(uuid.uuid4())[:22]
+    out: dict[str, Any] = {}
+    with WireClient(bootstrap) as c:
+        _ready(c, group)
+        asked = MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)
+        meta = c.call(MetadataRequest(topics=[asked], allow_auto_topic_creation=False), 12)
+        tid = meta.topics[0].topic_id
+        joined = _beat(c, group, mid, 0, topics=[topic], owned=[])
+        out["join"] = (joined.error_code, joined.member_id, joined.member_epoch > 0)
+        out["assigned"] = sorted(
+            (tp.topic_id == tid, p)
+            for tp in joined.assignment.topic_partitions
+            for p in tp.partitions
+        )
+        epoch = joined.member_epoch
+        out["beat"] = _beat(c, group, mid, epoch).error_code
+        out["beat_ahead"] = _beat(c, group, mid, epoch + 1).error_code
+        out["beat_unknown"] = _beat(c, group, "nobody-" + mid[:10], 5).error_code
+        out["commit"] = _commit(c, group, topic, mid, epoch)
+        out["commit_stale"] = _commit(c, group, topic, mid, epoch - 1)
+        out["commit_ahead"] = _commit(c, group, topic, mid, epoch + 1)
+        out["commit_unknown"] = _commit(c, group, topic, "nobody", epoch)
+        described = _describe(c, group).groups[0]
+        out["described"] = (
+            described.error_code,
+            described.group_state,
+            described.assignor_name,
+            [(m.member_id, m.member_epoch, m.subscribed_topic_names) for m in described.members],
+            [
+                (tp.topic_name, tp.topic_id == tid, sorted(tp.partitions))
+                for tp in described.members[0].assignment.topic_partitions
+            ],
+        )
+        out["unknown_described"] = _describe(c, f"none-{uuid.uuid4().hex[:8]}").groups[0].error_code
+        left = _beat(c, group, mid, -1)
+        out["leave"] = (left.error_code, left.member_epoch)
+        out["after_leave"] = _describe(c, group).groups[0].group_state
+    return out
+
+
+def test_consumer_group_heartbeat_and_describe_answer_as_kafka(
+    sidecar_kafka: str, kafka_reference: Any
+) -> None:
+    ours, theirs = scenario(sidecar_kafka), scenario(kafka_reference.bootstrap)
+    print(f"\nlistener: {ours}\nkafka:    {theirs}")
+    assert theirs["beat_ahead"] == 110
+    assert theirs["commit_stale"] == 113
+    for k in theirs:
+        if k in ("join", "described"):
+            continue
+        assert ours[k] == theirs[k], k
+    # the member ids are each run's own; the rest as Kafka
+    assert ours["join"][0::2] == theirs["join"][0::2]
+    assert ours["described"][:3] == theirs["described"][:3]
+    assert [(m[1], len(m[2])) for m in ours["described"][3]] == [
+        (m[1], len(m[2])) for m in theirs["described"][3]
+    ]
+    assert [(t[1], t[2]) for t in ours["described"][4]] == [
+        (t[1], t[2]) for t in theirs["described"][4]
+    ]
+
+
+def test_one_group_id_one_protocol_and_both_listed(sidecar_kafka: str, tmp_path: Path) -> None:
+    topic = create(sidecar_kafka, 1, "kip848p")
+    consumer_group, classic_group = (f"kip848p-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    mid = str(uuid.uuid4())[:22]
+    with WireClient(sidecar_kafka) as c:
+        assert _beat(c, consumer_group, mid, 0, topics=[topic], owned=[]).error_code == 0
+        member(c, classic_group)  # a classic group with a member
+        from tests.kafka_group_wire import join
+
+        assert join(c, consumer_group, "").error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
+        refused = _beat(c, classic_group, str(uuid.uuid4())[:22], 0, topics=[topic], owned=[])
+        assert refused.error_code == 69  # GROUP_ID_NOT_FOUND: not a consumer group
+        assert _describe(c, classic_group).groups[0].error_code == 69
+        s = ["--bootstrap-server", sidecar_kafka]
+        listed, described = run_tools(
+            [
+                (GROUPS, [*s, "--list", "--type"]),
+                (GROUPS, [*s, "--describe", "--group", classic_group, "--state"]),
+            ],
+            tmp_path,
+        )
+        rows = {line.split()[0]: line.split()[1:] for line in listed.lines if line.strip()}
+        assert [t.lower() for t in rows[consumer_group][:1]] == ["consumer"], listed.text
+        assert [t.lower() for t in rows[classic_group][:1]] == ["classic"], listed.text
+        assert any(line.startswith(classic_group) for line in described.lines), described.text
+        # the member leaves: the empty consumer group becomes classic with its next member
+        assert _beat(c, consumer_group, mid, -1).error_code == 0
+        assert member(c, consumer_group).error_code == 0
