@@ -209,3 +209,16 @@ def test_group_survives_its_document() -> None:
 def test_topic_ids_are_stable_and_invertible() -> None:
     assert topic_id("t") == topic_id("t") != topic_id("u")
     assert by_id(["t", "u"])[topic_id("u")] == "u"
+
+
+def test_transactional_commit_for_a_consumer_protocol_member_checks_its_epoch() -> None:
+    from kop_dedup.protocol.groups.fencing import check_txn_member
+
+    g, _ = _join(ConsumerGroup.new(), "a")
+    check_txn_member("g", None, None, "a", 1, g)
+    with pytest.raises(errors.StaleMemberEpoch):
+        check_txn_member("g", None, None, "a", 0, g)
+    with pytest.raises(errors.UnknownMemberId):
+        check_txn_member("g", None, None, "b", 1, g)
+    # before the fix the member of a consumer group was unknown to the KIP-447 check
+    check_txn_member("g", None, None, None, None, g)

@@ -310,7 +310,9 @@ class GroupCoordinator:
         await self.store.read(group_id)
         kafka, group = self.classic.group(group_id), self.group(group_id)
         try:
-            check_txn_member(group_id, kafka, group, member, generation)
+            check_txn_member(
+                group_id, kafka, group, member, generation, self.consumer.group(group_id)
+            )
         except errors.KafkaError as exc:
             raise StaleMember(exc) from None
 

@@ -48,6 +48,7 @@ from kop_dedup.coordination.groups.access import StoreAccess
 from kop_dedup.coordination.groups.offsets import StagedOffset, offset_doc
 from kop_dedup.coordination.groups.view import Doc, key
 from kop_dedup.protocol.groups.classic import ClassicGroup
+from kop_dedup.protocol.groups.consumer import ConsumerGroup
 from kop_dedup.protocol.groups.fencing import check_txn_member
 from kop_dedup.protocol.groups.metadata import Group
 
@@ -172,6 +173,7 @@ class PendingOffsets:
                     None if doc is None else Group.from_doc(doc),
                     member_id,
                     generation,
+                    ConsumerGroup.from_doc(store.doc(group, "c")),
                 )
             now = now_ms()
             docs = store.docs(group)

@@ -21,6 +21,7 @@ committed ones.
 from __future__ import annotations
 
 from kop_dedup.protocol.groups.classic import ClassicGroup
+from kop_dedup.protocol.groups.consumer import ConsumerGroup
 from kop_dedup.protocol.groups.metadata import Group, StaleMember
 
 __all__ = ["check_txn_member"]
@@ -32,10 +33,16 @@ def check_txn_member(
     group: Group | None,
     member: str | None,
     generation: int | None,
+    consumer: ConsumerGroup | None = None,
 ) -> None:
     """Raise what ``member``'s own commit at ``generation`` would get from the group as
     read (``kafka``: its Kafka classic form, else ``group``: its HTTP form; neither: no
-    group, generation 0). ``None`` skips that check."""
+    group, generation 0). ``None`` skips that check. A ``consumer`` group with members
+    (KIP-848) checks the member and its epoch as its commits do (25, 113)."""
+    if consumer is not None and consumer.members:
+        if member is not None or generation is not None:
+            consumer.validate_commit(member or "", -1 if generation is None else generation)
+        return
     if kafka is not None:
         if member is not None and not kafka.has(member):
             raise StaleMember.unknown(group_id, member).error
