@@ -233,3 +233,48 @@ def test_consumer_protocol_scenario_matches_reference_kafka(
     ]
     # --state: GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS
     assert _rows(ours.state_lines)[0][-3:] == _rows(theirs.state_lines)[0][-3:]
+
+
+def test_consumer_protocol_member_killed_its_partitions_move_after_the_session(
+    kip848_sidecar: ThreadSidecar, tmp_path: Path
+) -> None:
+    """SIGKILL: no leave heartbeat; the sweep removes the member once its session
+    (KOP_DEDUP_KAFKA_CONSUMER_SESSION_TIMEOUT_MS, 10 s here) passes, and the other member
+    gets its partitions and reads on from its commits: nothing missing."""
+    bootstrap = kip848_sidecar.kafka_bootstrap
+    topic = create(bootstrap, PARTITIONS, "kip848k")
+    group = f"kip848k-{uuid.uuid4().hex[:8]}"
+    a = Member(bootstrap, topic, group, tmp_path)
+    b = Member(bootstrap, topic, group, tmp_path)
+    try:
+        _wait(
+            [a, b],
+            lambda: bool(a.assigned) and bool(b.assigned) and a.assigned | b.assigned == ALL,
+            "the two members to share the topic",
+            120,
+        )
+        _produce(bootstrap, topic, "one")
+        ends = dict.fromkeys(ALL, PER_PHASE // PARTITIONS)
+
+        def committed_ends() -> bool:
+            last: dict[int, int] = {}
+            for m in (a, b):
+                for p, o in m.committed.items():
+                    last[p] = max(last.get(p, 0), o)
+            return last == ends
+
+        _wait([a, b], committed_ends, "commits at the ends", 120)
+        b.tool.kill()
+        killed = time.monotonic()
+        _wait([a], lambda: a.assigned == ALL, "the survivor to get all 4", 60)
+        waited = time.monotonic() - killed
+        _produce(bootstrap, topic, "two")
+        ends = dict.fromkeys(ALL, 2 * PER_PHASE // PARTITIONS)
+        _wait([a, b], committed_ends, "commits at the later ends", 120)
+    finally:
+        a.tool.stop()
+        b.tool.kill()
+    seen = {r for m in (a, b) for r in m.poll().records}
+    assert seen == {(p, o) for p in ALL for o in range(ends[p])}
+    print(f"\nthe survivor held all 4 partitions {waited:.1f}s after the kill")
+    assert waited >= 8  # not before the session (10 s, heartbeats every 0.5 s) was over

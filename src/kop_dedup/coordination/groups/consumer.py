@@ -76,6 +76,10 @@ class ConsumerGroups:
         self.store = store
         self.max_members = settings.max_members
         self._partitions_of = partitions_of
+        self._seen: dict[tuple[str, str], int] = {}
+        """(group, member) -> the last heartbeat this sidecar answered as the owner, newer
+        than the stored one (which is written only every part of a session): the sweep
+        removes a member one session after its last heartbeat, not earlier."""
 
     # -- reading --------------------------------------------------------------------------
 
@@ -147,6 +151,10 @@ class ConsumerGroups:
             after, member = before.heartbeat(
                 beat, {**before.counts, **counts}, now, max_members=self.max_members
             )
+            if member.epoch in LEAVE_EPOCHS:
+                self._seen.pop((group_id, member.member_id), None)
+            else:
+                self._seen[(group_id, member.member_id)] = now
             if replace_classic:
                 await self.store.remove(p, key("k", group_id))
             if _worth_storing(before, after, member, now):
@@ -165,17 +173,29 @@ class ConsumerGroups:
         now = now_ms()
         for group_id in self.store.groups_in(partition):
             group = self.group(group_id)
-            if group is None or not group.expired(now):
+            if group is None or not self._gone(group_id, group, now):
                 continue
 
             async def change(p: int, group_id: str = group_id) -> None:
                 current = self.group(group_id)
-                gone = [] if current is None else current.expired(now_ms())
+                gone = [] if current is None else self._gone(group_id, current, now_ms())
                 if current is not None and gone:
                     after = current.without(gone, current.counts)
                     await self.store.write(p, key("c", group_id), after.to_doc())
+                    for m in gone:
+                        self._seen.pop((group_id, m), None)
 
             await self.store.owned(group_id, change, take=False)
+
+    def _gone(self, group_id: str, group: ConsumerGroup, now: int) -> list[str]:
+        """Members past their session (from their last heartbeat, stored or answered
+        here) or their revocation deadline."""
+        out = []
+        for k, m in group.members.items():
+            seen = max(m.last_seen_ms, self._seen.get((group_id, k), 0))
+            if replace(m, last_seen_ms=seen).expired(now):
+                out.append(k)
+        return out
 
     # -- offsets --------------------------------------------------------------------------
 
