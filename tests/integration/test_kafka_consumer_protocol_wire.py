@@ -24,7 +24,7 @@ from kop_dedup.transports.kafka.schemas import (
 )
 from tests.integration.kafka_consume import create
 from tests.kafka_cli import GROUPS, run_tools
-from tests.kafka_group_wire import member
+from tests.kafka_group_wire import delete_groups, member
 from tests.kafka_wire import WireClient
 
 pytestmark = [pytest.mark.integration]
@@ -121,9 +121,12 @@ def scenario(bootstrap: str) -> dict[str, Any]:
             ],
         )
         out["unknown_described"] = _describe(c, f"none-{uuid.uuid4().hex[:8]}").groups[0].error_code
+        out["delete_live"] = delete_groups(c, group)
         left = _beat(c, group, mid, -1)
         out["leave"] = (left.error_code, left.member_epoch)
         out["after_leave"] = _describe(c, group).groups[0].group_state
+        out["delete_empty"] = delete_groups(c, group)
+        out["after_delete"] = _describe(c, group).groups[0].error_code
     return out
 
 
@@ -134,6 +137,7 @@ def test_consumer_group_heartbeat_and_describe_answer_as_kafka(
     print(f"\nlistener: {ours}\nkafka:    {theirs}")
     assert theirs["beat_ahead"] == 110
     assert theirs["commit_stale"] == 113
+    assert theirs["delete_live"] == [68]
     for k in theirs:
         if k in ("join", "described"):
             continue

@@ -94,6 +94,23 @@ class ConsumerGroups:
             return False
         return bool(group.members) or self.store.doc(group_id, "k") is None
 
+    def live(self, group_id: str) -> bool:
+        """A consumer group with members (retention keeps it, deletion refuses it)."""
+        group = self.group(group_id)
+        return group is not None and bool(group.members)
+
+    def subscribed(self, group_id: str) -> set[str]:
+        """The topics its members subscribe to (OffsetDelete keeps their offsets: 86)."""
+        group = self.group(group_id)
+        return set() if group is None else group.subscribed_topics()
+
+    def check_delete(self, group_id: str) -> None:
+        """DeleteGroups: NON_EMPTY_GROUP (68) while it has members."""
+        if self.live(group_id):
+            raise errors.NonEmptyGroup(
+                f"consumer group {group_id!r} has members: it can be deleted once they left"
+            )
+
     async def read(self, group_id: str) -> ConsumerGroup | None:
         await self.store.read(group_id)
         return self.group(group_id) if self.serves(group_id) else None

@@ -53,6 +53,7 @@ class GroupDeletion:
             if not state.stored:
                 raise _unknown(group_id)
             check_delete_group(groups.classic.group(group_id), state.group)
+            groups.consumer.check_delete(group_id)  # KIP-848: 68 with members
             return True
 
         await self._retention.forget(group_id, may)
@@ -73,6 +74,8 @@ class GroupDeletion:
             if not state.stored:
                 raise _unknown(group_id)
             kept = subscribed_topics(groups.classic.group(group_id), state.group)
+            if groups.consumer.live(group_id):  # KIP-848: its members' subscriptions
+                kept = frozenset(groups.consumer.subscribed(group_id))
             out: list[TopicDeletion] = []
             removed: list[TopicPartition] = []
             for topic, partitions in topics:

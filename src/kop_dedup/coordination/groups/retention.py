@@ -50,6 +50,8 @@ class GroupRetention:
         kafka = self._groups.classic.group(state.group_id)
         if kafka is not None and kafka.members:  # a Kafka group with members is live
             return False
+        if self._groups.consumer.live(state.group_id):  # so is a KIP-848 one
+            return False
         return group_expired(
             state.group,
             state.activity(),
