@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.consumer import OffsetCommitRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
@@ -121,6 +122,16 @@ def scenario(bootstrap: str) -> dict[str, Any]:
             ],
         )
         out["unknown_described"] = _describe(c, f"none-{uuid.uuid4().hex[:8]}").groups[0].error_code
+        classic_view = c.call(
+            DescribeGroupsRequest(groups=[group], include_authorized_operations=False), 5
+        ).groups[0]
+        out["describe_groups"] = (
+            classic_view.error_code,
+            classic_view.group_state,
+            classic_view.protocol_type,
+            classic_view.protocol_data,
+            len(classic_view.members),
+        )
         out["delete_live"] = delete_groups(c, group)
         left = _beat(c, group, mid, -1)
         out["leave"] = (left.error_code, left.member_epoch)

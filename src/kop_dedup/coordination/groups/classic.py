@@ -94,7 +94,7 @@ class ClassicGroups:
         """A group of committed offsets only (no Kafka membership ever, not an HTTP group):
         Kafka lists and describes such a "simple" group as Empty (no I/O)."""
         kinds = {k[0] for k, _ in self.store.docs(group_id)}
-        return "o" in kinds and not kinds & {"k", "g"}
+        return "o" in kinds and not kinds & {"k", "g", "c"}  # "c": KIP-848, Dead as in Kafka
 
     async def read(self, group_id: str) -> ClassicGroup | None:
         await self.store.read(group_id)
