@@ -192,3 +192,56 @@ def test_one_group_id_one_protocol_and_both_listed(sidecar_kafka: str, tmp_path:
         # the member leaves: the empty consumer group becomes classic with its next member
         assert _beat(c, consumer_group, mid, -1).error_code == 0
         assert member(c, consumer_group).error_code == 0
+
+
+def test_metadata_names_a_topic_asked_by_its_id(sidecar_kafka: str) -> None:
+    """librdkafka's KIP-848 consumer asks Metadata for its assignment's topics by id."""
+    topic = create(sidecar_kafka, 2, "kip848id")
+    t = MetadataRequest.MetadataRequestTopic
+    with WireClient(sidecar_kafka) as c:
+        by_name = c.call(MetadataRequest(topics=[t(name=topic, topic_id=None)]), 12).topics[0]
+        asked = [t(name=None, topic_id=by_name.topic_id), t(name=None, topic_id=uuid.uuid4())]
+        got = c.call(MetadataRequest(topics=asked, allow_auto_topic_creation=False), 12).topics
+    assert by_name.topic_id.int != 0
+    assert (got[0].name, got[0].topic_id, len(got[0].partitions)) == (topic, by_name.topic_id, 2)
+    assert got[1].error_code == 3  # no topic has that id
+
+
+def test_confluent_kafka_consumers_of_the_consumer_protocol_share_a_topic(
+    sidecar_kafka: str,
+) -> None:
+    """librdkafka (confluent-kafka 2.16) with group.protocol=consumer: two consumers of
+    one group split a 4-partition topic and read every record once between them."""
+    from confluent_kafka import Consumer, Producer
+
+    topic = create(sidecar_kafka, 4, "kip848c")
+    group = f"kip848c-{uuid.uuid4().hex[:8]}"
+    p = Producer({"bootstrap.servers": sidecar_kafka})
+    for n in range(40):
+        p.produce(topic, value=str(n).encode(), partition=n % 4)
+    assert p.flush(30) == 0
+    conf = {
+        "bootstrap.servers": sidecar_kafka,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+    }
+    consumers = [Consumer(conf), Consumer(conf)]
+    seen: list[bytes] = []
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            for c in consumers:
+                m = c.poll(0.2)
+                if m is not None and m.error() is None:
+                    seen.append(m.value())
+            sizes = [len(c.assignment()) for c in consumers]
+            if len(seen) >= 40 and sizes == [2, 2]:
+                break
+        assert sizes == [2, 2], sizes
+        assert sorted(seen) == sorted(str(n).encode() for n in range(40))
+    finally:
+        for c in consumers:
+            c.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from kafka.protocol.metadata import (
@@ -29,7 +30,7 @@ from kafka.protocol.metadata import (
 )
 
 from kop_dedup import errors
-from kop_dedup.protocol.topic_ids import topic_id
+from kop_dedup.protocol.topic_ids import by_id, topic_id
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.security.authorizer import DESCRIBE
@@ -71,8 +72,8 @@ def _topic(
 
 
 async def _describe(session: Session, name: str | None, create: bool) -> Any:
-    if name is None:  # a topic asked for by id: not served
-        return _topic(None, errors.UnknownTopicOrPartition("topic ids are not served"))
+    if name is None:  # asked for by an id no topic has
+        return _topic(None, errors.UnknownTopicOrPartition("no topic has this topic id"))
     try:
         validate_topic(name)
     except errors.InvalidTopic as exc:
@@ -139,7 +140,7 @@ async def _metadata(session: Session, request: Any, version: int) -> Any:
             names.append(name)
         create = False
     else:
-        names = list(dict.fromkeys(t.name for t in request.topics))
+        names = list(dict.fromkeys(await _named(session, request.topics)))
         create = session.settings.kafka_auto_create_topics and (
             version < 4 or bool(request.allow_auto_topic_creation)
         )
@@ -172,6 +173,18 @@ async def _metadata(session: Session, request: Any, version: int) -> Any:
     if everything:  # a topic deleted between the listing and now is just gone
         described = [t for t in described if t.error_code != errors.UnknownTopicOrPartition.errno]
     return _answer(session, version, list(described))
+
+
+async def _named(session: Session, topics: list[Any]) -> list[str | None]:
+    """The names asked; a topic asked by id (v10+, librdkafka's KIP-848 consumer) is
+    named from the namespace's listing (None: no topic has that id)."""
+    ids = [getattr(t, "topic_id", None) for t in topics if t.name is None]
+    known: Mapping[Any, str] = {}
+    if any(i and i.int for i in ids):
+        known = by_id(await session.runtime.admin.topics())
+    return [
+        t.name if t.name is not None else known.get(getattr(t, "topic_id", None)) for t in topics
+    ]
 
 
 async def _many(session: Session, names: list[str | None], create: bool) -> list[Any]:
