@@ -155,7 +155,9 @@ class ConsumerGroups:
             beat = replace(beat, member_id=str(uuid.uuid4()))
         if beat.topics is not None:
             validate_topics(beat.topics)
-        await self.store.read(group_id)
+        # the partition counts are looked up outside the change (admin calls, cached):
+        # for the topics of the view as it is; a topic subscribed meanwhile keeps the
+        # count the group computed its target with
         known = self.group(group_id) or ConsumerGroup.new()
         counts = await self._counts(known.subscribed_topics(beat.topics or ()))
 
