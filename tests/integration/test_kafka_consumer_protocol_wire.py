@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from kafka.protocol.admin import DescribeGroupsRequest
-from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from kop_dedup.transports.kafka.schemas import (
@@ -74,6 +74,21 @@ def _commit(c: WireClient, group: str, topic: str, member_id: str, epoch: int) -
     return int(answer.topics[0].partitions[0].error_code)
 
 
+def _fetch(c: WireClient, group: str, topic: str, member_id: str | None, epoch: int) -> Any:
+    """OffsetFetch v9 as the member: (group error, partition 0's offset)."""
+    g = OffsetFetchRequest.OffsetFetchRequestGroup
+    asked = g(
+        group_id=group,
+        member_id=member_id,
+        member_epoch=epoch,
+        topics=[g.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])],
+    )
+    answer = c.call(OffsetFetchRequest(groups=[asked], require_stable=True), 9).groups[0]
+    if answer.error_code:  # Kafka lists no topic then, the listener each at -1
+        return answer.error_code, None
+    return answer.error_code, answer.topics[0].partitions[0].committed_offset
+
+
 def _ready(c: WireClient, group: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -110,6 +125,10 @@ def scenario(bootstrap: str) -> dict[str, Any]:
         out["commit_stale"] = _commit(c, group, topic, mid, epoch - 1)
         out["commit_ahead"] = _commit(c, group, topic, mid, epoch + 1)
         out["commit_unknown"] = _commit(c, group, topic, "nobody", epoch)
+        out["fetch"] = _fetch(c, group, topic, mid, epoch)
+        out["fetch_stale"] = _fetch(c, group, topic, mid, epoch - 1)
+        out["fetch_unknown"] = _fetch(c, group, topic, "nobody", epoch)
+        out["fetch_admin"] = _fetch(c, group, topic, None, -1)
         described = _describe(c, group).groups[0]
         out["described"] = (
             described.error_code,

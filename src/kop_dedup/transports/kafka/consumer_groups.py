@@ -36,7 +36,7 @@ from kop_dedup.transports.kafka.schemas import (
     ConsumerGroupHeartbeatResponse,
 )
 
-__all__ = ["APIS", "consumer_group_describe", "consumer_group_heartbeat"]
+__all__ = ["APIS", "check_offset_fetch", "consumer_group_describe", "consumer_group_heartbeat"]
 
 _HB = ConsumerGroupHeartbeatResponse
 _DESCRIBED = ConsumerGroupDescribeResponse.DescribedGroup
@@ -138,6 +138,27 @@ def _heartbeat_answer(version: int, member: ConsumerMember, interval_ms: int) ->
         heartbeat_interval_ms=interval_ms,
         assignment=assignment,
     )
+
+
+# -- OffsetFetch of a member ------------------------------------------------------------
+
+_MEMBER_FETCH_FROM = 9
+"""OffsetFetch v9+ names the member and its epoch (KIP-848)."""
+
+
+def check_offset_fetch(session: Session, request: Any, version: int, group_id: str) -> None:
+    """An OffsetFetch v9+ naming a member of a consumer group (read just before): Kafka's
+    ``ConsumerGroup.validateOffsetFetch``, 25 for an unknown member, 113 for another
+    epoch; one naming no member (an admin's) passes."""
+    if version < _MEMBER_FETCH_FROM:
+        return
+    asked = next((g for g in request.groups if g.group_id == group_id), None)
+    if asked is None or (asked.member_id is None and asked.member_epoch < 0):
+        return
+    consumer = _consumer(session)
+    group = consumer.group(group_id) if consumer.serves(group_id) else None
+    if group is not None:
+        group.validate_commit(asked.member_id or "", asked.member_epoch)
 
 
 # -- ConsumerGroupDescribe ---------------------------------------------------------------

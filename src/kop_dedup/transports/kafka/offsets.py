@@ -35,6 +35,7 @@ from kop_dedup.coordination.groups import simple
 from kop_dedup.coordination.groups.store import UNKNOWN_OFFSET, CommittedOffset, StagedOffset
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.security.authorizer import CONSUME
+from kop_dedup.transports.kafka.consumer_groups import check_offset_fetch
 from kop_dedup.transports.kafka.fetch import partition_topic
 from kop_dedup.transports.kafka.registry import Api, Session
 from kop_dedup.transports.kafka.routed import group_key
@@ -212,6 +213,7 @@ async def offset_fetch(session: Session, request: Any, version: int) -> Any:
         error: errors.KafkaError | None = None
         try:
             answers = await simple.fetch(session.runtime.groups, group, require_stable=stable)
+            check_offset_fetch(session, request, version, group)  # KIP-848: 25, 113
         except Exception as exc:
             error, answers = translate(exc, f"fetching offsets of group {group!r}"), []
         found = _fetched(answers, wanted if wanted is not None or error is None else [])
