@@ -264,3 +264,23 @@ def test_confluent_kafka_consumers_of_the_consumer_protocol_share_a_topic(
     finally:
         for c in consumers:
             c.close()
+
+
+def test_http_groups_and_consumer_protocol_groups_refuse_each_other(
+    sidecar: Any, sidecar_kafka: str
+) -> None:
+    import httpx
+
+    topic = create(sidecar_kafka, 1, "kip848h")
+    consumer_group, http_group = (f"kip848h-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    with httpx.Client(base_url=sidecar.url, timeout=60) as http, WireClient(sidecar_kafka) as c:
+        joined = http.post(f"/v1/groups/{http_group}/members", json={"topics": [topic]})
+        assert joined.status_code == 200, joined.text
+        refused = _beat(c, http_group, str(uuid.uuid4())[:22], 0, topics=[topic], owned=[])
+        assert refused.error_code == 69  # not a consumer group
+        assert (
+            _beat(c, consumer_group, str(uuid.uuid4())[:22], 0, topics=[topic], owned=[]).error_code
+            == 0
+        )
+        taken = http.post(f"/v1/groups/{consumer_group}/members", json={"topics": [topic]})
+        assert (taken.status_code, taken.json()["errorCode"]) == (409, 23), taken.text

@@ -318,7 +318,7 @@ class GroupCoordinator:
 
     def _not_kafka(self, group_id: str) -> None:
         """StaleMember with 23 when the group is a Kafka group (client-side assignment)."""
-        if self.classic.is_kafka(group_id):
+        if self.classic.is_kafka(group_id) or self.consumer.live(group_id):
             raise StaleMember(
                 errors.InconsistentGroupProtocol(
                     f"group {group_id!r} is a Kafka consumer group (client-side assignment): "
