@@ -3,13 +3,15 @@ Java consumer (VerifiableConsumer, Kafka 4.1) and ``kafka-consumer-groups`` as t
 judges, the same scenario against the reference Kafka broker and the listener:
 
 two members share a 4-partition topic (2 each, the second one's partitions given only
-after the first revoked them), records produced while both run are consumed by one or
-the other, ``kafka-consumer-groups --describe`` lists the group and its members'
-partitions, one member leaves, the other gets all 4 and consumes the rest: every record
-consumed exactly once, and the group's offsets at the ends."""
+after the first revoked them, while a producer writes and the first reads), the records
+produced then and while both run are consumed by one or the other,
+``kafka-consumer-groups --describe`` lists the group and its members' partitions, one
+member leaves, the other gets all 4 and consumes the rest: every record consumed exactly
+once, and the group's offsets at the ends."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
@@ -112,6 +114,42 @@ def _produce(bootstrap: str, topic: str, tag: str) -> None:
     assert p.flush(60) == 0
 
 
+class Live:
+    """A producer writing to each partition in turn on its own thread while the second
+    member joins (the first then revokes partitions it is reading); ``sent`` counts
+    the records acknowledged per partition."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self.topic, self.sent = topic, dict.fromkeys(ALL, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="kip848-live")
+        self._thread.start()
+
+    def _acked(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.sent[msg.partition()] += 1
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            self.producer.produce(
+                self.topic,
+                value=f"live-{n}".encode(),
+                partition=n % PARTITIONS,
+                on_delivery=self._acked,
+            )
+            self.producer.poll(0)
+            n += 1
+            time.sleep(0.01)
+
+    def stop(self) -> dict[int, int]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        assert self.producer.flush(60) == 0
+        return dict(self.sent)
+
+
 def scenario(bootstrap: str, workdir: Path) -> Outcome:
     topic = create(bootstrap, PARTITIONS, "kip848")
     group = f"kip848-{uuid.uuid4().hex[:8]}"
@@ -120,6 +158,8 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
     b: Member | None = None
     try:
         _wait([a], lambda: a.assigned == ALL, "the first member to hold all 4", 120)
+        live = Live(bootstrap, topic)
+        time.sleep(1)  # the first member reads when the second joins
         b = Member(bootstrap, topic, group, workdir)
         both = [a, b]
         overlapped = False
@@ -131,8 +171,10 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
 
         _wait(both, shared, "the two members to share the topic", 120)
         split = sorted([len(a.assigned), len(b.assigned)])
+        time.sleep(1)  # both read a while
+        first = live.stop()
         _produce(bootstrap, topic, "one")
-        ends = dict.fromkeys(ALL, PER_PHASE // PARTITIONS)
+        ends = {p: first[p] + PER_PHASE // PARTITIONS for p in ALL}
 
         def at(ends: dict[int, int]) -> Callable[[], bool]:
             def check() -> bool:
@@ -161,7 +203,7 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
         _wait([a], lambda: a.assigned == ALL, "the remaining member to get all 4", 120)
         after_leave = [len(a.assigned)]
         _produce(bootstrap, topic, "two")
-        ends = dict.fromkeys(ALL, 2 * PER_PHASE // PARTITIONS)
+        ends = {p: ends[p] + PER_PHASE // PARTITIONS for p in ALL}
         _wait(both, at(ends), "commits at the ends of the later records", 120)
     finally:
         a.tool.stop()
@@ -173,7 +215,7 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
         split=split,
         overlapped=overlapped,
         after_leave=after_leave,
-        produced=2 * PER_PHASE,
+        produced=sum(ends.values()),
         consumed=sum(seen.values()),
         duplicates=sum(n - 1 for n in seen.values()),
         missing=len(wanted - set(seen)),
