@@ -92,6 +92,10 @@ class Outcome:
     committed_at_ends: bool
     describe_lines: list[str]
     state_lines: list[str]
+    join_s: float = 0.0
+    """From the second member's start to the two sharing the topic (its JVM start too)."""
+    leave_s: float = 0.0
+    """From the SIGTERM of the second member to the first holding all 4."""
 
 
 def _wait(members: list[Member], check: Callable[[], bool], what: str, timeout: float) -> None:
@@ -160,6 +164,7 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
         _wait([a], lambda: a.assigned == ALL, "the first member to hold all 4", 120)
         live = Live(bootstrap, topic)
         time.sleep(1)  # the first member reads when the second joins
+        started = time.monotonic()
         b = Member(bootstrap, topic, group, workdir)
         both = [a, b]
         overlapped = False
@@ -171,6 +176,7 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
 
         _wait(both, shared, "the two members to share the topic", 120)
         split = sorted([len(a.assigned), len(b.assigned)])
+        join_s = time.monotonic() - started
         time.sleep(1)  # both read a while
         first = live.stop()
         _produce(bootstrap, topic, "one")
@@ -199,8 +205,10 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
             workdir,
         )
         assert [t.exit for t in tools] == [0, 0], [t.text for t in tools]
+        started = time.monotonic()
         b.tool.stop()  # SIGTERM: it leaves the group
         _wait([a], lambda: a.assigned == ALL, "the remaining member to get all 4", 120)
+        leave_s = time.monotonic() - started
         after_leave = [len(a.assigned)]
         _produce(bootstrap, topic, "two")
         ends = {p: ends[p] + PER_PHASE // PARTITIONS for p in ALL}
@@ -222,6 +230,8 @@ def scenario(bootstrap: str, workdir: Path) -> Outcome:
         committed_at_ends=True,
         describe_lines=list(tools[0].lines),
         state_lines=list(tools[1].lines),
+        join_s=join_s,
+        leave_s=leave_s,
     )
 
 
@@ -267,6 +277,8 @@ def test_consumer_protocol_scenario_matches_reference_kafka(
     ours = scenario(kip848_sidecar.kafka_bootstrap, tmp_path / "listener")
     theirs = scenario(kafka_reference.bootstrap, tmp_path / "kafka")
     print(f"\nlistener: {ours}\nkafka:    {theirs}")
+    for name, o in (("listener", ours), ("kafka", theirs)):
+        print(f"{name}: join {o.join_s:.1f}s, leave {o.leave_s:.1f}s, {o.produced} records")
     _check(theirs)
     _check(ours)
     # the describe columns both show: GROUP TOPIC PARTITION ... CONSUMER-ID HOST CLIENT-ID
