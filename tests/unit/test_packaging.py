@@ -60,6 +60,8 @@ def test_the_wheel_holds_the_resources_and_the_tools_but_not_the_tests(wheel):
         "kop_dedup/resources/maven-settings.xml",
         "kop_dedup/resources/spark-jars-pom.xml",
         "kop_dedup/py.typed",
+        "kop_dedup/transports/kafka/schemas/ConsumerGroupHeartbeatRequest.json",
+        "kop_dedup/transports/kafka/schemas/ConsumerGroupDescribeResponse.json",
         "kop_dedup_tools/__init__.py",
         "kop_dedup_tools/py.typed",
         "kop_dedup_tools/bench/__init__.py",
