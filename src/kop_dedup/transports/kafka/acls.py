@@ -7,7 +7,7 @@ call them (else CLUSTER_AUTHORIZATION_FAILED, checked in
 :mod:`~kop_dedup.transports.kafka.authorize`, as Kafka asks Describe or Alter on the
 cluster). With authentication off there is nothing to describe or change: every answer
 is SECURITY_DISABLED (54) "No Authorizer is configured.", as a Kafka broker without an
-authorizer answers.
+authorizer answers (DescribeAcls: "... configured on the broker", Kafka's words there).
 """
 
 from __future__ import annotations
@@ -31,16 +31,19 @@ from kop_dedup.transports.kafka.registry import Api, Session
 __all__ = ["APIS", "create_acls", "delete_acls", "describe_acls"]
 
 _VERSIONS = (1, 3)
+_NO_AUTHORIZER = "No Authorizer is configured."
 _Resource = DescribeAclsResponse.DescribeAclsResource
 _Description = _Resource.AclDescription
 _FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
 _Matching = _FilterResult.DeleteAclsMatchingAcl
 
 
-def _store(session: Session) -> AclStore:
+def _store(session: Session, *, describe: bool = False) -> AclStore:
     store = session.runtime.authorizer.acls
-    if store is None:
-        raise errors.SecurityDisabled("No Authorizer is configured.")
+    if store is None:  # Kafka's two wordings, DescribeAcls's and the changes'
+        raise errors.SecurityDisabled(
+            "No Authorizer is configured on the broker" if describe else _NO_AUTHORIZER
+        )
     return store
 
 
@@ -66,7 +69,7 @@ def _code(error: errors.KafkaError | None) -> tuple[int, str | None]:
 
 async def describe_acls(session: Session, request: Any, version: int) -> Any:
     try:
-        found = await _store(session).describe(_filter(request))
+        found = await _store(session, describe=True).describe(_filter(request))
     except errors.KafkaError as exc:
         return _described(version, [], exc)
     return _described(version, found, None)
