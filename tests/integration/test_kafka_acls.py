@@ -14,9 +14,17 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import KafkaError, Producer
+from kafka.protocol.admin import (
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DescribeAclsRequest,
+    DescribeLogDirsRequest,
+)
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from tests.helpers import delete_namespace, uniq, wait_until
 from tests.kafka_cli import ACLS, LOG_DIRS, ToolResult, run_tools
+from tests.kafka_wire import WireClient
 from tests.pulsar_grants import KafkaRoles
 from tests.sidecar import ThreadSidecar
 
@@ -294,3 +302,90 @@ def test_kafka_log_dirs_answers_each_partitions_size(pulsar, kafka_reference, tm
     }
     assert sizes == pulsar_sizes
     assert sizes[f"{topic}-0"] > 2000  # 20 records of 100 bytes landed there
+
+
+def _wire(env: KafkaRoles, token: str) -> WireClient:
+    c = WireClient(env.sc.kafka_bootstrap)
+    assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+    assert c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1).error_code == 0
+    return c
+
+
+_ANY = {"resource_name_filter": None, "principal_filter": None, "host_filter": None}
+
+
+def test_every_served_version_round_trips_and_non_admins_get_31(roles):
+    env = roles
+    topic = uniq("acl-v")
+    assert _deliver(env.conf("tok-root"), topic) is None
+    with _wire(env, "tok-root") as root, _wire(env, "tok-bob") as bob:
+        for version in (1, 2, 3):
+            creation = CreateAclsRequest.AclCreation(
+                resource_type=2,
+                resource_name=topic,
+                resource_pattern_type=3,
+                principal=f"User:v{version}",
+                host="*",
+                operation=3,
+                permission_type=3,
+            )
+            created = root.call(CreateAclsRequest(creations=[creation]), version)
+            assert [r.error_code for r in created.results] == [0]
+            described = root.call(
+                DescribeAclsRequest(
+                    resource_type_filter=2,
+                    pattern_type_filter=3,
+                    operation=1,
+                    permission_type=1,
+                    **{**_ANY, "resource_name_filter": topic},
+                ),
+                version,
+            )
+            assert described.error_code == 0
+            principals = {a.principal for r in described.resources for a in r.acls}
+            assert f"User:v{version}" in principals
+            deleted = root.call(
+                DeleteAclsRequest(
+                    filters=[
+                        DeleteAclsRequest.DeleteAclsFilter(
+                            resource_type_filter=2,
+                            pattern_type_filter=3,
+                            operation=3,
+                            permission_type=3,
+                            **{**_ANY, "principal_filter": f"User:v{version}"},
+                        )
+                    ]
+                ),
+                version,
+            )
+            ((result,),) = [deleted.filter_results]
+            assert result.error_code == 0
+            assert [(m.principal, m.operation) for m in result.matching_acls] == [
+                (f"User:v{version}", 3)
+            ]
+            refused = bob.call(
+                DescribeAclsRequest(
+                    resource_type_filter=1,
+                    pattern_type_filter=1,
+                    operation=1,
+                    permission_type=1,
+                    **_ANY,
+                ),
+                version,
+            )
+            assert refused.error_code == 31
+            assert [
+                r.error_code
+                for r in bob.call(CreateAclsRequest(creations=[creation]), version).results
+            ] == [31]
+        assert _topic_grants(env, topic) == {}
+        wanted = [DescribeLogDirsRequest.DescribableLogDirTopic(topic=topic, partitions=[0])]
+        for version in (1, 2, 3, 4):
+            answer = root.call(DescribeLogDirsRequest(topics=wanted), version)
+            ((result,),) = [answer.results]
+            assert result.error_code == 0
+            assert [(t.name, [p.partition_index for p in t.partitions]) for t in result.topics] == [
+                (topic, [0])
+            ]
+            if version >= 3:
+                assert bob.call(DescribeLogDirsRequest(topics=wanted), version).error_code == 31
