@@ -94,6 +94,8 @@ def test_describe_alone_grants_consume_and_beside_write_grants_nothing_more():
         ({"host": "10.0.0.1"}, "do not name hosts"),
         ({"principal": "Group:ops"}, "User:<a Pulsar role>"),
         ({"principal": "User:*"}, "User:<a Pulsar role>"),
+        ({"principal": "User:../ops"}, "cannot be granted"),
+        ({"principal": "User:a%2Fb"}, "cannot be granted"),
         ({"pattern": Pattern.PREFIXED}, "LITERAL only"),
         ({"operation": Operation.ALTER_CONFIGS}, "tenant's admin role"),
         ({"operation": Operation.CREATE}, "tenant's admin role"),

@@ -106,6 +106,8 @@ class AclStore:
                 failed[key] = exc
             except AdminError as exc:
                 scope = key[0]
+                if exc.status == 404 and scope.kind == "topic" and not actions:
+                    continue  # deleted meanwhile: Pulsar dropped its grants with it
                 if exc.status == 404 and scope.kind == "topic":
                     failed[key] = errors.InvalidRequest(
                         f"topic {scope.name!r} does not exist: Pulsar grants name existing "

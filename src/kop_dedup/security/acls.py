@@ -288,6 +288,8 @@ def _role(b: Binding) -> str:
     kind, _, role = b.principal.partition(":")
     if kind != "User" or not role or role == WILDCARD:
         raise _refuse(b, "the principal must be User:<a Pulsar role> (no wildcard)")
+    if role in (".", "..") or any(c in role for c in "/\\%"):
+        raise _refuse(b, "a role with '/', '\\' or '%', or '.' or '..', cannot be granted")
     return role
 
 
