@@ -91,6 +91,10 @@ def test_describe_alone_grants_consume_and_beside_write_grants_nothing_more():
     ("changes", "reason"),
     [
         ({"permission": Permission.DENY}, "DENY cannot be expressed"),
+        ({"permission": Permission.ANY}, "not ANY, MATCH or UNKNOWN"),
+        ({"operation": Operation.ANY}, "not ANY, MATCH or UNKNOWN"),
+        ({"pattern": Pattern.MATCH}, "not ANY, MATCH or UNKNOWN"),
+        ({"resource_type": ResourceType.UNKNOWN}, "not ANY, MATCH or UNKNOWN"),
         ({"host": "10.0.0.1"}, "do not name hosts"),
         ({"principal": "Group:ops"}, "User:<a Pulsar role>"),
         ({"principal": "User:*"}, "User:<a Pulsar role>"),

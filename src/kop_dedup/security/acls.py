@@ -285,24 +285,37 @@ def _refuse(b: Binding, why: str) -> errors.InvalidRequest:
 
 
 def _role(b: Binding) -> str:
+    """The role of an ACL to create, once its entry is one Pulsar can hold (an ALLOW of
+    one named resource, any host, a LITERAL pattern, a ``User:`` principal)."""
+    if (
+        b.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY)
+        or b.pattern in (Pattern.UNKNOWN, Pattern.ANY, Pattern.MATCH)
+        or b.operation in (Operation.UNKNOWN, Operation.ANY)
+        or b.permission in (Permission.UNKNOWN, Permission.ANY)
+    ):
+        raise _refuse(
+            b,
+            "an ACL to create names one resource type, pattern type, operation "
+            "and permission (not ANY, MATCH or UNKNOWN)",
+        )
+    if b.permission != Permission.ALLOW:
+        raise _refuse(b, "Pulsar's permissions only allow; DENY cannot be expressed")
+    if b.host != WILDCARD:
+        raise _refuse(b, "Pulsar's permissions do not name hosts; use host '*'")
     kind, _, role = b.principal.partition(":")
     if kind != "User" or not role or role == WILDCARD:
         raise _refuse(b, "the principal must be User:<a Pulsar role> (no wildcard)")
     if role in (".", "..") or any(c in role for c in "/\\%"):
         raise _refuse(b, "a role with '/', '\\' or '%', or '.' or '..', cannot be granted")
+    if b.pattern != Pattern.LITERAL:
+        raise _refuse(b, "Pulsar grants name one topic or the namespace ('*'): LITERAL only")
     return role
 
 
 def _grant(b: Binding) -> tuple[Key, str]:
     """(scope, role) and the action one binding to create asks for ('describe': either
     topic action), or INVALID_REQUEST saying why Pulsar cannot express it."""
-    if b.permission != Permission.ALLOW:
-        raise _refuse(b, "Pulsar's permissions only allow; DENY cannot be expressed")
-    if b.host != WILDCARD:
-        raise _refuse(b, "Pulsar's permissions do not name hosts; use host '*'")
     role = _role(b)
-    if b.pattern != Pattern.LITERAL:
-        raise _refuse(b, "Pulsar grants name one topic or the namespace ('*'): LITERAL only")
     op = b.operation
     if b.resource_type == ResourceType.TOPIC:
         scope = Scope("namespace" if b.name == WILDCARD else "topic", b.name)
