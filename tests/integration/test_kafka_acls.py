@@ -389,3 +389,47 @@ def test_every_served_version_round_trips_and_non_admins_get_31(roles):
             ]
             if version >= 3:
                 assert bob.call(DescribeLogDirsRequest(topics=wanted), version).error_code == 31
+
+
+def test_the_wildcard_topic_is_the_namespaces_grant(roles):
+    env = roles
+    every = {"resource_type": 2, "resource_name": "*", "resource_pattern_type": 3}
+    read = {"principal": "User:carol", "host": "*", "operation": 3, "permission_type": 3}
+    namespace = f"/admin/v2/namespaces/{env.namespace}/permissions"
+    with _wire(env, "tok-root") as root:
+        creation = CreateAclsRequest.AclCreation(**every, **read)
+        assert root.call(CreateAclsRequest(creations=[creation]), 3).results[0].error_code == 0
+        assert env.admin.get(namespace).json().get("carol") == ["consume"]
+        described = root.call(
+            DescribeAclsRequest(
+                resource_type_filter=2,
+                resource_name_filter="any-topic",
+                pattern_type_filter=2,  # MATCH: what applies to the name, '*' included
+                principal_filter="User:carol",
+                host_filter=None,
+                operation=1,
+                permission_type=1,
+            ),
+            3,
+        )
+        assert [
+            (r.resource_name, sorted(a.operation for a in r.acls)) for r in described.resources
+        ] == [("*", [3, 8])]  # READ, DESCRIBE
+        deleted = root.call(
+            DeleteAclsRequest(
+                filters=[
+                    DeleteAclsRequest.DeleteAclsFilter(
+                        resource_type_filter=2,
+                        resource_name_filter="*",
+                        pattern_type_filter=3,
+                        principal_filter="User:carol",
+                        host_filter="*",
+                        operation=1,
+                        permission_type=3,
+                    )
+                ]
+            ),
+            3,
+        )
+        assert len(deleted.filter_results[0].matching_acls) == 2
+        assert "carol" not in env.admin.get(namespace).json()
