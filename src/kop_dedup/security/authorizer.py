@@ -40,6 +40,7 @@ from kop_dedup.pulsar.tables import PulsarClient
 from kop_dedup.security.acl_store import AclStore
 from kop_dedup.security.identity import Authenticator, Identity
 from kop_dedup.security.owners import Owners
+from kop_dedup.security.quotas import owner_quotas
 from kop_dedup.settings import Settings
 
 __all__ = [
@@ -77,7 +78,7 @@ class Authorizer:
         owners = f"persistent://{settings.tenant}/{settings.system_namespace}/owners"
         return cls(
             Grants(admin, namespace, ttl_s=settings.auth_permissions_ttl_ms / 1000),
-            Owners(client, owners),
+            Owners(client, owners, owner_quotas(settings)),
         )
 
     async def may(self, who: Identity, action: str, topic: str) -> bool:

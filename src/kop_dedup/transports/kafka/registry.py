@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kop_dedup.errors import KafkaError
 from kop_dedup.security.identity import ANONYMOUS, Authenticator, Credential, Identity
+from kop_dedup.security.quotas import RoleCounts
 
 if TYPE_CHECKING:
     from kop_dedup.observability.wire import WireStats
@@ -126,6 +127,9 @@ class Shared:
     stats: WireStats
     auth: Authenticator
     """Who a SASL/PLAIN password is (the HTTP tokens, roles and JWTs); off: no SASL."""
+    role_connections: RoleCounts = field(default_factory=lambda: RoleCounts(None))
+    """Authenticated connections per role, held to ``ROLE_QUOTA_PERCENT`` of
+    ``KAFKA_MAX_CONNECTIONS`` (:mod:`.sasl` counts, the listener releases)."""
     readers: ReaderPool | None = None
     """Pulsar readers kept between fetches (:mod:`.fetch` opens it at the first read;
     the listener closes it after its connections)."""
