@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
     acls,
+    client_quotas,
     cluster,
     configs,
     fetch,
@@ -66,4 +67,5 @@ API_TABLE = build_table(
     txn_markers.APIS,
     acls.APIS,
     log_dirs.APIS,
+    client_quotas.APIS,
 )
