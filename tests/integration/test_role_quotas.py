@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kafka.protocol.admin import DescribeClientQuotasRequest as Describe
 from kafka.protocol.producer import InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
@@ -131,3 +132,45 @@ def test_a_role_past_its_share_of_kafka_connections_is_refused_and_another_is_no
     again, code, message = _login(sc, "tok-alice")
     with again:
         assert code == 0, message
+
+
+def _api(sc: ThreadSidecar, token: str) -> httpx.Client:
+    return httpx.Client(base_url=sc.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def test_http_quotas_put_for_admins_and_get_shows_what_kafka_describes(sc):
+    user = uniq("quser")
+    with _api(sc, "tok-root") as root, _api(sc, "tok-alice") as alice, _api(sc, "tok-bob") as bob:
+        body = {"user": user, "set": {"producer_byte_rate": 1048576}}
+        refused = alice.put("/v1/quotas", json=body)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["errorCode"] == 31
+        bad = root.put("/v1/quotas", json={"user": user, "set": {"bogus": 5}})
+        assert bad.status_code == 400, bad.text
+        assert bad.json()["errorCode"] == 42
+        assert bad.json()["errorMessage"] == "Invalid configuration key bogus"
+        checked = root.put("/v1/quotas", json={**body, "validateOnly": True})
+        assert checked.status_code == 200, checked.text
+        assert user not in {q["user"] for q in root.get("/v1/quotas").json()["quotas"]}
+        done = root.put("/v1/quotas", json=body)
+        assert done.json() == {
+            "user": user,
+            "quotas": {"producer_byte_rate": 1048576.0},
+            "validateOnly": False,
+        }
+        listed = root.get("/v1/quotas").json()
+        assert {"user": user, "quotas": {"producer_byte_rate": 1048576.0}} in listed["quotas"]
+        assert listed["roleQuotaPercent"] == PERCENT
+        assert listed["perRole"]["groups"] == SHARE
+        assert listed["perRole"]["transactionalIds"] == SHARE
+        assert user not in {q["user"] for q in bob.get("/v1/quotas").json()["quotas"]}
+        assert alice.get("/v1/quotas").status_code == 200
+    # the same table Kafka's DescribeClientQuotas reads
+    c, code, _ = _login(sc, "tok-root")
+    with c:
+        assert code == 0
+        component = Describe.ComponentData(entity_type="user", match_type=0, match=user)
+        answer = c.call(Describe(components=[component], strict=False), 1)
+        assert [(v.key, v.value) for e in answer.entries for v in e.values] == [
+            ("producer_byte_rate", 1048576.0)
+        ]
