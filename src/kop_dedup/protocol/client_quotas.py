@@ -206,6 +206,10 @@ class ByteRate:
         return max(elapsed, (WINDOW_SAMPLES - 1) * SAMPLE_S)
 
 
-def values_of(mapping: Mapping[str, float]) -> dict[str, float]:
-    """Only the served keys of a stored mapping."""
-    return {k: float(v) for k, v in mapping.items() if k in KEYS}
+def values_of(mapping: Mapping[str, object]) -> dict[str, float]:
+    """Only the served keys of a stored mapping, with a number as their value."""
+    return {
+        k: float(v)
+        for k, v in mapping.items()
+        if k in KEYS and isinstance(v, int | float) and not isinstance(v, bool)
+    }

@@ -61,7 +61,12 @@ class ClientQuotas:
         if record.value is None:
             self._quotas.pop(user, None)
             return
-        values = values_of(json.loads(record.value))
+        stored = json.loads(record.value)
+        if not isinstance(stored, dict):  # the table skips a ValueError's record, warning
+            raise ValueError(  # noqa: TRY004 (a TypeError would stop the table's reader)
+                f"client quotas of {record.key!r} are not a JSON object"
+            )
+        values = values_of(stored)
         if values:
             self._quotas[user] = values
         else:
