@@ -17,6 +17,7 @@ from kafka.protocol.producer import InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from tests.helpers import delete_namespace, uniq, wait_until
+from tests.kafka_group_wire import join
 from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
 
@@ -100,6 +101,10 @@ def test_a_role_past_its_share_of_groups_is_429_and_another_is_not(sc):
     assert "KOP_DEDUP_ROLE_QUOTA_PERCENT" in refused.json()["errorMessage"]
     ok = put("tok-bob", uniq("qg"))
     assert ok.status_code == 200, ok.text
+    alice, code, _ = _login(sc, "tok-alice")
+    with alice:  # a Kafka group past alice's share too: JoinGroup answers 89
+        assert code == 0
+        assert join(alice, uniq("qg"), "", retry=False).error_code == 89
     ok = put("tok-root", uniq("qg"))  # a superuser is not counted
     assert ok.status_code == 200, ok.text
 
