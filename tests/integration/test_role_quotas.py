@@ -170,11 +170,15 @@ def test_http_quotas_put_for_admins_and_get_shows_what_kafka_describes(sc):
         assert listed["perRole"]["transactionalIds"] == SHARE
         assert user not in {q["user"] for q in bob.get("/v1/quotas").json()["quotas"]}
         assert alice.get("/v1/quotas").status_code == 200
-    # the same table Kafka's DescribeClientQuotas reads
+    # the same table Kafka's DescribeClientQuotas reads, for admins only (31 otherwise)
+    component = Describe.ComponentData(entity_type="user", match_type=0, match=user)
+    c, code, _ = _login(sc, "tok-alice")
+    with c:
+        assert code == 0
+        assert c.call(Describe(components=[component], strict=False), 1).error_code == 31
     c, code, _ = _login(sc, "tok-root")
     with c:
         assert code == 0
-        component = Describe.ComponentData(entity_type="user", match_type=0, match=user)
         answer = c.call(Describe(components=[component], strict=False), 1)
         assert [(v.key, v.value) for e in answer.entries for v in e.values] == [
             ("producer_byte_rate", 1048576.0)
