@@ -18,7 +18,12 @@ a producer id in a batch      given to the caller's role by init-producer-id: on
                               from before roles) 59 UNKNOWN_PRODUCER_ID; another
                               role's 31 CLUSTER_AUTHORIZATION_FAILED (Kafka's
                               IdempotentWrite)
+client quotas (Kafka, HTTP)   the tenant's admin role or a superuser (31; HTTP 403); a
+                              role sees its own over HTTP (``GET /v1/quotas``)
 ============================  ==========================================================
+
+Each role may hold at most ``ROLE_QUOTA_PERCENT`` of the transactional ids and the
+groups (counted in the owners table, :mod:`kop_dedup.security.quotas`): 89 past it.
 
 A superuser (``superuser_roles``, the ``auth_tokens``) may do everything and claims
 nothing. With authentication off every caller is :data:`~.identity.ANONYMOUS`, a
