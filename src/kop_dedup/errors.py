@@ -49,6 +49,7 @@ The tree::
     +-- InvalidTransactionTimeout (50)
     +-- ConcurrentTransactions (51, retriable)
     +-- TransactionalIdAuthorizationFailed (53)
+    +-- SecurityDisabled (54)
     +-- OperationNotAttempted (55)
     +-- KafkaStorageError (56, retriable)
     +-- SaslAuthenticationFailed (58)
@@ -67,6 +68,8 @@ The tree::
     +-- ThrottlingQuotaExceeded (89)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
+    +-- ResourceNotFound (91)
+    +-- DuplicateResource (92)
     +-- TransactionalIdNotFound (105)
     +-- FencedMemberEpoch (110)
     +-- UnsupportedAssignor (112)
@@ -95,6 +98,7 @@ __all__ = [
     "CoordinatorLoadInProgress",
     "CoordinatorNotAvailable",
     "CorruptMessage",
+    "DuplicateResource",
     "DuplicateSequenceNumber",
     "FencedInstanceId",
     "FencedLeaderEpoch",
@@ -138,7 +142,9 @@ __all__ = [
     "ProducerFenced",
     "RebalanceInProgress",
     "RequestTimedOut",
+    "ResourceNotFound",
     "SaslAuthenticationFailed",
+    "SecurityDisabled",
     "ThrottlingQuotaExceeded",
     "TopicAlreadyExists",
     "TopicAuthorizationFailed",
@@ -337,6 +343,10 @@ class TransactionalIdAuthorizationFailed(KafkaError):
     errno, name = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
 
 
+class SecurityDisabled(KafkaError):
+    errno, name = 54, "SECURITY_DISABLED"
+
+
 class OperationNotAttempted(KafkaError):
     errno, name = 55, "OPERATION_NOT_ATTEMPTED"
 
@@ -407,6 +417,14 @@ class UnstableOffsetCommit(KafkaError):
 
 class ProducerFenced(KafkaError):
     errno, name = 90, "PRODUCER_FENCED"
+
+
+class ResourceNotFound(KafkaError):
+    errno, name = 91, "RESOURCE_NOT_FOUND"
+
+
+class DuplicateResource(KafkaError):
+    errno, name = 92, "DUPLICATE_RESOURCE"
 
 
 class TransactionalIdNotFound(KafkaError):

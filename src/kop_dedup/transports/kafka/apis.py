@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
+    acls,
+    client_quotas,
     cluster,
     configs,
     consumer_groups,
@@ -17,12 +19,14 @@ from kop_dedup.transports.kafka import (
     group_deletion,
     groups,
     list_offsets,
+    log_dirs,
     metadata,
     offsets,
     partitions,
     produce,
     producer_ids,
     sasl,
+    throttle,
     topics,
     transactions,
     txn_admin,
@@ -51,8 +55,8 @@ API_TABLE = build_table(
     metadata.APIS,
     topics.APIS,
     producer_ids.APIS,
-    produce.APIS,
-    fetch.APIS,
+    throttle.throttled(produce.APIS, throttle.PRODUCER_BYTE_RATE, throttle.request_bytes),
+    throttle.throttled(fetch.APIS, throttle.CONSUMER_BYTE_RATE, throttle.answer_bytes),
     list_offsets.APIS,
     offsets.APIS,
     groups.APIS,
@@ -64,4 +68,7 @@ API_TABLE = build_table(
     cluster.APIS,
     txn_admin.APIS,
     txn_markers.APIS,
+    acls.APIS,
+    log_dirs.APIS,
+    client_quotas.APIS,
 )
