@@ -222,3 +222,22 @@ def test_transactional_commit_for_a_consumer_protocol_member_checks_its_epoch() 
         check_txn_member("g", None, None, "b", 1, g)
     # before the fix the member of a consumer group was unknown to the KIP-447 check
     check_txn_member("g", None, None, None, None, g)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_error_answers_encode_at_every_served_version(version: int) -> None:
+    from kop_dedup.transports.kafka import consumer_groups as cg
+    from kop_dedup.transports.kafka.schemas import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupDescribeResponse,
+        ConsumerGroupHeartbeatResponse,
+    )
+
+    (heartbeat, describe) = cg.APIS
+    hb = heartbeat.error_answer(None, version, errors.NotCoordinator("moved"))
+    back = ConsumerGroupHeartbeatResponse.decode(hb.encode(version=version), version=version)
+    assert (back.error_code, back.error_message, back.assignment) == (16, "moved", None)
+    asked = ConsumerGroupDescribeRequest(group_ids=["a", "b"], include_authorized_operations=False)
+    d = describe.error_answer(asked, version, errors.GroupAuthorizationFailed("no"))
+    back = ConsumerGroupDescribeResponse.decode(d.encode(version=version), version=version)
+    assert [(g.group_id, g.error_code) for g in back.groups] == [("a", 30), ("b", 30)]
