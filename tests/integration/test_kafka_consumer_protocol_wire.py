@@ -284,3 +284,31 @@ def test_http_groups_and_consumer_protocol_groups_refuse_each_other(
         )
         taken = http.post(f"/v1/groups/{consumer_group}/members", json={"topics": [topic]})
         assert (taken.status_code, taken.json()["errorCode"]) == (409, 23), taken.text
+
+
+def test_server_side_reset_of_a_consumer_protocol_group_waits_for_no_members(
+    sidecar: Any, sidecar_kafka: str
+) -> None:
+    """With members it is refused (68: they would commit over it); once they left, the
+    reset is the group's committed offset, which its next member fetches."""
+    import httpx
+    from confluent_kafka import Producer
+
+    topic = create(sidecar_kafka, 1, "kip848r")
+    group = f"kip848r-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": sidecar_kafka})
+    for n in range(3):
+        producer.produce(topic, value=str(n).encode(), partition=0)
+    assert producer.flush(30) == 0
+    mid = str(uuid.uuid4())[:22]
+    with httpx.Client(base_url=sidecar.url, timeout=60) as http, WireClient(sidecar_kafka) as c:
+        joined = _beat(c, group, mid, 0, topics=[topic], owned=[])
+        assert joined.error_code == 0
+        assert _commit(c, group, topic, mid, joined.member_epoch) == 0
+        body = {"topic": topic, "to": "offset", "value": 0}
+        refused = http.post(f"/v1/groups/{group}/reset", json=body)
+        assert refused.json().get("errorCode") == 68, refused.text
+        assert _beat(c, group, mid, -1).error_code == 0
+        reset = http.post(f"/v1/groups/{group}/reset", json={**body, "value": 2})
+        assert reset.status_code == 200, reset.text
+        assert _fetch(c, group, topic, None, -1) == (0, 2)  # was 0, committed by the member

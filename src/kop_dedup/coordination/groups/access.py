@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from kop_dedup.protocol.groups.classic import ClassicGroup
     from kop_dedup.pulsar.positions import Positions
 
-__all__ = ["ClassicAccess", "CoordinatorAccess", "StoreAccess"]
+__all__ = ["ClassicAccess", "ConsumerAccess", "CoordinatorAccess", "StoreAccess"]
 
 
 class StoreAccess(Protocol):
@@ -79,6 +79,15 @@ class ClassicAccess(Protocol):
     ) -> ClassicGroup | None: ...
 
 
+class ConsumerAccess(Protocol):
+    """The subset of :class:`~kop_dedup.coordination.groups.consumer.ConsumerGroups` the
+    resets call (KIP-848 groups)."""
+
+    async def reset_offsets(
+        self, p: int, group_id: str, targets: Sequence[ResolvedReset]
+    ) -> bool: ...
+
+
 class CoordinatorAccess(Protocol):
     """The subset of :class:`~kop_dedup.coordination.groups.coordinator.GroupCoordinator`
     its pulls and resets call; see the coordinator for what each member does."""
@@ -100,6 +109,9 @@ class CoordinatorAccess(Protocol):
 
     @property
     def classic(self) -> ClassicAccess: ...
+
+    @property
+    def consumer(self) -> ConsumerAccess: ...
 
     @property
     def partitions_of(self) -> Callable[[str], Awaitable[int]]: ...

@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
+from kop_dedup.coordination.groups.api import ResolvedReset
 from kop_dedup.coordination.groups.offsets import offset_doc
 from kop_dedup.coordination.groups.settings import GroupSettings
 from kop_dedup.coordination.groups.store import GroupStore, StagedOffset, key
@@ -105,10 +106,11 @@ class ConsumerGroups:
         return set() if group is None else group.subscribed_topics()
 
     def check_delete(self, group_id: str) -> None:
-        """DeleteGroups: NON_EMPTY_GROUP (68) while it has members."""
+        """DeleteGroups (and a reset): NON_EMPTY_GROUP (68) while it has members."""
         if self.live(group_id):
             raise errors.NonEmptyGroup(
-                f"consumer group {group_id!r} has members: it can be deleted once they left"
+                f"consumer group {group_id!r} has members (group.protocol=consumer): stop "
+                "them first"
             )
 
     async def read(self, group_id: str) -> ConsumerGroup | None:
@@ -217,6 +219,22 @@ class ConsumerGroups:
         return out
 
     # -- offsets --------------------------------------------------------------------------
+
+    async def reset_offsets(self, p: int, group_id: str, targets: Sequence[ResolvedReset]) -> bool:
+        """A server-side reset of a consumer group, inside a change of ``p``: refused
+        while it has members (NON_EMPTY_GROUP 68: they would commit over it; Kafka resets
+        only inactive groups), else ``targets`` stored as its committed offsets, which its
+        next members fetch. False when ``group_id`` is not a consumer group."""
+        if not self.serves(group_id):
+            return False
+        self.check_delete(group_id)  # the same rule: no member
+        now = now_ms()
+        for t in targets:
+            staged = StagedOffset(t.topic, t.partition, t.offset, "", t.position)
+            await self.store.write(
+                p, key("o", group_id, t.topic, t.partition), offset_doc(staged, now)
+            )
+        return True
 
     async def commit(
         self, group_id: str, member_id: str, epoch: int, offsets: Sequence[StagedOffset]

@@ -70,6 +70,8 @@ class GroupResets:
                     applied_at, fenced_below = "rebalance", fenced.min_generation
                 else:
                     applied_at = "committed"
+            elif await groups.consumer.reset_offsets(p, group_id, resolved):  # KIP-848
+                applied_at = "committed"
             now = now_ms()
             out = []
             for r in resolved:
