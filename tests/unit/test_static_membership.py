@@ -124,7 +124,8 @@ def test_restart_while_completing_starts_a_round_the_others_must_join():
     assert g.state == COMPLETING
     after = static.join(g, req("b2", "ib"), 30, fresh=True)
     assert (after.state, after.generation) == (PREPARING, g.generation)
-    assert after.member("b2").awaiting_join and not after.member("a").awaiting_join
+    assert after.member("b2").awaiting_join
+    assert not after.member("a").awaiting_join
     done = static.join(after, req("a", "ia"), 40, fresh=False)
     assert (done.state, done.generation) == (COMPLETING, g.generation + 1)
     assert set(done.members) == {"a", "b2"}
