@@ -148,13 +148,13 @@ class ClassicGroups:
         else:
             fresh = False
 
-        restart = False
+        restart, leader_before = False, ""
 
         async def change(p: int) -> ClassicGroup:
-            nonlocal restart
+            nonlocal restart, leader_before
             self._not_http(group_id)
             before = self.group(group_id) or ClassicGroup.new()
-            restart = static.replaces(before, req, fresh=fresh)
+            restart, leader_before = static.replaces(before, req, fresh=fresh), before.leader or ""
             if fresh and not restart:
                 self._room(group_id, before, now_ms())
                 before = before.add_pending(req.member_id, now_ms(), req.session_timeout_ms)
@@ -165,8 +165,13 @@ class ClassicGroups:
         group: ClassicGroup = await self.store.owned(group_id, change)
         if not group.member(req.member_id).awaiting_join:  # its round completed, or none began
             answer = self._answer(group, req.member_id)
-            skip = restart and group.state == STABLE and group.leader == req.member_id
-            return replace(answer, skip_assignment=skip)
+            if not (restart and group.state == STABLE):
+                return answer
+            # Kafka answers a static restart into a Stable group with the leader id as it
+            # was, so that a restarted leader does not assign (the group would not
+            # broadcast it); KIP-814 tells it with skip_assignment
+            skip = group.leader == req.member_id
+            return replace(answer, leader=leader_before, skip_assignment=skip)
         return await self._await_round(group_id, req, group.generation)
 
     def _room(self, group_id: str, group: ClassicGroup, now: int) -> None:
