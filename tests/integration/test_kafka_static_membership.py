@@ -6,8 +6,8 @@ same instance id starts within the session: the other sees no rebalance (no revo
 no new assignment) and the restarted one gets the partitions its instance had. The
 same scenario runs on the reference Kafka broker and on the sidecar, outcomes compared.
 A bare wire client checks the codes of the old member id once replaced: 82 for its
-Heartbeat, SyncGroup, OffsetCommit, JoinGroup and LeaveGroup, 25 without its instance
-id, and LeaveGroup by instance id alone.
+Heartbeat, SyncGroup, OffsetCommit, TxnOffsetCommit, JoinGroup and LeaveGroup, 25
+without its instance id, and LeaveGroup by instance id alone.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from kafka.protocol.consumer import (
 
 from tests.kafka_conformance import Target
 from tests.kafka_group_wire import join
+from tests.kafka_txn_wire import TxnWire
 from tests.kafka_wire import WireClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -207,6 +208,23 @@ def _leave(c: WireClient, group: str, member: str, instance: str | None) -> tupl
     return int(answer.error_code), int(answer.members[0].error_code)
 
 
+def _txn_commits(
+    target: Target, group: str, topic: str, who: list[tuple[str, str | None]], gen: int
+) -> list[int]:
+    """TxnOffsetCommit v3 of each (member id, instance id) in one transaction (aborted)."""
+    with TxnWire(target.bootstrap, target.unique("tx")) as txn:
+        assert txn.init() == 0
+        assert txn.add_offsets(group) == 0
+        codes = [
+            txn.commit_offsets(group, {(topic, 0): 1}, member=m, generation=gen, instance=i)[
+                (topic, 0)
+            ]
+            for m, i in who
+        ]
+        assert txn.end(commit=False) == 0
+    return codes
+
+
 def test_replaced_member_id_is_fenced_as_kafka_fences_it(conformance):
     def scenario(target: Target) -> list[Any]:
         group = target.unique("g")
@@ -230,6 +248,9 @@ def test_replaced_member_id_is_fenced_as_kafka_fences_it(conformance):
                 _commit(c, group, topic, old, gen, "inst"),
                 _commit(c, group, topic, new, gen, "inst"),
                 join(c, group, old, instance="inst").error_code,
+                *_txn_commits(
+                    target, group, topic, [(old, "inst"), (old, None), (new, "inst")], gen
+                ),
                 _leave(c, group, old, "inst"),
                 _leave(c, group, "", "nobody"),
                 _leave(c, group, "", "inst"),

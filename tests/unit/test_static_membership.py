@@ -210,3 +210,17 @@ def test_a_new_static_member_joins_as_a_new_member():
 def test_the_replacement_is_stored_and_read_back():
     g = static.join(stable(("a", "ia"), ("b", "ib")), req("b2", "ib"), 100, fresh=True)
     assert ClassicGroup.from_doc(g.to_doc()) == g
+
+
+def test_a_transactional_commit_of_a_replaced_static_member_is_fenced():
+    from kop_dedup.protocol.groups.fencing import check_txn_member
+
+    g = static.join(stable(("a", "ia"), ("b", "ib")), req("b2", "ib"), 100, fresh=True)
+    gen = g.generation
+    with pytest.raises(errors.FencedInstanceId):
+        check_txn_member("g", g, None, "b", gen, "ib")
+    with pytest.raises(errors.UnknownMemberId):  # without its instance id: not a member
+        check_txn_member("g", g, None, "b", gen)
+    with pytest.raises(errors.UnknownMemberId):
+        check_txn_member("g", g, None, "b2", gen, "nobody")
+    check_txn_member("g", g, None, "b2", gen, "ib")
