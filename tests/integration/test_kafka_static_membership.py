@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -104,7 +105,7 @@ def _described(target: Target, group: str) -> tuple[str, list[str | None]]:
             DescribeGroupsRequest(groups=[group], include_authorized_operations=False), 4
         )
     g = answer.groups[0]
-    return g.group_state, sorted(m.group_instance_id for m in g.members)
+    return g.group_state, sorted((m.group_instance_id for m in g.members), key=str)
 
 
 def _split(a: StaticMember, b: StaticMember) -> bool:
@@ -263,4 +264,63 @@ def test_replaced_member_id_is_fenced_as_kafka_fences_it(conformance):
     assert on_kafka[:2] == [0, True], on_kafka
     on_sidecar = scenario(sidecar)
     print(f"\nkafka {on_kafka}\nsidecar {on_sidecar}")
+    assert on_sidecar == on_kafka
+
+
+def test_a_join_waiting_in_a_round_is_fenced_when_its_instance_restarts(conformance):
+    """A static member's JoinGroup waiting for a round to complete is answered 82 when a
+    restart of its instance takes its place; the round completes with the new id."""
+
+    def scenario(target: Target) -> list[Any]:
+        group = target.unique("g")
+
+        def call(member: str, instance: str | None) -> Any:
+            with WireClient(target.bootstrap) as own:
+                return join(own, group, member, instance=instance)
+
+        def state() -> str:
+            return _described(target, group)[0]
+
+        with ThreadPoolExecutor(4) as pool:
+            a = call("", "ia")
+            with WireClient(target.bootstrap) as c:
+                assert _sync(c, group, a.member_id, a.generation_id, "ia") == 0
+            b_first = pool.submit(call, "", "ib")  # a round that waits for A
+            _wait(lambda: state() == "PreparingRebalance", "the round B starts")
+            a_again = call(a.member_id, "ia")
+            b = b_first.result(timeout=60)
+            with WireClient(target.bootstrap) as c:
+                leader = a_again if a_again.leader == a_again.member_id else b
+                assert _sync(c, group, leader.member_id, leader.generation_id, None) == 0
+            gen = a_again.generation_id
+            _wait(lambda: state() == "Stable", "the group of A and B")
+            with WireClient(target.bootstrap) as c:
+                c_id = join(c, group, "").member_id  # C, dynamic: its id first (79)
+            c_join = pool.submit(call, c_id, None)  # a round that waits for A and B
+            _wait(lambda: state() == "PreparingRebalance", "the round C starts")
+            a_old = pool.submit(call, a.member_id, "ia")
+            time.sleep(0.5)  # A's join is in (nothing shows a waiting join)
+            a_new = pool.submit(call, "", "ia")  # A restarts while its join waits
+            time.sleep(0.5)
+            b_join = pool.submit(call, b.member_id, "ib")  # the last to join
+            old, new, bj, cj = (f.result(timeout=60) for f in (a_old, a_new, b_join, c_join))
+        leaders = [x for x in (new, bj, cj) if x.leader == x.member_id]
+        return [
+            a.error_code,
+            b.error_code,
+            old.error_code,
+            new.error_code,
+            bj.error_code,
+            cj.error_code,
+            [x.generation_id - gen for x in (new, bj, cj)],
+            new.member_id != a.member_id,
+            [len(x.members) for x in leaders],
+            sorted((m.group_instance_id for m in leaders[0].members), key=str),
+        ]
+
+    kafka, sidecar = conformance
+    on_kafka = scenario(kafka)
+    on_sidecar = scenario(sidecar)
+    print(f"\nkafka {on_kafka}\nsidecar {on_sidecar}")
+    assert on_kafka[2] == 82, on_kafka
     assert on_sidecar == on_kafka
