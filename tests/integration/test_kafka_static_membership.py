@@ -162,6 +162,38 @@ def test_restart_of_a_static_member_keeps_its_partitions_and_rebalances_no_one(c
     assert on_sidecar["instances"] == ["inst-a", "inst-b"]
 
 
+def test_a_static_member_that_never_returns_is_removed_when_its_session_passes(conformance):
+    """No restart: the other member keeps its one partition until the closed member's
+    session passes (no LeaveGroup was sent), then a rebalance gives it both."""
+
+    def scenario(target: Target) -> dict[str, Any]:
+        topic = target.create_topic(partitions=2)
+        group = target.unique("g")
+        a = StaticMember(target, topic, group, "inst-a")
+        b = StaticMember(target, topic, group, "inst-b")
+        try:
+            _wait(lambda: _split(a, b), "two static members to split the partitions")
+            time.sleep(1.0)  # the first round's callbacks all in
+            _wait(lambda: _split(a, b), "the split to hold")
+            b.close()
+            closed = time.monotonic()
+            _wait(lambda: a.assigned() == (0, 1), "A to get both partitions", SESSION_MS / 100)
+            waited = time.monotonic() - closed
+            return {
+                "a_has_both": a.assigned(),
+                "waited_most_of_a_session": waited > 0.7 * SESSION_MS / 1000,
+            }
+        finally:
+            a.close()
+            b.close()
+
+    kafka, sidecar = conformance
+    on_kafka = scenario(kafka)
+    on_sidecar = scenario(sidecar)
+    print(f"\nkafka: {on_kafka}\nsidecar: {on_sidecar}")
+    assert on_sidecar == on_kafka == {"a_has_both": (0, 1), "waited_most_of_a_session": True}
+
+
 # -- the codes of a replaced member id, over the wire ----------------------------------------
 
 
