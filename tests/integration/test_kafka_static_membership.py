@@ -22,6 +22,7 @@ from confluent_kafka import Consumer
 from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.consumer import (
     HeartbeatRequest,
+    JoinGroupRequest,
     LeaveGroupRequest,
     OffsetCommitRequest,
     SyncGroupRequest,
@@ -355,4 +356,43 @@ def test_a_join_waiting_in_a_round_is_fenced_when_its_instance_restarts(conforma
     on_sidecar = scenario(sidecar)
     print(f"\nkafka {on_kafka}\nsidecar {on_sidecar}")
     assert on_kafka[2] == 82, on_kafka
+    assert on_sidecar == on_kafka
+
+
+def test_a_restarted_static_leader_is_told_to_skip_assignment_on_join_group_v9(conformance):
+    """JoinGroup v9 (the Java client's): a restarted static leader in a Stable group gets
+    the members and ``skip_assignment`` (KIP-814), as from Kafka."""
+
+    def join_v9(c: WireClient, group: str, member: str) -> Any:
+        protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00")
+        request = JoinGroupRequest(
+            group_id=group,
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=SESSION_MS,
+            member_id=member,
+            group_instance_id="lead",
+            protocol_type="consumer",
+            protocols=[protocol],
+            reason=None,
+        )
+        return c.call(request, 9)
+
+    def scenario(target: Target) -> list[Any]:
+        group = target.unique("g")
+        with WireClient(target.bootstrap) as c:
+            first = join(c, group, "", instance="lead")  # the coordinator ready, the group led
+            assert _sync(c, group, first.member_id, first.generation_id, "lead") == 0
+            again = join_v9(c, group, "")
+        return [
+            again.error_code,
+            again.generation_id == first.generation_id,
+            again.leader == first.member_id,
+            again.skip_assignment,
+            [m.group_instance_id for m in again.members],
+        ]
+
+    kafka, sidecar = conformance
+    on_kafka = scenario(kafka)
+    on_sidecar = scenario(sidecar)
+    print(f"\nkafka {on_kafka}\nsidecar {on_sidecar}")
     assert on_sidecar == on_kafka

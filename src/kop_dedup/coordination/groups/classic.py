@@ -59,6 +59,9 @@ class JoinAnswer:
     """(member id, instance id, metadata) of every member: the leader's answer only."""
     skip_assignment: bool = False
     """A static leader's restart into a Stable group (KIP-814): the assignment stands."""
+    leader_before: str = ""
+    """With ``skip_assignment``: the leader's id before the restart replaced it (what
+    Kafka answers as the leader below JoinGroup v9, so that the leader does not assign)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +170,10 @@ class ClassicGroups:
             answer = self._answer(group, req.member_id)
             if not (restart and group.state == STABLE):
                 return answer
-            # Kafka answers a static restart into a Stable group with the leader id as it
-            # was, so that a restarted leader does not assign (the group would not
-            # broadcast it); KIP-814 tells it with skip_assignment
+            # a restarted leader must not assign (a Stable group would not broadcast it):
+            # KIP-814's skip_assignment, or below v9 the leader id as it was (Kafka's)
             skip = group.leader == req.member_id
-            return replace(answer, leader=leader_before, skip_assignment=skip)
+            return replace(answer, skip_assignment=skip, leader_before=leader_before)
         return await self._await_round(group_id, req, group.generation)
 
     def _room(self, group_id: str, group: ClassicGroup, now: int) -> None:

@@ -49,6 +49,9 @@ _KNOWN_ID_FROM = 4
 """JoinGroup v4+: a new member gets MEMBER_ID_REQUIRED and its id (KIP-394)."""
 _REBALANCE_TIMEOUT_FROM = 1
 _BATCH_LEAVE_FROM = 3
+_SKIP_ASSIGNMENT_FROM = 9
+"""JoinGroup v9+ tells a restarted static leader to skip the assignment (KIP-814);
+below, Kafka answers it the leader id as it was, so it does not assign."""
 
 
 def _classic(session: Session) -> ClassicGroups:
@@ -112,7 +115,11 @@ async def join_group(session: Session, request: Any, version: int) -> Any:
         generation_id=answer.generation,
         protocol_type=answer.protocol_type,
         protocol_name=answer.protocol or "",
-        leader=answer.leader,
+        leader=(
+            answer.leader_before
+            if answer.skip_assignment and version < _SKIP_ASSIGNMENT_FROM
+            else answer.leader
+        ),
         skip_assignment=answer.skip_assignment,
         member_id=answer.member_id,
         members=[
