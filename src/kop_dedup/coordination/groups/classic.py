@@ -11,6 +11,11 @@ brings the assignment) waits here by reading the store again every
 the request answers it, and a round past its deadline is completed by the first waiter
 (or the owner's sweep) that sees it due.
 
+Static members (KIP-345, ``group.instance.id``) follow the rules of
+:mod:`kop_dedup.protocol.groups.static`: a restart takes the old member's place without
+a rebalance, and the replaced member id is fenced (82), a waiting JoinGroup or SyncGroup
+of it included.
+
 A group is a Kafka group or an HTTP group (``["g", group]``), never both: a JoinGroup
 for an HTTP group is INCONSISTENT_GROUP_PROTOCOL (23), and the HTTP coordinator answers
 its calls for a Kafka group with 23 (a 409 over HTTP).
