@@ -139,6 +139,10 @@ class StreamsApp:
             return text.rsplit(f"==== run {self.runs}\n", 1)[-1].splitlines()
         return []
 
+    def lines(self) -> list[str]:
+        """What this run printed so far (state changes, progress), line by line."""
+        return self._this_run()
+
     def wait_running(self, timeout: float) -> None:
         """Until this run's application reached RUNNING (its tasks assigned, its state
         restored); AssertionError with the log's tail when it exited or timed out."""

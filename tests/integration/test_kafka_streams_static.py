@@ -31,7 +31,7 @@ SESSION_S = 30  # StreamsCount's session for a static member
 
 
 def _rebalances(app: StreamsApp, since: int) -> int:
-    return sum(1 for line in app._this_run()[since:] if line.endswith("-> REBALANCING"))
+    return sum(1 for line in app.lines()[since:] if line.endswith("-> REBALANCING"))
 
 
 def restart_static(target: Target, workdir: Path) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def restart_static(target: Target, workdir: Path) -> dict[str, Any]:
             assert time.monotonic() < deadline, f"{target.name}: {apps[0].tail()}"
             time.sleep(0.05)
         survivor, restarted = apps
-        seen = len(survivor._this_run())
+        seen = len(survivor.lines())
         restarted.kill()
         killed = time.monotonic()
         restarted.start()  # the same instance id and state directory
