@@ -396,3 +396,55 @@ def test_a_restarted_static_leader_is_told_to_skip_assignment_on_join_group_v9(c
     on_sidecar = scenario(sidecar)
     print(f"\nkafka {on_kafka}\nsidecar {on_sidecar}")
     assert on_sidecar == on_kafka
+
+
+def test_a_sync_waiting_for_the_leader_is_fenced_when_its_instance_restarts(conformance):
+    """A static follower's SyncGroup waiting for the leader's assignment is answered 82
+    when a restart of its instance joins meanwhile (a rebalance then: the leader may have
+    assigned to the old id); the new round completes with the new id."""
+
+    def scenario(target: Target) -> list[Any]:
+        group = target.unique("g")
+
+        def call(member: str, instance: str) -> Any:
+            with WireClient(target.bootstrap) as own:
+                return join(own, group, member, instance=instance)
+
+        def sync_alone(member: str, gen: int) -> int:
+            with WireClient(target.bootstrap) as own:
+                return _sync(own, group, member, gen, "ib")
+
+        def state() -> str:
+            return _described(target, group)[0]
+
+        with ThreadPoolExecutor(4) as pool:
+            a = call("", "ia")
+            with WireClient(target.bootstrap) as c:
+                assert _sync(c, group, a.member_id, a.generation_id, "ia") == 0
+            b_first = pool.submit(call, "", "ib")
+            _wait(lambda: state() == "PreparingRebalance", "the round B starts")
+            a_again = call(a.member_id, "ia")
+            b = b_first.result(timeout=60)
+            gen = b.generation_id
+            b_sync = pool.submit(sync_alone, b.member_id, gen)  # waits: A does not sync
+            time.sleep(0.5)  # B's SyncGroup is in (nothing shows a waiting sync)
+            b_new = pool.submit(call, "", "ib")
+            fenced = b_sync.result(timeout=60)
+            _wait(lambda: state() == "PreparingRebalance", "the round B's restart starts")
+            a_last = call(a_again.member_id, "ia")
+            b2 = b_new.result(timeout=60)
+        return [
+            a_again.leader == a.member_id,
+            fenced,
+            b2.error_code,
+            a_last.error_code,
+            [x.generation_id - gen for x in (b2, a_last)],
+            b2.member_id != b.member_id,
+        ]
+
+    kafka, sidecar = conformance
+    on_kafka = scenario(kafka)
+    on_sidecar = scenario(sidecar)
+    print(f"\nkafka {on_kafka}\nsidecar {on_sidecar}")
+    assert on_kafka[1] == 82, on_kafka
+    assert on_sidecar == on_kafka

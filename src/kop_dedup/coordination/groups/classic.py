@@ -253,10 +253,10 @@ class ClassicGroups:
         session_ms = group.member(member_id).session_timeout_ms
         deadline = time.monotonic() + session_ms / 1000
         while True:
+            static.validate(group, member_id, instance_id)  # 82 once a restart replaced it
             if group.state == STABLE and group.generation == generation:
                 m = group.member(member_id)
                 return SyncAnswer(group.protocol_type, group.protocol, m.assignment)
-            static.validate(group, member_id, instance_id)  # 82 once a restart replaced it
             if group.generation != generation or group.state == PREPARING:
                 raise errors.RebalanceInProgress("the group is rebalancing: join again")
             if time.monotonic() >= deadline or self.closing:
