@@ -12,7 +12,8 @@ create/delete topics, configs the tenant's admin role or a superuser (29)
 a transactional id            its owner, the role that used it first (53); a look
                               (describe) at one nobody owns is allowed, claims nothing
 a group (join, offsets, ...)  its owner, the role that used it first (30); the same
-delete a group                the tenant's admin role or a superuser (30)
+delete a group                its owner, the tenant's admin role or a superuser (30)
+release a transactional id    the tenant's admin role or a superuser (53)
 a producer id in a batch      given to the caller's role by init-producer-id: one
                               given to no role (never handed out yet, a superuser's,
                               from before roles) 59 UNKNOWN_PRODUCER_ID; another
@@ -20,11 +21,14 @@ a producer id in a batch      given to the caller's role by init-producer-id: on
                               IdempotentWrite)
 ============================  ==========================================================
 
-A superuser (``superuser_roles``, the ``auth_tokens``) may do everything and claims
-nothing. With authentication off every caller is :data:`~.identity.ANONYMOUS`, a
-superuser: no check is made, no admin call, no table read. Grants are reused for
-``auth_permissions_ttl_ms`` (:mod:`kop_dedup.pulsar.grants`). A failure to read them
-(Pulsar away) is the one translation's Kafka error (retriable mostly), never a
+A name is checked before it is claimed (:mod:`kop_dedup.coordination.names`: empty or
+over ``MAX_ID_LENGTH`` characters is 42 INVALID_REQUEST for a transactional id, 24
+INVALID_GROUP_ID for a group): nothing is written for a refused name. A superuser
+(``superuser_roles``, the ``auth_tokens``) may do everything and claims nothing. With
+authentication off every caller is :data:`~.identity.ANONYMOUS`, a superuser: no check
+is made, no admin call, no table read. Grants are reused for ``auth_permissions_ttl_ms``
+(:mod:`kop_dedup.pulsar.grants`), owners for ``auth_owners_ttl_ms``. A failure to read
+them (Pulsar away) is the one translation's Kafka error (retriable mostly), never a
 permission.
 """
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kop_dedup import errors
+from kop_dedup.coordination import names
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.grants import Grants
@@ -74,7 +79,7 @@ class Authorizer:
         owners = f"persistent://{settings.tenant}/{settings.system_namespace}/owners"
         return cls(
             Grants(admin, namespace, ttl_s=settings.auth_permissions_ttl_ms / 1000),
-            Owners(client, owners),
+            Owners(client, owners, ttl_s=settings.auth_owners_ttl_ms / 1000),
         )
 
     async def may(self, who: Identity, action: str, topic: str) -> bool:
@@ -116,6 +121,8 @@ class Authorizer:
         is nothing of another role's to see) without taking it."""
         if who.superuser or self._owners is None:
             return True
+        if claim:  # before anything is written for it
+            _validate(kind, name)
         try:
             if claim:
                 return await self._owners.claim(kind, name, who.role)
@@ -182,14 +189,51 @@ class Authorizer:
             raise translate(exc, "reading owners in Pulsar") from exc
         return [n for n in names if owners.get(n) == who.role]
 
-    async def released(self, kind: str, name: str) -> None:
-        """``name`` is gone (a deleted group): its next user claims it."""
-        if self._owners is not None:
-            await self._owners.release(kind, name)
+    @property
+    def has_owners(self) -> bool:
+        """Names have owners (authentication on)."""
+        return self._owners is not None
+
+    async def owner(self, kind: str, name: str) -> str | None:
+        """The role owning ``name`` (None: nobody, or authentication off)."""
+        if self._owners is None:
+            return None
+        try:
+            return await self._owners.owner(kind, name)
+        except Exception as exc:
+            raise translate(exc, f"reading the owner of {kind} {name!r} in Pulsar") from exc
+
+    async def released(self, kind: str, name: str) -> str | None:
+        """``name`` is gone (a deleted or expired group or transactional id, an admin's
+        release): its next user claims it. The owner it had (None: nobody)."""
+        if self._owners is None:
+            return None
+        try:
+            return await self._owners.release(kind, name)
+        except Exception as exc:
+            raise translate(exc, f"releasing {kind} {name!r} in Pulsar") from exc
+
+    async def may_delete_group(self, who: Identity, group: str) -> None:
+        """30 unless ``who`` owns ``group`` (a name nobody owns is not the caller's) or
+        is an admin (Kafka's Delete on the Group resource)."""
+        if who.superuser or self._owners is None:
+            return
+        if await self.owner(GROUP, group) != who.role and not await self.is_admin(who):
+            raise errors.GroupAuthorizationFailed(
+                f"role {who.role!r} may not delete group {group!r}: it needs to own the "
+                "group or the tenant's admin role"
+            )
 
     async def close(self) -> None:
         if self._owners is not None:
             await self._owners.close()
+
+
+def _validate(kind: str, name: str) -> None:
+    if kind == TXN:
+        names.validate_transactional_id(name)
+    elif kind == GROUP:
+        names.validate_group_id(name)
 
 
 OPEN = Authorizer(None, None)

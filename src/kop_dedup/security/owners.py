@@ -4,15 +4,19 @@ it first (a producer id: the role it was given to).
 Kept in Pulsar like the sidecar's other state: a keyed table (``<system
 namespace>/owners``), one record per claimed name (``txn:<id>``, ``group:<id>``,
 ``pid:<producer id>``; the value: the owner role in UTF-8). Every sidecar reads it;
-any may write it.
+any may write it. Names are checked before they are claimed
+(:func:`~kop_dedup.security.authorizer.Authorizer.owns`: at most
+:data:`~kop_dedup.coordination.names.MAX_ID_LENGTH` characters, not empty).
 
 The *first* record of a key in topic order owns it, so two sidecars that claim one
 name at once agree on the winner once each has read its own claim back; the loser
 then writes the winner's claim again, so that compaction (which keeps the latest
 record of a key) keeps the winner too. A tombstone (a deleted group) frees the name.
 
-A claim costs a broker round trip only the first time a name is seen: an owner never
-changes while the name lives, so a name already read is decided locally.
+A claim costs a broker round trip the first time a name is seen, and again once the
+table was last read more than ``ttl_s`` ago: an owner changes only when the name is
+released (an admin's release, a deleted or expired group, an expired transactional id),
+possibly through another node, and such a release takes effect here within ``ttl_s``.
 
 >>> owners = Owners(client, "persistent://public/kop-dedup-system/owners")
 >>> await owners.claim("txn", "payments-1", "alice")   # first use: alice owns it
@@ -24,6 +28,7 @@ False
 from __future__ import annotations
 
 import logging
+import time
 
 from kop_dedup.pulsar.tables import KeyedTable, KeyedWriter, PulsarClient, TableRecord
 
@@ -35,8 +40,15 @@ log = logging.getLogger(__name__)
 class Owners:
     """The owners table (see the module)."""
 
-    def __init__(self, client: PulsarClient, topic: str) -> None:
+    def __init__(
+        self,
+        client: PulsarClient,
+        topic: str,
+        *,
+        ttl_s: float = 10.0,
+    ) -> None:
         self._owners: dict[str, str] = {}
+        self._ttl_s = ttl_s
         self._table = KeyedTable(client, topic, self._apply, read_compacted=False)
         self._writer = KeyedWriter(client, topic)
 
@@ -49,9 +61,14 @@ class Owners:
     async def owner(self, kind: str, name: str) -> str | None:
         """The role owning ``name`` (read from Pulsar when not known here)."""
         key = f"{kind}:{name}"
-        if key not in self._owners:
+        if key not in self._owners or self._stale():
             await self._table.barrier()
         return self._owners.get(key)
+
+    def _stale(self) -> bool:
+        """The table was last read to its end more than ``ttl_s`` ago (or never)."""
+        read = self._table.caught_up_from
+        return read is None or time.monotonic() - read > self._ttl_s
 
     async def owners(self, kind: str) -> dict[str, str]:
         """Every ``kind`` name's owner, caught up with Pulsar."""
@@ -74,10 +91,17 @@ class Owners:
                 await self._writer.send(key, owner.encode("utf-8"))
         return owner == role
 
-    async def release(self, kind: str, name: str) -> None:
-        """Forget ``name``'s owner (a deleted group): the next user claims it."""
-        await self._writer.tombstone(f"{kind}:{name}")
+    async def release(self, kind: str, name: str) -> str | None:
+        """Forget ``name``'s owner (a deleted or expired group or transactional id, an
+        admin's release): the next user claims it. The owner it had (None: nobody's, and
+        nothing is written)."""
+        key = f"{kind}:{name}"
         await self._table.barrier()
+        owner = self._owners.get(key)
+        if owner is not None:
+            await self._writer.tombstone(key)
+            await self._table.barrier()
+        return owner
 
     async def close(self) -> None:
         await self._writer.close()

@@ -1,0 +1,171 @@
+"""Owners of transactional ids and groups: names checked before they are claimed, a way
+back from squatting (an admin's release, deleting a group never stored), owners pruned
+when their names expire, and a release made elsewhere seen within ``auth_owners_ttl_ms``.
+
+alice and bob may produce and consume the data namespace; ``kop-test-owners-ops`` is an
+admin role of the tenant; root is a superuser. One sidecar with roles (HTTP and Kafka).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pulsar as pulsar_client
+import pytest
+from kafka.protocol.producer import InitProducerIdRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from kop_dedup.coordination.names import MAX_ID_LENGTH
+from kop_dedup.security.owners import Owners
+from tests.helpers import batch, delete_namespace, init_txn, read_all, uniq, wait_until
+from tests.kafka_group_wire import join
+from tests.kafka_wire import WireClient
+from tests.pulsar_grants import Grants
+from tests.sidecar import ThreadSidecar
+
+pytestmark = pytest.mark.integration
+
+OPS = "kop-test-owners-ops"
+ROLES = f"alice:tok-alice\nbob:tok-bob\nroot:tok-root\n{OPS}:tok-ops\n"
+OWNERS_TTL_MS = 500
+RETENTION_MS = 1_000
+
+
+class Env(Grants):
+    def __init__(self, sc: ThreadSidecar, namespace: str, admin: httpx.Client) -> None:
+        super().__init__(admin, namespace)
+        self.sc = sc
+
+    def api(self, token: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.sc.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    def wire(self, token: str) -> WireClient:
+        c = WireClient(self.sc.kafka_bootstrap)
+        assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+        auth = c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1)
+        assert auth.error_code == 0
+        return c
+
+    @property
+    def owners_topic(self) -> str:
+        return f"persistent://public/{self.sc.settings.system_namespace}/owners"
+
+
+def _admins(admin: httpx.Client, change: Any) -> None:
+    tenant = admin.get("/admin/v2/tenants/public").json()
+    roles = change(list(tenant.get("adminRoles") or []))
+    admin.post("/admin/v2/tenants/public", json={**tenant, "adminRoles": roles}).raise_for_status()
+
+
+@pytest.fixture(scope="module")
+def env(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    roles: Path = tmp_path_factory.mktemp("owners") / "roles"
+    roles.write_text(ROLES)
+    namespace = uniq("own")
+    with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
+        _admins(admin, lambda r: [*r, OPS] if OPS not in r else r)
+        try:
+            with ThreadSidecar(
+                pulsar,
+                namespace=namespace,
+                system_namespace=uniq("sys"),
+                auth_roles_file=roles,
+                superuser_roles="root",
+                auth_permissions_ttl_ms=1_000,
+                auth_owners_ttl_ms=OWNERS_TTL_MS,
+                group_retention_ms=RETENTION_MS,
+                group_retention_check_interval_ms=100,
+            ) as sc:
+                e = Env(sc, f"public/{namespace}", admin)
+                e.grant("alice", ["produce", "consume"])
+                e.grant("bob", ["produce", "consume"])
+                yield e
+        finally:
+            _admins(admin, lambda r: [x for x in r if x != OPS])
+    delete_namespace(pulsar.admin_url, f"public/{namespace}")
+
+
+def _refused(r: httpx.Response, status: int, code: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    body: dict[str, Any] = r.json()
+    assert body["errorCode"] == code, r.text
+    return body
+
+
+def _topic(env: Env) -> str:
+    topic = uniq("ot")
+    with env.api("tok-root") as root:
+        pid = root.post("/v1/init-producer-id", json={}).json()["producerId"]
+        r = root.post("/v1/produce", json={"batches": [batch(topic, pid, 0)]})
+        assert r.json()["results"][0]["errorCode"] == 0, r.text
+    return topic
+
+
+def _commit(api: httpx.Client, group: str, topic: str) -> httpx.Response:
+    offsets = [{"topic": topic, "partition": 0, "offset": 1}]
+    return api.post(f"/v1/groups/{group}/offsets", json={"offsets": offsets})
+
+
+def _claim_group(api: httpx.Client, group: str) -> None:
+    """A use of the group that claims it and stores nothing (an unknown member's beat)."""
+    r = api.post(f"/v1/groups/{group}/members/nobody/heartbeat")
+    assert r.status_code != 403, r.text
+
+
+def test_an_overlong_name_is_refused_before_anything_is_claimed(env):
+    """A 30,006-character transactional id was claimed (stored in the owners table) and
+    only then refused by the coordinator."""
+    long_tid, long_group = "t" * (MAX_ID_LENGTH + 1), "g" * (MAX_ID_LENGTH + 1)
+    with env.api("tok-alice") as alice:
+        body = _refused(
+            alice.post("/v1/init-producer-id", json={"transactionalId": long_tid}), 400, 42
+        )
+        assert str(MAX_ID_LENGTH) in body["errorMessage"], body
+        r = alice.post(f"/v1/groups/{long_group}/members", json={"topics": [_topic(env)]})
+        body = _refused(r, 400, 24)
+        assert str(MAX_ID_LENGTH) in body["errorMessage"], body
+        init_txn(alice, uniq("ok"))  # a name that is claimed: the table is read below
+    with env.wire("tok-alice") as c:
+        init = InitProducerIdRequest(transactional_id="w" * 30_006, transaction_timeout_ms=60_000)
+        assert c.call(init, 1).error_code == 42  # INVALID_REQUEST
+        assert join(c, "j" * (MAX_ID_LENGTH + 1), "", retry=False).error_code == 24
+    client = pulsar_client.Client(env.sc.settings.pulsar_service_url)
+    try:
+        keys = [m.partition_key() for m in read_all(client, env.owners_topic)]
+    finally:
+        client.close()
+    assert keys, "the owners table holds alice's claim"
+    assert max(len(k) for k in keys) <= MAX_ID_LENGTH + len("group:"), "an overlong name claimed"
+
+
+def test_a_release_through_another_node_takes_effect_within_the_owners_ttl(env):
+    """Another node of the cluster releases the id (its own Owners on the same table):
+    this node re-reads its owners after ``auth_owners_ttl_ms``; it kept them forever."""
+    tid = uniq("ttl")
+    with env.api("tok-alice") as alice, env.api("tok-bob") as bob:
+        init_txn(bob, tid)
+        _refused(alice.post("/v1/init-producer-id", json={"transactionalId": tid}), 403, 53)
+
+        async def release_elsewhere() -> None:
+            other = Owners(env.sc.runtime.publisher.client, env.owners_topic)
+            try:
+                await other.release("txn", tid)
+            finally:
+                await other.close()
+
+        env.sc.call(release_elsewhere())
+        wait_until(
+            "alice's init once the release is seen",
+            lambda: (
+                alice.post("/v1/init-producer-id", json={"transactionalId": tid}).json()[
+                    "errorCode"
+                ]
+                == 0
+            ),
+            timeout=OWNERS_TTL_MS / 1000 + 10,
+        )
