@@ -8,6 +8,7 @@ admin role of the tenant; root is a superuser. One sidecar with roles (HTTP and 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kop_dedup.coordination.names import MAX_ID_LENGTH
 from kop_dedup.security.owners import Owners
 from tests.helpers import batch, delete_namespace, init_txn, read_all, uniq, wait_until
-from tests.kafka_group_wire import join
+from tests.kafka_group_wire import delete_groups, join
 from tests.kafka_wire import WireClient
 from tests.pulsar_grants import Grants
 from tests.sidecar import ThreadSidecar
@@ -111,6 +112,10 @@ def _commit(api: httpx.Client, group: str, topic: str) -> httpx.Response:
     return api.post(f"/v1/groups/{group}/offsets", json={"offsets": offsets})
 
 
+def _init_code(api: httpx.Client, tid: str) -> int:
+    return int(api.post("/v1/init-producer-id", json={"transactionalId": tid}).json()["errorCode"])
+
+
 def _claim_group(api: httpx.Client, group: str) -> None:
     """A use of the group that claims it and stores nothing (an unknown member's beat)."""
     r = api.post(f"/v1/groups/{group}/members/nobody/heartbeat")
@@ -143,6 +148,106 @@ def test_an_overlong_name_is_refused_before_anything_is_claimed(env):
     assert max(len(k) for k in keys) <= MAX_ID_LENGTH + len("group:"), "an overlong name claimed"
 
 
+def test_an_admin_releases_a_squatted_transactional_id(env):
+    tid, topic = uniq("sq"), _topic(env)
+    with env.api("tok-alice") as alice, env.api("tok-bob") as bob, env.api("tok-ops") as ops:
+        pid, epoch = init_txn(bob, tid)  # bob squats alice's id
+        _refused(alice.post("/v1/init-producer-id", json={"transactionalId": tid}), 403, 53)
+        _refused(alice.delete(f"/v1/transactions/{tid}/owner"), 403, 53)  # not an admin
+        _refused(ops.delete(f"/v1/transactions/{uniq('none')}/owner"), 404, 105)
+        r = bob.post(
+            "/v1/produce",
+            json={"transactionalId": tid, "batches": [batch(topic, pid, 0, epoch=epoch)]},
+        )
+        assert r.json()["results"][0]["errorCode"] == 0, r.text
+        _refused(ops.delete(f"/v1/transactions/{tid}/owner"), 409, 51)  # open: not now
+        end = {"transactionalId": tid, "producerId": pid, "producerEpoch": epoch, "commit": False}
+        assert bob.post("/v1/end-txn", json=end).json()["errorCode"] == 0
+        r = wait_until(  # 409 while the abort is being applied
+            "the release",
+            lambda: (x := ops.delete(f"/v1/transactions/{tid}/owner")).status_code != 409 and x,
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["releasedFrom"] == "bob", r.text
+        pid, epoch = init_txn(alice, tid)  # alice's now, its producer id too
+        r = alice.post(
+            "/v1/produce",
+            json={"transactionalId": tid, "batches": [batch(topic, pid, 0, epoch=epoch)]},
+        )
+        assert r.json()["results"][0]["errorCode"] == 0, r.text
+        _refused(bob.post("/v1/init-producer-id", json={"transactionalId": tid}), 403, 53)
+
+
+def test_a_group_claimed_but_never_stored_is_deleted_by_its_owner(env):
+    group, topic = uniq("sqg"), _topic(env)
+    with env.api("tok-alice") as alice, env.api("tok-bob") as bob:
+        _claim_group(bob, group)
+        _refused(_commit(alice, group, topic), 403, 30)
+        _refused(alice.delete(f"/v1/groups/{group}"), 403, 30)  # not hers
+        r = bob.delete(f"/v1/groups/{group}")
+        assert r.status_code == 200, r.text
+        assert r.json()["errorCode"] == 0, r.text
+        r = _commit(alice, group, topic)  # the name is free: alice's first use claims it
+        assert r.status_code == 200, r.text
+        assert r.json()["errorCode"] == 0, r.text
+        _refused(bob.delete(f"/v1/groups/{uniq('none')}"), 403, 30)  # nobody's: not bob's
+    with env.api("tok-ops") as ops:
+        _refused(ops.delete(f"/v1/groups/{uniq('none')}"), 404, 69)
+
+
+def test_kafka_delete_groups_frees_a_group_never_stored_for_its_owner_or_an_admin(env):
+    squatted, owned, nobodys = uniq("kg"), uniq("kg"), uniq("kg")
+    with env.api("tok-bob") as bob:
+        _claim_group(bob, squatted)
+        _claim_group(bob, owned)
+
+    def delete(token: str, group: str) -> int:
+        with env.wire(token) as c:
+            return delete_groups(c, group)[0]
+
+    assert delete("tok-alice", squatted) == 30  # GROUP_AUTHORIZATION_FAILED: bob's
+    assert delete("tok-ops", squatted) == 0  # the tenant's admin
+    assert delete("tok-bob", owned) == 0  # its owner
+    assert delete("tok-ops", nobodys) == 69  # GROUP_ID_NOT_FOUND: nothing, nobody's
+    topic = _topic(env)
+    with env.api("tok-alice") as alice:
+        for group in (squatted, owned):
+            assert _commit(alice, group, topic).json()["errorCode"] == 0
+
+
+def test_an_expired_group_loses_its_owner(env):
+    """Retention forgets a group with no members and nothing done for
+    ``group_retention_ms``: its owner goes with it, as Kafka forgets an expired group."""
+    group, topic = uniq("exg"), _topic(env)
+    with env.api("tok-alice") as alice, env.api("tok-bob") as bob:
+        assert _commit(bob, group, topic).json()["errorCode"] == 0
+        _refused(_commit(alice, group, topic), 403, 30)
+        wait_until(
+            "the expired group to be free for alice",
+            lambda: _commit(alice, group, topic).status_code == 200,
+            timeout=RETENTION_MS / 1000 + 20,
+        )
+
+
+def test_an_expired_transactional_id_loses_its_owner_and_producer_id(env):
+    """The coordinator's expiry (``transactional_id_expiry_seconds``, at least a minute:
+    called here as the sweep calls it) forgets the id's owner and its producer id's."""
+    tid = uniq("ext")
+    with env.api("tok-alice") as alice, env.api("tok-bob") as bob:
+        old_pid, _ = init_txn(bob, tid)
+        state = env.sc.runtime.transactions.state
+
+        async def expire() -> None:
+            await state.forget(state.partition_of(tid), tid, 0)
+
+        time.sleep(0.01)  # the id's last change is over 0 ms old
+        env.sc.call(expire())
+        pid, _ = init_txn(alice, tid)  # a fresh id: alice's, with a new producer id
+        assert pid != old_pid
+        owner = env.sc.call(env.sc.runtime.authorizer.owner("pid", str(old_pid)))
+        assert owner is None, owner
+
+
 def test_a_release_through_another_node_takes_effect_within_the_owners_ttl(env):
     """Another node of the cluster releases the id (its own Owners on the same table):
     this node re-reads its owners after ``auth_owners_ttl_ms``; it kept them forever."""
@@ -161,11 +266,6 @@ def test_a_release_through_another_node_takes_effect_within_the_owners_ttl(env):
         env.sc.call(release_elsewhere())
         wait_until(
             "alice's init once the release is seen",
-            lambda: (
-                alice.post("/v1/init-producer-id", json={"transactionalId": tid}).json()[
-                    "errorCode"
-                ]
-                == 0
-            ),
+            lambda: _init_code(alice, tid) == 0,
             timeout=OWNERS_TTL_MS / 1000 + 10,
         )

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 Forgotten = Callable[[str, list[TopicPartition]], Awaitable[None]]
 """Told of a forgotten group and the partitions it had (its subscriptions go)."""
+Release = Callable[[str], Awaitable[str | None]]
+"""Forgets a group's owner (the role that used it first), answering the one it had."""
 
 
 class GroupRetention:
@@ -45,6 +47,10 @@ class GroupRetention:
         self, groups: GroupCoordinator, *, retention_ms: int, forgotten: Forgotten
     ) -> None:
         self._groups, self.retention_ms, self._forgotten = groups, retention_ms, forgotten
+        self.release: Release | None = None
+        """Forgets a forgotten group's owner, under the store partition's lock after its
+        keys are removed (Kafka's expiry and DeleteGroups forget the name whole); set
+        where the security side is wired (:mod:`kop_dedup.security.pruning`)."""
 
     def _expired(self, state: GroupState, now: int) -> bool:
         kafka = self._groups.classic.group(state.group_id)
@@ -112,6 +118,7 @@ class GroupRetention:
             tps = sorted(set(state.partitions()) | {tp for _, tp in state.member_offsets})
             for k, _ in groups.store.docs(group_id):
                 await groups.store.remove(p, key(*k))
+            await self.released(group_id)
             return tps
 
         tps: list[TopicPartition] | None = await groups.store.owned(group_id, change, take=take)
@@ -120,6 +127,10 @@ class GroupRetention:
         groups.readers.drop(group_id)
         await self.forgotten(group_id, tps)
         return True
+
+    async def released(self, group_id: str) -> str | None:
+        """The group's owner forgotten (None: it had none, or nothing is wired)."""
+        return None if self.release is None else await self.release(group_id)
 
     async def forgotten(self, group_id: str, tps: list[TopicPartition]) -> None:
         """Offsets of ``tps`` were removed: the subscriptions that followed them go."""
