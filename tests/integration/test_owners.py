@@ -63,9 +63,7 @@ def _admins(admin: httpx.Client, change: Any) -> None:
     admin.post("/admin/v2/tenants/public", json={**tenant, "adminRoles": roles}).raise_for_status()
 
 
-@pytest.fixture(scope="module")
-def env(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    roles: Path = tmp_path_factory.mktemp("owners") / "roles"
+def _env(pulsar: Any, roles: Path, **settings: Any) -> Iterator[Env]:
     roles.write_text(ROLES)
     namespace = uniq("own")
     with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
@@ -79,8 +77,7 @@ def env(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 superuser_roles="root",
                 auth_permissions_ttl_ms=1_000,
                 auth_owners_ttl_ms=OWNERS_TTL_MS,
-                group_retention_ms=RETENTION_MS,
-                group_retention_check_interval_ms=100,
+                **settings,
             ) as sc:
                 e = Env(sc, f"public/{namespace}", admin)
                 e.grant("alice", ["produce", "consume"])
@@ -89,6 +86,22 @@ def env(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         finally:
             _admins(admin, lambda r: [x for x in r if x != OPS])
     delete_namespace(pulsar.admin_url, f"public/{namespace}")
+
+
+@pytest.fixture(scope="module")
+def env(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    yield from _env(pulsar, tmp_path_factory.mktemp("owners") / "roles")
+
+
+@pytest.fixture(scope="module")
+def expiring(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    """Groups expire a second after their last use (the sweep runs every 100 ms)."""
+    yield from _env(
+        pulsar,
+        tmp_path_factory.mktemp("expiring") / "roles",
+        group_retention_ms=RETENTION_MS,
+        group_retention_check_interval_ms=100,
+    )
 
 
 def _refused(r: httpx.Response, status: int, code: int) -> dict[str, Any]:
@@ -215,9 +228,10 @@ def test_kafka_delete_groups_frees_a_group_never_stored_for_its_owner_or_an_admi
             assert _commit(alice, group, topic).json()["errorCode"] == 0
 
 
-def test_an_expired_group_loses_its_owner(env):
+def test_an_expired_group_loses_its_owner(expiring):
     """Retention forgets a group with no members and nothing done for
     ``group_retention_ms``: its owner goes with it, as Kafka forgets an expired group."""
+    env = expiring
     group, topic = uniq("exg"), _topic(env)
     with env.api("tok-alice") as alice, env.api("tok-bob") as bob:
         assert _commit(bob, group, topic).json()["errorCode"] == 0
@@ -268,4 +282,19 @@ def test_a_release_through_another_node_takes_effect_within_the_owners_ttl(env):
             "alice's init once the release is seen",
             lambda: _init_code(alice, tid) == 0,
             timeout=OWNERS_TTL_MS / 1000 + 10,
+        )
+
+
+def test_a_group_claimed_and_never_stored_loses_its_owner_after_the_retention(expiring):
+    """A name claimed by a use that stored nothing (here an unknown member's heartbeat)
+    is not in the store, so retention never saw it: its owner kept it forever."""
+    env = expiring
+    group, topic = uniq("unst"), _topic(env)
+    with env.api("tok-alice") as alice, env.api("tok-bob") as bob:
+        _claim_group(bob, group)
+        assert env.sc.call(env.sc.runtime.authorizer.owner("group", group)) == "bob"
+        wait_until(
+            "the never-stored group to be free for alice",
+            lambda: _commit(alice, group, topic).status_code == 200,
+            timeout=RETENTION_MS / 1000 + 20,
         )

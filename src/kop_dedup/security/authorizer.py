@@ -213,6 +213,16 @@ class Authorizer:
         except Exception as exc:
             raise translate(exc, f"releasing {kind} {name!r} in Pulsar") from exc
 
+    async def claimed_before(self, kind: str, before_ms: int) -> list[str]:
+        """The ``kind`` names claimed before ``before_ms`` (epoch ms); none with
+        authentication off."""
+        if self._owners is None:
+            return []
+        try:
+            return await self._owners.claimed_before(kind, before_ms)
+        except Exception as exc:
+            raise translate(exc, "reading owners in Pulsar") from exc
+
     async def may_delete_group(self, who: Identity, group: str) -> None:
         """30 unless ``who`` owns ``group`` (a name nobody owns is not the caller's) or
         is an admin (Kafka's Delete on the Group resource)."""

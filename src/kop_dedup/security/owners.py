@@ -48,6 +48,7 @@ class Owners:
         ttl_s: float = 10.0,
     ) -> None:
         self._owners: dict[str, str] = {}
+        self._since: dict[str, int] = {}  # when the owner's claim was written (epoch ms)
         self._ttl_s = ttl_s
         self._table = KeyedTable(client, topic, self._apply, read_compacted=False)
         self._writer = KeyedWriter(client, topic)
@@ -55,8 +56,10 @@ class Owners:
     def _apply(self, record: TableRecord) -> None:
         if record.value is None:
             self._owners.pop(record.key, None)
-        else:
-            self._owners.setdefault(record.key, record.value.decode("utf-8"))
+            self._since.pop(record.key, None)
+        elif record.key not in self._owners:
+            self._owners[record.key] = record.value.decode("utf-8")
+            self._since[record.key] = record.publish_time_ms
 
     async def owner(self, kind: str, name: str) -> str | None:
         """The role owning ``name`` (read from Pulsar when not known here)."""
@@ -75,6 +78,17 @@ class Owners:
         await self._table.barrier()
         prefix = f"{kind}:"
         return {k[len(prefix) :]: v for k, v in self._owners.items() if k.startswith(prefix)}
+
+    async def claimed_before(self, kind: str, before_ms: int) -> list[str]:
+        """The ``kind`` names whose owner claimed them before ``before_ms`` (epoch ms, the
+        broker's publish time), caught up with Pulsar."""
+        await self._table.barrier()
+        prefix = f"{kind}:"
+        return [
+            k[len(prefix) :]
+            for k, at in self._since.items()
+            if k.startswith(prefix) and at < before_ms
+        ]
 
     async def claim(self, kind: str, name: str, role: str) -> bool:
         """True when ``role`` owns ``name`` (claiming it if nobody does)."""

@@ -5,7 +5,8 @@ The coordinators know nothing of roles; each offers one hook, called under the l
 the state it removes, which :func:`prune_owners` points at the owners table:
 
 - a group forgotten (``group_retention_ms`` with no members and nothing done, or
-  DeleteGroups): its ``group:`` row;
+  DeleteGroups): its ``group:`` row; and a group claimed over ``group_retention_ms`` ago
+  and never stored (no key in the store, no Kafka member): its row, by the same sweep;
 - a transactional id expired (``transactional_id_expiry_seconds`` after its last
   transaction ended): its ``txn:`` row and its producer id's ``pid:`` row (its next
   init starts afresh with a new producer id, as Kafka's).
@@ -49,4 +50,5 @@ def prune_owners(
     if not authorizer.has_owners:
         return
     groups.release = partial(authorizer.released, GROUP)
+    groups.claimed_before = partial(authorizer.claimed_before, GROUP)
     transactions.on_forget = partial(release_transactional_id, authorizer)
