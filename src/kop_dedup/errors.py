@@ -49,6 +49,7 @@ The tree::
     +-- InvalidTransactionTimeout (50)
     +-- ConcurrentTransactions (51, retriable)
     +-- TransactionalIdAuthorizationFailed (53)
+    +-- SecurityDisabled (54)
     +-- OperationNotAttempted (55)
     +-- KafkaStorageError (56, retriable)
     +-- SaslAuthenticationFailed (58)
@@ -136,6 +137,7 @@ __all__ = [
     "RebalanceInProgress",
     "RequestTimedOut",
     "SaslAuthenticationFailed",
+    "SecurityDisabled",
     "ThrottlingQuotaExceeded",
     "TopicAlreadyExists",
     "TopicAuthorizationFailed",
@@ -332,6 +334,10 @@ class ConcurrentTransactions(KafkaError):
 
 class TransactionalIdAuthorizationFailed(KafkaError):
     errno, name = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+class SecurityDisabled(KafkaError):
+    errno, name = 54, "SECURITY_DISABLED"
 
 
 class OperationNotAttempted(KafkaError):

@@ -42,6 +42,7 @@ from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.grants import Grants
 from kop_dedup.pulsar.tables import PulsarClient
+from kop_dedup.security.acl_store import AclStore
 from kop_dedup.security.identity import Authenticator, Identity
 from kop_dedup.security.owners import Owners
 from kop_dedup.settings import Settings
@@ -67,6 +68,8 @@ class Authorizer:
 
     def __init__(self, grants: Grants | None, owners: Owners | None) -> None:
         self._grants, self._owners = grants, owners
+        self.acls = None if grants is None or owners is None else AclStore(grants, owners)
+        """Kafka's ACL view of the same grants and owners; None with authentication off."""
 
     @classmethod
     def build(

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
+    acls,
     cluster,
     configs,
     fetch,
     group_deletion,
     groups,
     list_offsets,
+    log_dirs,
     metadata,
     offsets,
     partitions,
@@ -62,4 +64,6 @@ API_TABLE = build_table(
     cluster.APIS,
     txn_admin.APIS,
     txn_markers.APIS,
+    acls.APIS,
+    log_dirs.APIS,
 )
