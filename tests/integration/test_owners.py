@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pulsar as pulsar_client
 import pytest
+from kafka.protocol.admin import CreateAclsRequest
 from kafka.protocol.producer import InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
@@ -159,6 +160,32 @@ def test_an_overlong_name_is_refused_before_anything_is_claimed(env):
         client.close()
     assert keys, "the owners table holds alice's claim"
     assert max(len(k) for k in keys) <= MAX_ID_LENGTH + len("group:"), "an overlong name claimed"
+
+
+def test_an_acl_naming_an_overlong_group_or_transactional_id_claims_nothing(env):
+    """CreateAcls gives a group or a transactional id to a role by claiming it: the name is
+    checked as a first use's is (24 INVALID_GROUP_ID, 42 INVALID_REQUEST), per entry."""
+    group, tid = "g" * (MAX_ID_LENGTH + 1), "x" * (MAX_ID_LENGTH + 1)
+    fine = uniq("aclg")
+
+    def creation(resource_type: int, name: str, operation: int) -> Any:
+        return CreateAclsRequest.AclCreation(
+            resource_type=resource_type,  # 3 GROUP, 5 TRANSACTIONAL_ID
+            resource_name=name,
+            resource_pattern_type=3,  # LITERAL
+            principal="User:alice",
+            host="*",
+            operation=operation,  # 3 READ, 4 WRITE
+            permission_type=3,  # ALLOW
+        )
+
+    creations = [creation(3, group, 3), creation(5, tid, 4), creation(3, fine, 3)]
+    with env.wire("tok-root") as root:
+        answer = root.call(CreateAclsRequest(creations=creations), 2)
+    assert [r.error_code for r in answer.results] == [24, 42, 0]
+    assert env.sc.call(env.sc.runtime.authorizer.owner("group", fine)) == "alice"
+    for kind, name in (("group", group), ("txn", tid)):
+        assert env.sc.call(env.sc.runtime.authorizer.owner(kind, name)) is None
 
 
 def test_an_admin_releases_a_squatted_transactional_id(env):

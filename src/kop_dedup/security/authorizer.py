@@ -37,14 +37,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kop_dedup import errors
-from kop_dedup.coordination import names
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.grants import Grants
 from kop_dedup.pulsar.tables import PulsarClient
 from kop_dedup.security.acl_store import AclStore
 from kop_dedup.security.identity import Authenticator, Identity
-from kop_dedup.security.owners import Owners
+from kop_dedup.security.owners import Owners, validate_name
 from kop_dedup.settings import Settings
 
 __all__ = [
@@ -125,7 +124,7 @@ class Authorizer:
         if who.superuser or self._owners is None:
             return True
         if claim:  # before anything is written for it
-            _validate(kind, name)
+            validate_name(kind, name)
         try:
             if claim:
                 return await self._owners.claim(kind, name, who.role)
@@ -240,13 +239,6 @@ class Authorizer:
     async def close(self) -> None:
         if self._owners is not None:
             await self._owners.close()
-
-
-def _validate(kind: str, name: str) -> None:
-    if kind == TXN:
-        names.validate_transactional_id(name)
-    elif kind == GROUP:
-        names.validate_group_id(name)
 
 
 OPEN = Authorizer(None, None)

@@ -4,9 +4,9 @@ it first (a producer id: the role it was given to).
 Kept in Pulsar like the sidecar's other state: a keyed table (``<system
 namespace>/owners``), one record per claimed name (``txn:<id>``, ``group:<id>``,
 ``pid:<producer id>``; the value: the owner role in UTF-8). Every sidecar reads it;
-any may write it. Names are checked before they are claimed
-(:func:`~kop_dedup.security.authorizer.Authorizer.owns`: at most
-:data:`~kop_dedup.coordination.names.MAX_ID_LENGTH` characters, not empty).
+any may write it. Names are checked before they are claimed (:func:`validate_name`: at
+most :data:`~kop_dedup.coordination.names.MAX_ID_LENGTH` characters, not empty), by every
+caller of :meth:`Owners.claim` (first uses, Kafka ACLs).
 
 The *first* record of a key in topic order owns it, so two sidecars that claim one
 name at once agree on the winner once each has read its own claim back; the loser
@@ -30,11 +30,21 @@ from __future__ import annotations
 import logging
 import time
 
+from kop_dedup.coordination import names
 from kop_dedup.pulsar.tables import KeyedTable, KeyedWriter, PulsarClient, TableRecord
 
-__all__ = ["Owners"]
+__all__ = ["Owners", "validate_name"]
 
 log = logging.getLogger(__name__)
+
+
+def validate_name(kind: str, name: str) -> None:
+    """Kafka's error for a transactional id (42) or group id (24) that may not be claimed:
+    empty, or over :data:`~kop_dedup.coordination.names.MAX_ID_LENGTH` characters."""
+    if kind == "txn":
+        names.validate_transactional_id(name)
+    elif kind == "group":
+        names.validate_group_id(name)
 
 
 class Owners:
@@ -91,7 +101,9 @@ class Owners:
         ]
 
     async def claim(self, kind: str, name: str, role: str) -> bool:
-        """True when ``role`` owns ``name`` (claiming it if nobody does)."""
+        """True when ``role`` owns ``name`` (claiming it if nobody does). A name
+        :func:`validate_name` refuses raises its Kafka error, and nothing is written."""
+        validate_name(kind, name)
         key = f"{kind}:{name}"
         owner = await self.owner(kind, name)
         if owner is None:
