@@ -310,6 +310,14 @@ def test_a_release_through_another_node_takes_effect_within_the_owners_ttl(env):
             lambda: _init_code(alice, tid) == 0,
             timeout=OWNERS_TTL_MS / 1000 + 10,
         )
+        # the id's own producer id, once bob's, is alice's now (its owner was not released)
+        pid, epoch = init_txn(alice, tid)
+        r = alice.post(
+            "/v1/produce",
+            json={"transactionalId": tid, "batches": [batch(_topic(env), pid, 0, epoch=epoch)]},
+        )
+        assert r.status_code == 200, r.text  # 403/31 before: the producer id stayed bob's
+        assert r.json()["results"][0]["errorCode"] == 0, r.text
 
 
 def test_a_group_claimed_and_never_stored_loses_its_owner_after_the_retention(expiring):

@@ -147,9 +147,20 @@ class Authorizer:
             raise errors.GroupAuthorizationFailed(f"group {group!r} belongs to another role")
 
     async def claim_producer(self, who: Identity, producer_id: int) -> None:
-        """A producer id allocated for ``who`` (init-producer-id) is its role's."""
-        if producer_id >= 0:
-            await self.owns(who, PRODUCER, str(producer_id))
+        """A producer id init-producer-id handed to ``who`` is its role's. One another
+        role holds is taken over: the coordinator answers a transactional id's own
+        producer id (at a new epoch, fencing the last producer) to the id's owner, and
+        the id changed hands (released by an admin, by DeleteAcls, or through another
+        node), so the old owner's claim on its producer id goes with it."""
+        if producer_id < 0 or who.superuser or self._owners is None:
+            return
+        pid = str(producer_id)
+        try:
+            if not await self._owners.claim(PRODUCER, pid, who.role):
+                await self._owners.release(PRODUCER, pid)
+                await self._owners.claim(PRODUCER, pid, who.role)
+        except Exception as exc:
+            raise translate(exc, f"giving producer id {pid} to role {who.role!r}") from exc
 
     async def require_producers(self, who: Identity, producer_ids: Iterable[int]) -> None:
         """Refuse a batch of a producer id init-producer-id did not give ``who``'s role.
