@@ -68,6 +68,8 @@ The tree::
     +-- ThrottlingQuotaExceeded (89)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
+    +-- ResourceNotFound (91)
+    +-- DuplicateResource (92)
     +-- TransactionalIdNotFound (105)
     +-- MismatchedEndpointType (114)
     +-- TransactionAbortable (120)
@@ -93,6 +95,7 @@ __all__ = [
     "CoordinatorLoadInProgress",
     "CoordinatorNotAvailable",
     "CorruptMessage",
+    "DuplicateResource",
     "DuplicateSequenceNumber",
     "FencedInstanceId",
     "FencedLeaderEpoch",
@@ -136,6 +139,7 @@ __all__ = [
     "ProducerFenced",
     "RebalanceInProgress",
     "RequestTimedOut",
+    "ResourceNotFound",
     "SaslAuthenticationFailed",
     "SecurityDisabled",
     "ThrottlingQuotaExceeded",
@@ -410,6 +414,14 @@ class UnstableOffsetCommit(KafkaError):
 
 class ProducerFenced(KafkaError):
     errno, name = 90, "PRODUCER_FENCED"
+
+
+class ResourceNotFound(KafkaError):
+    errno, name = 91, "RESOURCE_NOT_FOUND"
+
+
+class DuplicateResource(KafkaError):
+    errno, name = 92, "DUPLICATE_RESOURCE"
 
 
 class TransactionalIdNotFound(KafkaError):

@@ -18,6 +18,12 @@ table was last read more than ``ttl_s`` ago: an owner changes only when the name
 released (an admin's release, a deleted or expired group, an expired transactional id),
 possibly through another node, and such a release takes effect here within ``ttl_s``.
 
+Per-role quotas (:mod:`kop_dedup.security.quotas`) are counted here, from the table
+every node reads: a role claiming one more name of a kind than its quota allows is 89
+THROTTLING_QUOTA_EXCEEDED. Two claims of one role at once on two nodes may both pass
+(the count is read before the claim is written): a quota can be passed by the claims in
+flight at once, never more.
+
 >>> owners = Owners(client, "persistent://public/kop-dedup-system/owners")
 >>> await owners.claim("txn", "payments-1", "alice")   # first use: alice owns it
 True
@@ -29,9 +35,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from kop_dedup.coordination import names
 from kop_dedup.pulsar.tables import KeyedTable, KeyedWriter, PulsarClient, TableRecord
+from kop_dedup.security.quotas import RoleQuota
 
 __all__ = ["Owners", "validate_name"]
 
@@ -54,22 +62,41 @@ class Owners:
         self,
         client: PulsarClient,
         topic: str,
+        quotas: Mapping[str, RoleQuota] | None = None,
         *,
         ttl_s: float = 10.0,
     ) -> None:
         self._owners: dict[str, str] = {}
         self._since: dict[str, int] = {}  # when the owner's claim was written (epoch ms)
         self._ttl_s = ttl_s
+        self._quotas = dict(quotas or {})
+        self._held: dict[tuple[str, str], int] = {}  # (kind, role) -> names owned
         self._table = KeyedTable(client, topic, self._apply, read_compacted=False)
         self._writer = KeyedWriter(client, topic)
 
     def _apply(self, record: TableRecord) -> None:
+        key, kind = record.key, record.key.partition(":")[0]
         if record.value is None:
-            self._owners.pop(record.key, None)
-            self._since.pop(record.key, None)
-        elif record.key not in self._owners:
-            self._owners[record.key] = record.value.decode("utf-8")
-            self._since[record.key] = record.publish_time_ms
+            role = self._owners.pop(key, None)
+            self._since.pop(key, None)
+            if role is not None:
+                self._count(kind, role, -1)
+        elif key not in self._owners:
+            role = record.value.decode("utf-8")
+            self._owners[key] = role
+            self._since[key] = record.publish_time_ms
+            self._count(kind, role, 1)
+
+    def _count(self, kind: str, role: str, step: int) -> None:
+        held = self._held.get((kind, role), 0) + step
+        if held > 0:
+            self._held[(kind, role)] = held
+        else:
+            self._held.pop((kind, role), None)
+
+    def held(self, kind: str, role: str) -> int:
+        """How many ``kind`` names ``role`` owns (as read so far)."""
+        return self._held.get((kind, role), 0)
 
     async def owner(self, kind: str, name: str) -> str | None:
         """The role owning ``name`` (read from Pulsar when not known here)."""
@@ -101,12 +128,16 @@ class Owners:
         ]
 
     async def claim(self, kind: str, name: str, role: str) -> bool:
-        """True when ``role`` owns ``name`` (claiming it if nobody does). A name
+        """True when ``role`` owns ``name`` (claiming it if nobody does); 89
+        THROTTLING_QUOTA_EXCEEDED when ``role`` may claim no more of ``kind``. A name
         :func:`validate_name` refuses raises its Kafka error, and nothing is written."""
         validate_name(kind, name)
         key = f"{kind}:{name}"
         owner = await self.owner(kind, name)
         if owner is None:
+            quota = self._quotas.get(kind)
+            if quota is not None:
+                quota.check(role, self.held(kind, role))
             await self._writer.send(key, role.encode("utf-8"))
             await self._table.barrier()
             owner = self._owners.get(key)

@@ -42,6 +42,7 @@ from kop_dedup.transports.http.groups import router as groups_router
 from kop_dedup.transports.http.internal import router as internal_router
 from kop_dedup.transports.http.owners import router as owners_router
 from kop_dedup.transports.http.produce import PATH, ProduceEndpoint, openapi_paths
+from kop_dedup.transports.http.quotas import router as quotas_router
 from kop_dedup.transports.http.routes import router
 from kop_dedup.transports.http.routing import Forwarding
 from kop_dedup.transports.http.transactions import router as transactions_router
@@ -170,7 +171,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.admission = ByteBudget(settings.max_inflight_bytes)
     app.state.auth = Authenticator.from_settings(settings)
-    for routes in (router, transactions_router, groups_router, internal_router, owners_router):
+    for routes in (
+        router,
+        transactions_router,
+        groups_router,
+        quotas_router,
+        internal_router,
+        owners_router,
+    ):
         app.include_router(routes)
     # the hot path: a plain ASGI endpoint (produce.py), served ahead of FastAPI's own
     # path (_App) behind the body limit, and as the router's first route

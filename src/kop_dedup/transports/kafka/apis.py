@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from kop_dedup.transports.kafka import (
     acls,
+    client_quotas,
     cluster,
     configs,
     fetch,
@@ -24,6 +25,7 @@ from kop_dedup.transports.kafka import (
     produce,
     producer_ids,
     sasl,
+    throttle,
     topics,
     transactions,
     txn_admin,
@@ -52,8 +54,8 @@ API_TABLE = build_table(
     metadata.APIS,
     topics.APIS,
     producer_ids.APIS,
-    produce.APIS,
-    fetch.APIS,
+    throttle.throttled(produce.APIS, throttle.PRODUCER_BYTE_RATE, throttle.request_bytes),
+    throttle.throttled(fetch.APIS, throttle.CONSUMER_BYTE_RATE, throttle.answer_bytes),
     list_offsets.APIS,
     offsets.APIS,
     groups.APIS,
@@ -66,4 +68,5 @@ API_TABLE = build_table(
     txn_markers.APIS,
     acls.APIS,
     log_dirs.APIS,
+    client_quotas.APIS,
 )
