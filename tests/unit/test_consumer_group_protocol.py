@@ -215,13 +215,13 @@ def test_transactional_commit_for_a_consumer_protocol_member_checks_its_epoch() 
     from kop_dedup.protocol.groups.fencing import check_txn_member
 
     g, _ = _join(ConsumerGroup.new(), "a")
-    check_txn_member("g", None, None, "a", 1, g)
+    check_txn_member("g", None, None, "a", 1, consumer=g)
     with pytest.raises(errors.StaleMemberEpoch):
-        check_txn_member("g", None, None, "a", 0, g)
+        check_txn_member("g", None, None, "a", 0, consumer=g)
     with pytest.raises(errors.UnknownMemberId):
-        check_txn_member("g", None, None, "b", 1, g)
+        check_txn_member("g", None, None, "b", 1, consumer=g)
     # before the fix the member of a consumer group was unknown to the KIP-447 check
-    check_txn_member("g", None, None, None, None, g)
+    check_txn_member("g", None, None, None, None, consumer=g)
 
 
 @pytest.mark.parametrize("version", [0, 1])

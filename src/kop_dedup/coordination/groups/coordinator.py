@@ -311,7 +311,7 @@ class GroupCoordinator:
         kafka, group = self.classic.group(group_id), self.group(group_id)
         try:
             check_txn_member(
-                group_id, kafka, group, member, generation, self.consumer.group(group_id)
+                group_id, kafka, group, member, generation, consumer=self.consumer.group(group_id)
             )
         except errors.KafkaError as exc:
             raise StaleMember(exc) from None
