@@ -241,3 +241,11 @@ def test_error_answers_encode_at_every_served_version(version: int) -> None:
     d = describe.error_answer(asked, version, errors.GroupAuthorizationFailed("no"))
     back = ConsumerGroupDescribeResponse.decode(d.encode(version=version), version=version)
     assert [(g.group_id, g.error_code) for g in back.groups] == [("a", 30), ("b", 30)]
+
+
+def test_a_slow_pulsar_is_a_coordinator_error_the_java_consumer_retries() -> None:
+    from kop_dedup.transports.kafka.consumer_groups import _retried
+
+    assert _retried(errors.RequestTimedOut("timed out waiting for Pulsar")).errno == 15
+    assert _retried(errors.NotCoordinator("moved")).errno == 16
+    assert _retried(errors.FencedMemberEpoch("rejoin")).errno == 110

@@ -72,6 +72,18 @@ def _heartbeat_error(_request: Any, version: int, error: errors.KafkaError) -> A
     )
 
 
+_COORDINATOR_CODES = (14, 15, 16)
+
+
+def _retried(error: errors.KafkaError) -> errors.KafkaError:
+    """A retriable failure (Pulsar slow or away: 7, 56...) as COORDINATOR_NOT_AVAILABLE
+    (15): the Java consumer retries a heartbeat only on the coordinator codes its schema
+    lists and takes any other as fatal (the member's process stops)."""
+    if error.retriable and error.errno not in _COORDINATOR_CODES:
+        return errors.CoordinatorNotAvailable(f"{error} (retry)")
+    return error
+
+
 def _owned(request: Any, topics: Iterable[str]) -> Assignment | None:
     if request.topic_partitions is None:
         return None
@@ -115,7 +127,7 @@ async def consumer_group_heartbeat(session: Session, request: Any, version: int)
         _, member = await consumer.heartbeat(request.group_id, beat)
     except Exception as exc:
         error = translate(exc, f"heartbeat in consumer group {request.group_id!r}")
-        return _heartbeat_error(request, version, error)
+        return _heartbeat_error(request, version, _retried(error))
     return _heartbeat_answer(version, member, s.kafka_consumer_heartbeat_interval_ms)
 
 
