@@ -3,22 +3,24 @@
 sidecar's Kafka listener, beside as many direct Pulsar producers on the same kind of
 topic (``--against-kafka``: and a real Kafka broker), in one run.
 
-Each side writes ``--wide-records`` records of ``--value-size`` bytes spread evenly over
-producers and partitions (record ``j``: producer ``j % producers``, partition ``(j //
-producers) % partitions``), from one thread, then waits for every acknowledgement; a
-cell is timed from the first record to the last acknowledgement, on a fresh topic.
-Producers connect (one warm-up record each) before the clock starts; the Pulsar
-producers on the partitions open during the cell, as they do for a client that starts.
+Each side first opens every producer name (the Kafka producers: one warm-up record to
+every partition each; the direct producers open every partition's producer when
+created; timed as ``open_s``), then writes ``--wide-records`` records of
+``--value-size`` bytes spread evenly over producers and partitions (record ``j``:
+producer ``j % producers``, partition ``(j // producers) % partitions``), from one
+thread, and waits for every acknowledgement; a cell is timed from the first record to
+the last acknowledgement, on a fresh topic.
 
 - *listener* (and *kafka*): confluent-kafka producers, idempotence on, ``acks=all``,
   ``linger.ms=20``, ``batch.num.messages=100`` (:data:`WIDE_CONFIG`).
 - *direct*: pulsar-client producers on the partitioned topic, round-robin routing,
   batches of at most 100 messages, ``send_async``.
 
-The listener's cell also reports the sidecar's RSS at its start and its peak (sampled
-every 0.2 s), and the most Pulsar producers it held at once (``peakHeldProducers`` of
-/v1/stats, never above ``KOP_DEDUP_MAX_OPEN_PRODUCERS``; ``--max-open-producers`` sets
-it for the run). Results: ``<out>/wide-produce.json`` and ``wide-produce.png``.
+The listener's cell also reports the sidecar's RSS before the first name opens and its
+peak (sampled every 0.2 s, over the opening and the cell), and the most Pulsar producers
+it held at once (``peakHeldProducers`` of /v1/stats, never above
+``KOP_DEDUP_MAX_OPEN_PRODUCERS``; ``--max-open-producers`` sets it for the run).
+Results: ``<out>/wide-produce.json`` and ``wide-produce.png``.
 
 >>> kop-dedup bench --wide-produce --against-kafka --wide-records 100000
 """
@@ -113,10 +115,12 @@ def kafka_cell(
         Producer({"bootstrap.servers": bootstrap, **WIDE_CONFIG, "on_delivery": reports})
         for _ in range(producers)
     ]
-    _flush(side, clients, [(i % partitions,) for i in range(producers)], topic, b"warm-up", 120)
-    reports.count, reports.latencies = 0, []
     plan = _spread(args.wide_records, producers, partitions)
-    with _Rss(sc) as rss:
+    with _Rss(sc) as rss:  # from before the first name opens
+        warm = time.monotonic()  # every name opened once, as the direct side's at creation
+        _flush(side, clients, [list(range(partitions))] * producers, topic, b"w", _FLUSH_S)
+        opened_s = time.monotonic() - warm
+        reports.count, reports.latencies = 0, []
         cpu0, sc0, started = time.process_time(), cpu_seconds(sc), time.monotonic()
         _flush(side, clients, plan, topic, value, _FLUSH_S)
         elapsed = time.monotonic() - started
@@ -136,6 +140,7 @@ def kafka_cell(
         sc_cpu,
         rss if sc else None,
         client_cpu_us_per_record=_per_record(time.process_time() - cpu0, reports.count),
+        open_s=round(opened_s, 1),
         peak_held_producers=held,
     )
 
@@ -184,6 +189,7 @@ def direct_cell(args: argparse.Namespace, rep: int) -> Cell:
     acked, failures, latencies = [0], [], []
     everything = threading.Event()
     try:
+        warm = time.monotonic()  # every partition's producer opens at creation
         clients = [
             client.create_producer(
                 topic,
@@ -197,6 +203,7 @@ def direct_cell(args: argparse.Namespace, rep: int) -> Cell:
             )
             for _ in range(producers)
         ]
+        opened_s = time.monotonic() - warm
         total = args.wide_records
 
         def done(res: Any, _msg_id: Any, sent: float) -> None:
@@ -233,6 +240,7 @@ def direct_cell(args: argparse.Namespace, rep: int) -> Cell:
         None,
         None,
         client_cpu_us_per_record=_per_record(cpu, total),
+        open_s=round(opened_s, 1),
     )
 
 
