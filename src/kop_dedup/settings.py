@@ -128,7 +128,13 @@ class Settings(SecuritySettings):
     """An idle Pulsar producer is closed after this long; its state comes back from the
     broker when it is opened again."""
     max_open_producers: int = Field(default=2_000, ge=1)
-    """Pulsar producers open at once; past it the least recently used idle ones close."""
+    """Pulsar producers held at once (one per idempotent producer per partition, one per
+    partition for plain produce; opening and closing ones count), a hard bound: a batch
+    for one more closes the least recently used idle producer and waits for its close
+    (the name takes the broker's mark again when it reopens), or, when every one is busy,
+    waits for one to fall idle until its deadline and is then answered 7
+    REQUEST_TIMED_OUT (retriable). Each open producer costs the client a connection
+    slot, a queue and broker state; see the performance page for the memory per producer."""
     max_remembered_producers: int = Field(default=100_000, ge=1)
     """Closed producers whose stored sequence (and where a producer started) the sidecar
     remembers, least recently used dropped first: how a broker that lost its dedup state

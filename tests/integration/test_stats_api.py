@@ -26,6 +26,7 @@ OUR_FAMILIES = {
     "kop_dedup_batch_latency_seconds",
     "kop_dedup_open_producers",
     "kop_dedup_channels",
+    "kop_dedup_held_producers",
     "kop_dedup_waiting_batches",
     "kop_dedup_inflight_request_bytes",
     "kop_dedup_requests_waiting_for_memory",

@@ -133,11 +133,17 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
     ``batches``/``records`` by outcome; ``dedupStateLost`` (resends the broker
     stored again) and ``lastDedupStateLost`` (producer, epoch, topic, sequences);
     ``topics``/``maxTopics`` (names counted by name) and ``producers``/
-    ``maxProducers``/``producersEvicted`` (per-producer counters kept).
+    ``maxProducers``/``producersEvicted`` (per-producer counters kept);
+    ``heldProducers`` (open, opening or closing), its ``peakHeldProducers`` since start
+    and ``maxOpenProducers``, the bound neither passes.
     """
+    channels = runtime.service.channels
     return {
         **runtime.stats.totals(),
         "openProducers": runtime.service.open_producers(),
+        "heldProducers": channels.held(),
+        "peakHeldProducers": channels.peak_held,
+        "maxOpenProducers": runtime.settings.max_open_producers,
         "transactions": runtime.transactions.stats.to_dict(),
     }
 
@@ -239,6 +245,7 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     gauges = {
         "open_producers": float(runtime.service.open_producers()),
         "channels": float(len(runtime.service.channels)),
+        "held_producers": float(runtime.service.channels.held()),
         "waiting_batches": float(runtime.service.waiting_batches()),
         "inflight_request_bytes": float(admission.in_use),
         "requests_waiting_for_memory": float(admission.waiting),
