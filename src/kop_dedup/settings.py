@@ -121,6 +121,12 @@ class Settings(SecuritySettings):
     first served; one larger than the budget runs alone). Parsed records take many times
     their JSON size (about 20x for 100-byte values): size the container's memory limit
     accordingly."""
+    http_queued_max_request_bytes: int = Field(default=64 << 20, ge=1024)
+    """HTTP request bodies held at once over every connection (Kafka's
+    ``queued.max.request.bytes``), each from before it is read until it is answered: a
+    ``Content-Length`` that does not fit beside the others is answered 429 (89
+    THROTTLING_QUOTA_EXCEEDED, ``Retry-After``) with nothing read, a chunked body when the
+    chunk that does not fit arrives; a request alone is always admitted."""
     max_batches_per_request: int = Field(default=1_000, ge=1)
     """Batches in one produce request; more is 413 with ``errorCode`` 42 INVALID_REQUEST
     (answered once for the request, none of its batches produced)."""

@@ -1,0 +1,92 @@
+"""Request bytes in flight, bounded over every connection before they are read (issue
+36, item 5): HTTP bodies (``HTTP_QUEUED_MAX_REQUEST_BYTES``: 429 with Retry-After,
+nothing read) and Kafka frames (``KAFKA_QUEUED_MAX_REQUEST_BYTES``: the listener stops
+reading until there is room, no error).
+
+Each test holds part of the budget with requests whose head (or size header) came and
+whose body has not, as a slow or hostile client does, and measures what the next
+connections get.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.helpers import uniq, wait_until
+from tests.sidecar import ThreadSidecar
+
+pytestmark = pytest.mark.integration
+
+BUDGET = 1 << 20
+HELD = 800_000  # one slow body: what is left (248,576 bytes) is all the others get
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def sc(pulsar) -> Iterator[ThreadSidecar]:
+    with ThreadSidecar(
+        pulsar,
+        system_namespace=uniq("sys"),
+        max_request_bytes=BUDGET,
+        http_queued_max_request_bytes=BUDGET,
+        kafka_queued_max_request_bytes=BUDGET,
+        kafka_max_request_bytes=BUDGET,
+    ) as sidecar:
+        yield sidecar
+
+
+def _slow_body(url: str, path: str, length: int) -> socket.socket:
+    """A connection that sent a request's head announcing ``length`` bytes of body, and
+    a few of them."""
+    parts = urlsplit(url)
+    s = socket.create_connection((parts.hostname, parts.port), timeout=10)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {parts.hostname}\r\nContent-Type: application/json"
+        f"\r\nContent-Length: {length}\r\n\r\n"
+    )
+    s.sendall(head.encode() + b'{"batches": [')
+    return s
+
+
+def _padded(size: int) -> bytes:
+    start = b'{"batches": []'
+    return start + b" " * (size - len(start) - 1) + b"}"
+
+
+def _in_use(sc: ThreadSidecar, without: int = 0) -> int:
+    """Body bytes the sidecar holds; ``without`` on a build that does not count them."""
+    reading = getattr(sc.app.state, "reading", None)
+    return without if reading is None else int(reading.in_use)
+
+
+def test_a_body_that_does_not_fit_beside_those_in_flight_is_429_unread(sc):
+    with httpx.Client(base_url=sc.url, timeout=30) as api, ExitStack() as slow:
+        slow.enter_context(_slow_body(sc.url, "/v1/produce", HELD))
+        wait_until("the slow body admitted", lambda: _in_use(sc, HELD) >= HELD)
+        for path in ("/v1/produce", f"/v1/groups/{uniq('g')}/members"):
+            # one byte past what is left: refused from its Content-Length
+            r = api.post(path, content=_padded(BUDGET - HELD + 1), headers=JSON)
+            assert r.status_code == 429, (path, r.status_code, r.text)
+            assert r.headers["retry-after"] == "1"
+            assert r.json()["errorCode"] == 89, r.text
+            assert "KOP_DEDUP_HTTP_QUEUED_MAX_REQUEST_BYTES" in r.json()["errorMessage"]
+        # without a length: admitted chunk by chunk, refused at the chunk past it
+        chunks = (b" " * 100_000 for _ in range(5))
+        r = api.post("/v1/produce", content=chunks, headers=JSON)
+        assert r.status_code == 429, r.text
+        # what fits is read and parsed as ever (no batch: the route's 422)
+        r = api.post("/v1/produce", content=_padded(BUDGET - HELD), headers=JSON)
+        assert r.status_code == 422, r.text
+        assert api.get("/healthz").status_code == 200
+    wait_until("the slow body let go", lambda: _in_use(sc) == 0)
+    with httpx.Client(base_url=sc.url, timeout=30) as api:
+        r = api.post("/v1/produce", content=_padded(BUDGET), headers=JSON)  # alone: admitted
+        assert r.status_code == 422, r.text
+        r = api.post("/v1/produce", content=_padded(BUDGET + 1), headers=JSON)
+        assert r.status_code == 413, r.text
