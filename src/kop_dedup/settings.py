@@ -351,6 +351,12 @@ class Settings(SecuritySettings):
     ``KAFKA_MAX_REQUEST_INFLATED_BYTES`` before it inflates anything, keeps what it
     inflated until it is answered, and waits (the client waits for its answer) while
     the connection's earlier requests hold too much; one larger than this runs alone."""
+    kafka_queued_max_request_bytes: int = Field(default=256 << 20, ge=1024)
+    """Request bytes the Kafka listener holds at once over every connection (Kafka's
+    ``queued.max.request.bytes``): a frame is admitted from its size header, before its
+    body is read, until it is answered; while it does not fit, its connection reads
+    nothing more (TCP pushes back on the client; no error), first come first served. A
+    frame larger than this is admitted alone."""
     kafka_produce_offsets: Literal["derive", "lookup", "none"] = "derive"
     """The base offset a Produce answer carries: ``derive`` it from the offset of the
     entry before when this sidecar knows it (entries are dense within a ledger), else
