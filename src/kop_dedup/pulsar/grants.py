@@ -8,7 +8,8 @@ tenant's ``adminRoles``:
   ``auth_policies`` hold the namespace's grants (``namespace_auth``) and every topic's
   (``destination_auth``, by full topic name). A topic's grants are its own and the
   namespace's merged, as Pulsar's own authorization provider reads them: one call
-  answers for every topic of the namespace, so a Metadata naming 200 topics asks once;
+  answers for every topic asked about at once (:meth:`Grants.topics`), so a Metadata
+  naming 200 topics asks once;
 - ``GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/permissions``: a topic's
   grants, the namespace's merged in (Pulsar answers both), asked per topic only when
   the policies carry no ``auth_policies`` (a broker that answers them otherwise); 404
@@ -17,9 +18,9 @@ tenant's ``adminRoles``:
 - ``GET /admin/v2/tenants/{tenant}``: ``adminRoles``.
 
 Every answer is reused for ``ttl_s`` (``auth_permissions_ttl_ms``): a grant or a
-revocation counts within that long. Concurrent askers of one path share one call. At
-most ``max_cached`` answers are kept, the least recently used dropped first
-(:class:`Recent`).
+revocation counts within that long (a topic not asked about within it is read afresh).
+Concurrent askers of one path share one call. At most ``max_cached`` answers are kept,
+the least recently used dropped first (:class:`Recent`).
 
 >>> grants = Grants(admin, "public/kafka", ttl_s=10.0)
 >>> await grants.topic("orders")     # role -> actions
@@ -29,10 +30,11 @@ most ``max_cached`` answers are kept, the least recently used dropped first
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kop_dedup.pulsar.admin import AdminError, PulsarAdmin
@@ -108,15 +110,35 @@ class Grants:
     async def topic(self, topic: str) -> RoleActions:
         """Who may do what on Kafka topic ``topic`` (its grants and its namespace's);
         InvalidTopic (17) for a name Kafka does not allow, before any admin call."""
-        validate_topic(topic)
-        auth = await self._cached("policies", self._auth_policies)
-        if auth is None:
-            return await self._cached(f"topic:{topic}", lambda: self._topic(topic))  # type: ignore[no-any-return]
-        own, namespace = auth
-        merged = dict(namespace)
-        for role, actions in own.get(f"persistent://{self._ns}/{topic}", {}).items():
-            merged[role] = merged.get(role, frozenset()) | actions
-        return merged
+        return (await self.topics([topic]))[topic]
+
+    async def topics(self, topics: Iterable[str]) -> dict[str, RoleActions]:
+        """:meth:`topic` for many topics: those not reused are read in one call."""
+        names = list(dict.fromkeys(topics))
+        for name in names:
+            validate_topic(name)
+        out: dict[str, RoleActions] = {}
+        now = time.monotonic()
+        for name in names:
+            hit = self._cache.get(f"topic:{name}")
+            if hit is not None and now - hit[0] < self._ttl:
+                out[name] = hit[1]
+        missing = [n for n in names if n not in out]
+        if not missing:
+            return out
+        auth = await self._shared("policies", self._auth_policies)
+        for name in missing:
+            if auth is None:  # no auth_policies in the namespace's policies: ask the topic
+                out[name] = await self._cached(
+                    f"topic:{name}", functools.partial(self._topic, name)
+                )
+                continue
+            own, merged = auth[0].get(f"persistent://{self._ns}/{name}", {}), dict(auth[1])
+            for role, actions in own.items():
+                merged[role] = merged.get(role, frozenset()) | actions
+            self._cache.put(f"topic:{name}", (now, merged))
+            out[name] = merged
+        return out
 
     async def namespace(self) -> RoleActions:
         return await self._cached("ns", self._namespace)  # type: ignore[no-any-return]
@@ -163,11 +185,15 @@ class Grants:
         now = time.monotonic()
         if hit is not None and now - hit[0] < self._ttl:
             return hit[1]
+        value = await self._shared(key, load)
+        self._cache.put(key, (now, value))
+        return value
+
+    async def _shared(self, key: str, load: Any) -> Any:
+        """``load()``, one call shared by concurrent askers of ``key``."""
         pending = self._pending.get(key)
         if pending is None:
             pending = asyncio.ensure_future(load())
             self._pending[key] = pending
             pending.add_done_callback(lambda _f: self._pending.pop(key, None))
-        value = await asyncio.shield(pending)
-        self._cache.put(key, (now, value))
-        return value
+        return await asyncio.shield(pending)
