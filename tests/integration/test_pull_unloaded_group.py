@@ -92,3 +92,32 @@ def test_a_pull_where_the_group_is_not_loaded_checks_the_topics_it_reads(pulsar,
             assert r.status_code == 403, r.text  # the build before: 200, 3 records
             assert r.json()["errorCode"] == 29, r.text
             assert sc.runtime.groups.group(group) is not None  # loaded by the pull
+
+
+def test_a_groups_offsets_leave_out_the_topics_the_role_may_no_longer_consume(pulsar, sc):
+    """HTTP's OffsetFetch of every topic (GET .../offsets) listed them all; as Kafka's
+    (and the listener's) it now lists only the topics the caller may consume."""
+    kept, revoked, group = uniq("kept"), uniq("gone"), uniq("og")
+    with httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin:
+        grants = Grants(admin, f"public/{sc.settings.namespace}")
+        for topic in (kept, revoked):
+            path = f"/admin/v2/persistent/{grants.namespace}/{topic}/partitions"
+            admin.put(path, json=1).raise_for_status()
+            grants.grant("frank", ["consume"], topic=topic)
+        with _api(sc, "tok-frank") as frank:
+            offsets = [{"topic": t, "partition": 0, "offset": 5} for t in (kept, revoked)]
+            r = frank.post(f"/v1/groups/{group}/offsets", json={"offsets": offsets})
+            assert r.status_code == 200, r.text
+            path = f"/admin/v2/persistent/{grants.namespace}/{revoked}/permissions/frank"
+            admin.delete(path).raise_for_status()
+            may = sc.runtime.authorizer.may
+            wait_until(
+                "the revocation seen",
+                lambda: not sc.call(may(Identity("frank"), CONSUME, revoked)),
+            )
+            r = frank.get(f"/v1/groups/{group}/offsets")
+            assert r.status_code == 200, r.text
+            assert [(o["topic"], o["offset"]) for o in r.json()["offsets"]] == [(kept, 5)]
+        with _api(sc, "tok-root") as root:  # a superuser sees every topic's
+            r = root.get(f"/v1/groups/{group}/offsets")
+            assert {o["topic"] for o in r.json()["offsets"]} == {kept, revoked}, r.text

@@ -215,6 +215,9 @@ class Access:
     async def require(self, action: str, topics: Iterable[str]) -> None:
         await self.authorizer.require(self.who, action, topics)
 
+    async def may_each(self, action: str, topics: Iterable[str]) -> dict[str, bool]:
+        return await self.authorizer.may_each(self.who, action, topics)
+
     async def require_txn(self, transactional_id: str | None, *, claim: bool = True) -> None:
         await self.authorizer.require_txn(self.who, transactional_id, claim=claim)
 
