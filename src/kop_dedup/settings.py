@@ -127,6 +127,9 @@ class Settings(SecuritySettings):
     ``Content-Length`` that does not fit beside the others is answered 429 (89
     THROTTLING_QUOTA_EXCEEDED, ``Retry-After``) with nothing read, a chunked body when the
     chunk that does not fit arrives; a request alone is always admitted."""
+    http_request_read_timeout_ms: int = Field(default=30_000, ge=100)
+    """An HTTP request's body must be whole this long after the request began; else 408
+    and its share of ``HTTP_QUEUED_MAX_REQUEST_BYTES`` is let go."""
     max_batches_per_request: int = Field(default=1_000, ge=1)
     """Batches in one produce request; more is 413 with ``errorCode`` 42 INVALID_REQUEST
     (answered once for the request, none of its batches produced)."""

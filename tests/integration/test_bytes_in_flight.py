@@ -11,6 +11,7 @@ connections get.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -27,6 +28,7 @@ from tests.sidecar import ThreadSidecar
 pytestmark = pytest.mark.integration
 
 BUDGET = 1 << 20
+READ_TIMEOUT_MS = 5_000
 HELD = 800_000  # one slow body: what is left (248,576 bytes) is all the others get
 JSON = {"content-type": "application/json"}
 
@@ -40,6 +42,7 @@ def sc(pulsar) -> Iterator[ThreadSidecar]:
         http_queued_max_request_bytes=BUDGET,
         kafka_queued_max_request_bytes=BUDGET,
         kafka_max_request_bytes=BUDGET,
+        http_request_read_timeout_ms=READ_TIMEOUT_MS,
     ) as sidecar:
         yield sidecar
 
@@ -93,6 +96,18 @@ def test_a_body_that_does_not_fit_beside_those_in_flight_is_429_unread(sc):
         assert r.status_code == 422, r.text
         r = api.post("/v1/produce", content=_padded(BUDGET + 1), headers=JSON)
         assert r.status_code == 413, r.text
+
+
+def test_a_body_not_whole_within_the_read_timeout_is_408_and_lets_its_bytes_go(sc):
+    started = time.monotonic()
+    with _slow_body(sc.url, "/v1/produce", HELD) as slow:
+        wait_until("the slow body admitted", lambda: _in_use(sc, HELD) >= HELD)
+        slow.settimeout(READ_TIMEOUT_MS / 1000 + 10)
+        status = slow.recv(4096).split(b"\r\n", 1)[0]
+        took = time.monotonic() - started
+        assert status.startswith(b"HTTP/1.1 408"), status  # the build before: no answer
+        assert READ_TIMEOUT_MS / 1000 - 0.5 <= took <= READ_TIMEOUT_MS / 1000 + 5, took
+        assert _in_use(sc) == 0  # while the client still holds its connection open
 
 
 def _frame(request: Any, version: int) -> bytes:

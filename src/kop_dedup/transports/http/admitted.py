@@ -11,17 +11,22 @@ answered:
 - a ``Content-Length`` that does not fit beside the bodies in flight: 429
   THROTTLING_QUOTA_EXCEEDED with ``Retry-After``, nothing read;
 - a body without a length (chunked) is admitted chunk by chunk as it streams; the
-  chunk that does not fit ends the request with the same 429 (what was read is let go).
+  chunk that does not fit ends the request with the same 429 (what was read is let go);
+- a body not whole ``HTTP_REQUEST_READ_TIMEOUT_MS`` after the request began: 408, its
+  bytes let go (a client that announces a body and sends none holds the budget no
+  longer than that).
 
 A request alone is always admitted (up to ``MAX_REQUEST_BYTES``), so a budget smaller
 than one body never stops a quiet sidecar. The produce endpoint's own budget
 (``MAX_INFLIGHT_BYTES``, which waits) then bounds what is parsed at once.
 
 >>> reading = InFlight(64 << 20)
->>> app = Admitted(app, reading, max_request_bytes=16 << 20)
+>>> app = Admitted(app, reading, max_request_bytes=16 << 20, read_timeout_s=30.0)
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -64,6 +69,10 @@ class _Refused(Exception):
     pass
 
 
+class _Slow(Exception):
+    pass
+
+
 def _announced(scope: Scope) -> int | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
@@ -85,12 +94,46 @@ def busy(budget: InFlight) -> JSONResponse:
     )
 
 
+class _Body:
+    """One request's body as the app receives it: admitted chunk by chunk when it came
+    without a length, and whole before ``deadline``."""
+
+    def __init__(
+        self, receive: Receive, budget: InFlight, announced: int | None, read_s: float
+    ) -> None:
+        self._receive, self._budget, self._announced = receive, budget, announced
+        self.held = announced or 0
+        self._whole = False
+        self._deadline = asyncio.get_running_loop().time() + read_s
+
+    async def receive(self) -> Message:
+        if self._whole:  # the body is read: a long poll waits for the client's disconnect
+            return await self._receive()
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                message = await self._receive()
+        except TimeoutError:
+            raise _Slow from None
+        if message["type"] != "http.request":
+            return message
+        self._whole = not message.get("more_body", False)
+        n = len(message.get("body", b""))
+        if self._announced is None and n:
+            if not self._budget.take(n, self.held):
+                raise _Refused
+            self.held += n
+        return message
+
+
 class Admitted:
     """ASGI middleware: admits a request's body into ``budget`` before it is read (see
     the module docstring)."""
 
-    def __init__(self, app: ASGIApp, budget: InFlight, *, max_request_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, budget: InFlight, *, max_request_bytes: int, read_timeout_s: float
+    ) -> None:
         self.app, self.budget, self.limit = app, budget, max_request_bytes
+        self.read_s = read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -104,18 +147,8 @@ class Admitted:
         if announced and not budget.take(announced):
             await busy(budget)(scope, receive, send)
             return
-        held = announced or 0
+        body = _Body(receive, budget, announced, self.read_s)
         answering = False
-
-        async def streamed() -> Message:
-            nonlocal held
-            message = await receive()
-            n = len(message.get("body", b"")) if message["type"] == "http.request" else 0
-            if n:
-                if not budget.take(n, held):
-                    raise _Refused
-                held += n
-            return message
 
         async def watched(message: Message) -> None:
             nonlocal answering
@@ -123,9 +156,23 @@ class Admitted:
             await send(message)
 
         try:
-            await self.app(scope, receive if announced is not None else streamed, watched)
+            await self.app(scope, body.receive, watched)
         except _Refused:
             if not answering:
                 await busy(budget)(scope, receive, send)
+        except _Slow:
+            if not answering:
+                await self._slow(scope, receive, send)
         finally:
-            budget.release(held)
+            budget.release(body.held)
+
+    async def _slow(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """408: the body did not arrive in time."""
+        await JSONResponse(
+            {
+                "error": "REQUEST_TIMEOUT",
+                "errorMessage": f"the request body was not complete {self.read_s:g} s after "
+                "the request began (KOP_DEDUP_HTTP_REQUEST_READ_TIMEOUT_MS)",
+            },
+            status_code=408,
+        )(scope, receive, send)

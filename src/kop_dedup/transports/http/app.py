@@ -126,12 +126,13 @@ def _bound_bodies(app: _App, endpoint: ASGIApp, settings: Settings) -> None:
     front of the produce shortcut that ``_App`` takes ahead of the middleware."""
     limit = settings.max_request_bytes
     reading = app.state.reading = InFlight(settings.http_queued_max_request_bytes)
-    app.hot_path = (
-        PATH,
-        Admitted(BodyLimit(endpoint, limit=limit), reading, max_request_bytes=limit),
+    read_s = settings.http_request_read_timeout_ms / 1000
+    admitted = Admitted(
+        BodyLimit(endpoint, limit=limit), reading, max_request_bytes=limit, read_timeout_s=read_s
     )
+    app.hot_path = (PATH, admitted)
     app.add_middleware(BodyLimit, limit=limit)
-    app.add_middleware(Admitted, budget=reading, max_request_bytes=limit)
+    app.add_middleware(Admitted, budget=reading, max_request_bytes=limit, read_timeout_s=read_s)
 
 
 def _maximum(schemas: dict[str, Any], model: str, field: str, limit: int) -> None:
