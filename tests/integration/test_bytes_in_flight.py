@@ -21,7 +21,7 @@ import httpx
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from tests.helpers import uniq, wait_until
+from tests.helpers import gauges, uniq, wait_until
 from tests.kafka_wire import WireClient
 from tests.sidecar import ThreadSidecar
 
@@ -86,6 +86,7 @@ def test_a_body_that_does_not_fit_beside_those_in_flight_is_429_unread(sc):
         chunks = (b" " * 100_000 for _ in range(5))
         r = api.post("/v1/produce", content=chunks, headers=JSON)
         assert r.status_code == 429, r.text
+        assert gauges(api)["kop_dedup_http_request_bytes_in_flight"] >= HELD
         # what fits is read and parsed as ever (no batch: the route's 422)
         r = api.post("/v1/produce", content=_padded(BUDGET - HELD), headers=JSON)
         assert r.status_code == 422, r.text
@@ -145,6 +146,11 @@ def test_kafka_frames_over_the_queued_bytes_wait_unread_until_there_is_room(sc):
         small = stack.enter_context(WireClient(sc.kafka_bootstrap))
         small.send(ApiVersionsRequest[0](), 0)
         assert not _answered(small, within=1.5)
+        if hasattr(listener, "queued"):
+            with httpx.Client(base_url=sc.url, timeout=30) as api:
+                seen = gauges(api)
+            assert seen["kop_dedup_kafka_requests_waiting_for_room"] == 4, seen
+            assert seen["kop_dedup_kafka_queued_request_bytes"] == 5 * (len(big) - 4), seen
         for c in slow:  # the slow bodies arrive: every request is read and answered
             c.send_bytes(big[20:])
         for c in [*slow, small]:
