@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from confluent_kafka import Producer
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from tests.helpers import gauges, uniq, wait_until
@@ -157,3 +158,12 @@ def test_kafka_frames_over_the_queued_bytes_wait_unread_until_there_is_room(sc):
             assert _answered(c, within=20)
         assert small.receive(ApiVersionsRequest[0](), 0)[1].error_code == 0
     wait_until("all let go", lambda: listener.queued.in_use == 0)
+    # Produce requests are handled side by side, each letting go of its bytes when done
+    producer = Producer({"bootstrap.servers": sc.kafka_bootstrap, "enable.idempotence": True})
+    delivered: list[object] = []
+    topic = uniq("queued")
+    for _ in range(50):
+        producer.produce(topic, b"v" * 10_000, on_delivery=lambda e, _m: delivered.append(e))
+    producer.flush(30)
+    assert delivered == [None] * 50
+    wait_until("the Produce requests let go", lambda: listener.queued.in_use == 0)
