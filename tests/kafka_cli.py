@@ -23,10 +23,12 @@ from pathlib import Path
 from kop_dedup_tools import kafka_jars
 
 __all__ = [
+    "ACLS",
     "CONFIGS",
     "DELETE_RECORDS",
     "GET_OFFSETS",
     "GROUPS",
+    "LOG_DIRS",
     "TOPICS",
     "TRANSACTIONS",
     "ToolResult",
@@ -39,6 +41,8 @@ GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 DELETE_RECORDS = "org.apache.kafka.tools.DeleteRecordsCommand"
 GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
+ACLS = "org.apache.kafka.tools.AclCommand"
+LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 
 _RUNNER = Path(__file__).parent / "java" / "ToolBatch.java"
 _BEGIN = re.compile(r"^==== begin (\d+)$")

@@ -49,6 +49,7 @@ The tree::
     +-- InvalidTransactionTimeout (50)
     +-- ConcurrentTransactions (51, retriable)
     +-- TransactionalIdAuthorizationFailed (53)
+    +-- SecurityDisabled (54)
     +-- OperationNotAttempted (55)
     +-- KafkaStorageError (56, retriable)
     +-- SaslAuthenticationFailed (58)
@@ -67,6 +68,8 @@ The tree::
     +-- ThrottlingQuotaExceeded (89)
     +-- UnstableOffsetCommit (88, retriable)
     +-- ProducerFenced (90)
+    +-- ResourceNotFound (91)
+    +-- DuplicateResource (92)
     +-- TransactionalIdNotFound (105)
     +-- MismatchedEndpointType (114)
     +-- TransactionAbortable (120)
@@ -92,6 +95,7 @@ __all__ = [
     "CoordinatorLoadInProgress",
     "CoordinatorNotAvailable",
     "CorruptMessage",
+    "DuplicateResource",
     "DuplicateSequenceNumber",
     "FencedInstanceId",
     "FencedLeaderEpoch",
@@ -135,7 +139,9 @@ __all__ = [
     "ProducerFenced",
     "RebalanceInProgress",
     "RequestTimedOut",
+    "ResourceNotFound",
     "SaslAuthenticationFailed",
+    "SecurityDisabled",
     "ThrottlingQuotaExceeded",
     "TopicAlreadyExists",
     "TopicAuthorizationFailed",
@@ -334,6 +340,10 @@ class TransactionalIdAuthorizationFailed(KafkaError):
     errno, name = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
 
 
+class SecurityDisabled(KafkaError):
+    errno, name = 54, "SECURITY_DISABLED"
+
+
 class OperationNotAttempted(KafkaError):
     errno, name = 55, "OPERATION_NOT_ATTEMPTED"
 
@@ -404,6 +414,14 @@ class UnstableOffsetCommit(KafkaError):
 
 class ProducerFenced(KafkaError):
     errno, name = 90, "PRODUCER_FENCED"
+
+
+class ResourceNotFound(KafkaError):
+    errno, name = 91, "RESOURCE_NOT_FOUND"
+
+
+class DuplicateResource(KafkaError):
+    errno, name = 92, "DUPLICATE_RESOURCE"
 
 
 class TransactionalIdNotFound(KafkaError):

@@ -95,3 +95,11 @@ class SecuritySettings(BaseSettings):
     max_partitions_per_topic: int = Field(default=1_000, ge=1, le=100_000)
     """Partitions a topic may have (CreateTopics, CreatePartitions, the HTTP API);
     more is 37 INVALID_PARTITIONS (HTTP 400)."""
+    role_quota_percent: int = Field(default=100, ge=1, le=100)
+    """With authentication on, the share (in percent) of each global cap one role may
+    hold: transactional ids (``MAX_TRANSACTIONAL_IDS_IN_LOG``), consumer groups
+    (``MAX_GROUPS``) and Kafka connections (``KAFKA_MAX_CONNECTIONS``), each rounded
+    down, at least 1. Past it a new one is 89 THROTTLING_QUOTA_EXCEEDED (HTTP 429; a
+    Kafka connection's SaslAuthenticate answers 89 and the connection closes), naming the
+    quota; other roles keep their room. Superusers are not counted. 100: a role may take
+    the whole cap (one role can then exhaust it for all)."""

@@ -113,9 +113,8 @@ def test_a_killed_nodes_partitions_and_keys_answer_from_live_nodes_within_the_bo
             p: key_owned_by(TRANSACTION_LOG, victim, members, "tid", partition=p)
             for p in owned[TRANSACTION_LOG]
         }
-        epochs = {
-            tid: settled(lambda tid=tid: init(api, tid))["producerEpoch"] for tid in tids.values()
-        }
+        inits = {tid: settled(lambda tid=tid: init(api, tid)) for tid in tids.values()}
+        epochs = {tid: answer["producerEpoch"] for tid, answer in inits.items()}
         groups = {
             p: key_owned_by(GROUP_LOG, victim, members, "g", partition=p) for p in owned[GROUP_LOG]
         }
@@ -135,7 +134,9 @@ def test_a_killed_nodes_partitions_and_keys_answer_from_live_nodes_within_the_bo
                 r = init(c, tid)
                 ok, why = _code(r)
                 if ok:
-                    assert r.json()["producerEpoch"] > epochs[tid], (tid, epochs[tid], r.text)
+                    # a new producer id at epoch 0 would say the new owner's view lacked
+                    # the id (seen once under load 15-24): the answers name both
+                    assert r.json()["producerEpoch"] > epochs[tid], (tid, inits[tid], r.text)
                 return ok, why
 
             items[f"transactional id of {TRANSACTION_LOG}-{p}"] = bump

@@ -19,6 +19,7 @@ from kop_dedup import errors
 from kop_dedup.produce.service import BatchResult
 from kop_dedup.protocol.records import KafkaBatch, rec
 from kop_dedup.pulsar.naming import Naming
+from kop_dedup.security.authorizer import OPEN
 from kop_dedup.settings import Settings
 from kop_dedup.transports.kafka.apis import API_TABLE
 from kop_dedup.transports.kafka.listener import KafkaListener
@@ -81,6 +82,7 @@ class StubRuntime:
         self.registry = type("R", (), {"allocator": StubAllocator()})()
         self.publisher = type("P", (), {"client": None})()  # Fetch's readers: never opened here
         self.cluster = unjoined_cluster()
+        self.authorizer = OPEN  # no checks, no client quotas kept
 
 
 class Client:

@@ -17,6 +17,12 @@ tenant's ``adminRoles``:
 - ``GET /admin/v2/namespaces/{tenant}/{namespace}/permissions``;
 - ``GET /admin/v2/tenants/{tenant}``: ``adminRoles``.
 
+Kafka's ACL APIs read all of them at once from the namespace's policies
+(``GET /admin/v2/namespaces/{tenant}/{namespace}``: ``auth_policies``) and write them
+with ``POST`` (the role's whole set of actions) and ``DELETE`` on the same paths
+(:meth:`Grants.acl_state`, :meth:`Grants.set_actions`); a write forgets what this node
+cached.
+
 Every answer is reused for ``ttl_s`` (``auth_permissions_ttl_ms``): a grant or a
 revocation counts within that long (a topic not asked about within it is read afresh).
 Concurrent askers of one path share one call. At most ``max_cached`` answers are kept,
@@ -82,6 +88,9 @@ class Recent:
         if value is not None:
             self._entries.move_to_end(key)
         return value
+
+    def clear(self) -> None:
+        self._entries.clear()
 
     def put(self, key: str, value: Any) -> None:
         self._entries[key] = value
@@ -162,6 +171,36 @@ class Grants:
             for name, grants in (topics.items() if isinstance(topics, dict) else ())
         }
         return own, _actions(auth.get("namespace_auth"))
+
+    async def acl_state(self) -> tuple[RoleActions, dict[str, RoleActions]]:
+        """(the namespace's grants, each Kafka topic's own grants), read now (no cache)."""
+        doc = await self._admin.get_json(f"/admin/v2/namespaces/{self._ns}")
+        auth = doc.get("auth_policies") if isinstance(doc, dict) else None
+        auth = auth if isinstance(auth, dict) else {}
+        prefix = f"persistent://{self._ns}/"
+        destinations = auth.get("destination_auth")
+        topics: dict[str, RoleActions] = {
+            str(name).removeprefix(prefix): _actions(roles)
+            for name, roles in (destinations if isinstance(destinations, dict) else {}).items()
+            if str(name).startswith(prefix)
+        }
+        return _actions(auth.get("namespace_auth")), topics
+
+    async def set_actions(self, topic: str | None, role: str, actions: frozenset[str]) -> None:
+        """Make ``role`` hold exactly ``actions`` on Kafka topic ``topic`` (None: on the
+        namespace); none: revoke. AdminError 404 when the topic does not exist."""
+        base = f"/admin/v2/namespaces/{self._ns}"
+        if topic is not None:
+            validate_topic(topic)
+            base = f"/admin/v2/persistent/{self._ns}/{urllib.parse.quote(topic, safe='')}"
+        path = f"{base}/permissions/{urllib.parse.quote(role, safe='')}"
+        try:
+            if actions:
+                await self._admin.request("POST", path, json=sorted(actions))
+            else:
+                await self._admin.request("DELETE", path)
+        finally:
+            self._cache.clear()
 
     async def _topic(self, topic: str) -> RoleActions:
         path = f"/admin/v2/persistent/{self._ns}/{urllib.parse.quote(topic, safe='')}/permissions"

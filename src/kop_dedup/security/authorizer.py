@@ -18,7 +18,12 @@ a producer id in a batch      given to the caller's role by init-producer-id: on
                               from before roles) 59 UNKNOWN_PRODUCER_ID; another
                               role's 31 CLUSTER_AUTHORIZATION_FAILED (Kafka's
                               IdempotentWrite)
+client quotas (Kafka, HTTP)   the tenant's admin role or a superuser (31; HTTP 403); a
+                              role sees its own over HTTP (``GET /v1/quotas``)
 ============================  ==========================================================
+
+Each role may hold at most ``ROLE_QUOTA_PERCENT`` of the transactional ids and the
+groups (counted in the owners table, :mod:`kop_dedup.security.quotas`): 89 past it.
 
 A superuser (``superuser_roles``, the ``auth_tokens``) may do everything and claims
 nothing. With authentication off every caller is :data:`~.identity.ANONYMOUS`, a
@@ -37,8 +42,11 @@ from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.grants import Grants
 from kop_dedup.pulsar.tables import PulsarClient
+from kop_dedup.security.acl_store import AclStore
+from kop_dedup.security.client_quotas import ClientQuotas
 from kop_dedup.security.identity import Authenticator, Identity
 from kop_dedup.security.owners import Owners
+from kop_dedup.security.quotas import owner_quotas
 from kop_dedup.settings import Settings
 
 __all__ = [
@@ -60,21 +68,31 @@ TXN, GROUP, PRODUCER = "txn", "group", "pid"
 class Authorizer:
     """Decides per :class:`Identity` (see the module's table)."""
 
-    def __init__(self, grants: Grants | None, owners: Owners | None) -> None:
+    def __init__(
+        self, grants: Grants | None, owners: Owners | None, quotas: ClientQuotas | None = None
+    ) -> None:
         self._grants, self._owners = grants, owners
+        self.acls = None if grants is None or owners is None else AclStore(grants, owners)
+        """Kafka's ACL view of the same grants and owners; None with authentication off."""
+        self.client_quotas = quotas
+        """Kafka's client quotas per role (DescribeClientQuotas, ``/v1/quotas``); None:
+        none kept (:data:`OPEN`)."""
 
     @classmethod
     def build(
         cls, auth: Authenticator, settings: Settings, admin: PulsarAdmin, client: PulsarClient
     ) -> Authorizer:
-        """The sidecar's authorizer: no checks at all when authentication is off."""
+        """The sidecar's authorizer: no checks at all when authentication is off (the
+        client quotas are kept either way, as Kafka keeps them without an authorizer)."""
+        system = f"persistent://{settings.tenant}/{settings.system_namespace}"
+        quotas = ClientQuotas(client, f"{system}/client-quotas")
         if not auth.enabled:
-            return cls(None, None)
+            return cls(None, None, quotas)
         namespace = f"{settings.tenant}/{settings.namespace}"
-        owners = f"persistent://{settings.tenant}/{settings.system_namespace}/owners"
         return cls(
             Grants(admin, namespace, ttl_s=settings.auth_permissions_ttl_ms / 1000),
-            Owners(client, owners),
+            Owners(client, f"{system}/owners", owner_quotas(settings)),
+            quotas,
         )
 
     async def may(self, who: Identity, action: str, topic: str) -> bool:
@@ -195,6 +213,8 @@ class Authorizer:
             await self._owners.release(kind, name)
 
     async def close(self) -> None:
+        if self.client_quotas is not None:
+            await self.client_quotas.close()
         if self._owners is not None:
             await self._owners.close()
 

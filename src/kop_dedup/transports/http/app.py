@@ -42,6 +42,7 @@ from kop_dedup.transports.http.docs import mount_docs
 from kop_dedup.transports.http.groups import router as groups_router
 from kop_dedup.transports.http.internal import router as internal_router
 from kop_dedup.transports.http.produce import PATH, ProduceEndpoint, openapi_paths
+from kop_dedup.transports.http.quotas import router as quotas_router
 from kop_dedup.transports.http.routes import router
 from kop_dedup.transports.http.routing import Forwarding
 from kop_dedup.transports.http.transactions import router as transactions_router
@@ -187,6 +188,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(transactions_router)
     app.include_router(groups_router)
+    app.include_router(quotas_router)
     app.include_router(internal_router)
     # the hot path: a plain ASGI endpoint (produce.py), served ahead of FastAPI's own
     # path (_App) behind the body bounds (_bound_bodies), and as the router's first route

@@ -115,12 +115,15 @@ async def not_allowed(_request: Request, exc: Exception) -> JSONResponse:
 
 def refused_with(error: errors.KafkaError) -> JSONResponse:
     """A request refused as a whole for ``error``: 403 for an authorization failure,
-    503 for a retriable error, 500 for UNKNOWN_SERVER_ERROR, else 400 (what the request
+    429 for THROTTLING_QUOTA_EXCEEDED (a cap, a role's quota), 503 for a retriable
+    error, 500 for UNKNOWN_SERVER_ERROR, else 400 (what the request
     names: an invalid topic name, 17); the house body of a Kafka answer."""
     if isinstance(error, AUTHORIZATION_ERRORS):
         return forbidden(error)
     code = status.HTTP_400_BAD_REQUEST
-    if error.retriable:
+    if isinstance(error, errors.ThrottlingQuotaExceeded):  # a cap or a role's quota
+        code = status.HTTP_429_TOO_MANY_REQUESTS
+    elif error.retriable:
         code = status.HTTP_503_SERVICE_UNAVAILABLE
     elif type(error) is errors.KafkaError:
         code = status.HTTP_500_INTERNAL_SERVER_ERROR

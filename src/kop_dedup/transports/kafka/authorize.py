@@ -14,7 +14,8 @@ with the API's error answer at Kafka's code (nothing of it is done):
   without the admin role;
 - 53 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: a transactional id another role used first;
 - 31 CLUSTER_AUTHORIZATION_FAILED: a batch of a producer id another role was given, or
-  WriteTxnMarkers (an operator's abort) without the tenant's admin role;
+  WriteTxnMarkers (an operator's abort), the ACL APIs or DescribeLogDirs without the
+  tenant's admin role;
 - 59 UNKNOWN_PRODUCER_ID: a batch of a producer id given to no role (not handed out yet:
   :meth:`~kop_dedup.security.authorizer.Authorizer.require_producers`).
 
@@ -132,6 +133,13 @@ async def _markers(auth: Authorizer, who: Identity, _request: Any, _version: int
     await auth.require_admin(who, "write transaction markers", errors.ClusterAuthorizationFailed)
 
 
+def _cluster(what: str) -> Check:
+    async def check(auth: Authorizer, who: Identity, _request: Any, _version: int) -> None:
+        await auth.require_admin(who, what, errors.ClusterAuthorizationFailed)
+
+    return check
+
+
 async def _describe_configs(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
     await auth.require(who, DESCRIBE, _config_topics(request, _version))
 
@@ -169,8 +177,12 @@ _CHECKS: dict[int, Check] = {
     26: _end_txn,
     27: _markers,  # WriteTxnMarkers: an operator's abort
     28: _txn_offset_commit,
+    29: _cluster("describe ACLs"),
+    30: _cluster("create ACLs"),
+    31: _cluster("delete ACLs"),
     32: _describe_configs,
     33: _admin("alter configs", _config_topics),
+    35: _cluster("describe log dirs"),
     37: _admin("add partitions", _named),
     42: _delete_groups,
     44: _admin("alter configs", _config_topics),

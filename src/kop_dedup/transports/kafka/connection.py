@@ -249,6 +249,13 @@ class Connection:
 
     async def _serve_frame(self, apis: Any, frame: bytes, admitted: _Admitted) -> bool:
         """Answer or start one frame's request; False when the connection must close."""
+        muted = self.session.muted_until - time.monotonic()
+        if muted > 0:  # a byte-rate quota's throttle: as Kafka mutes the channel, the
+            self._between_requests = True  # next request waits until it has passed
+            try:  # (a stop() cancels the wait: the request is dropped unanswered)
+                await asyncio.sleep(muted)
+            finally:
+                self._between_requests = False
         await self._slots.acquire()
         if self.session.raw_sasl:
             try:

@@ -27,11 +27,13 @@ from kop_dedup.observability.wire import WireStats
 from kop_dedup.pulsar.produced import ProducedOffsets
 from kop_dedup.runtime import Runtime
 from kop_dedup.security.identity import Authenticator
+from kop_dedup.security.quotas import RoleCounts
 from kop_dedup.settings import split_address
 from kop_dedup.transports.kafka import routed
 from kop_dedup.transports.kafka.apis import API_TABLE
 from kop_dedup.transports.kafka.connection import Connection
 from kop_dedup.transports.kafka.registry import CloseConnection, Node, Session, Shared
+from kop_dedup.transports.kafka.sasl import ROLE_COUNTED
 
 __all__ = ["KafkaListener", "ListenerError"]
 
@@ -115,6 +117,7 @@ class KafkaListener:
             offsets=ProducedOffsets(self.runtime.admin, mode=self.settings.kafka_produce_offsets),
             stats=self.stats,
             auth=Authenticator.from_settings(self.settings),
+            role_connections=RoleCounts.connections(self.settings),
         )
         log.info(
             "kafka listener on %s:%d, advertised as %s:%d%s%s",
@@ -171,6 +174,9 @@ class KafkaListener:
             await connection.serve()
         finally:
             self._connections.discard(connection)
+            counted = connection.session.extra.pop(ROLE_COUNTED, None)
+            if counted is not None:
+                shared.role_connections.release(counted)
             left = self._per_address.pop(address, 1) - 1
             if left > 0:
                 self._per_address[address] = left

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kop_dedup.errors import KafkaError
+from kop_dedup.protocol.client_quotas import ByteRate
 from kop_dedup.security.identity import ANONYMOUS, Authenticator, Credential, Identity
+from kop_dedup.security.quotas import RoleCounts
 
 if TYPE_CHECKING:
     from kop_dedup.observability.wire import WireStats
@@ -126,6 +128,11 @@ class Shared:
     stats: WireStats
     auth: Authenticator
     """Who a SASL/PLAIN password is (the HTTP tokens, roles and JWTs); off: no SASL."""
+    role_connections: RoleCounts = field(default_factory=lambda: RoleCounts(None))
+    """Authenticated connections per role, held to ``ROLE_QUOTA_PERCENT`` of
+    ``KAFKA_MAX_CONNECTIONS`` (:mod:`.sasl` counts, the listener releases)."""
+    byte_rates: ByteRate = field(default_factory=ByteRate)
+    """Each role's produce and fetch bytes a second on this node (:mod:`.throttle`)."""
     readers: ReaderPool | None = None
     """Pulsar readers kept between fetches (:mod:`.fetch` opens it at the first read;
     the listener closes it after its connections)."""
@@ -152,6 +159,9 @@ class Session:
     forwarded: bool = False
     """A request another node forwarded (``/internal/v1/kafka``): served here, never
     forwarded again."""
+    muted_until: float = 0.0
+    """``time.monotonic()`` before which no further request is read: a byte-rate quota's
+    throttle (:mod:`.throttle`), as Kafka mutes a throttled channel."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Per-connection state a handler module keeps (keyed by its module name)."""
 

@@ -30,11 +30,14 @@ from kafka.protocol.sasl import (
 from kop_dedup import errors
 from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
 
-__all__ = ["APIS", "MECHANISMS", "raw_token"]
+__all__ = ["APIS", "MECHANISMS", "ROLE_COUNTED", "raw_token"]
 
 log = logging.getLogger("kop_dedup.kafka")
 
 MECHANISMS = ("PLAIN",)
+ROLE_COUNTED = "sasl.role_counted"
+"""The session's ``extra`` key naming the role its connection is counted for (the
+listener releases it when the connection closes)."""
 
 
 def _check_plain(session: Session, token: bytes) -> str:
@@ -64,6 +67,11 @@ def _check_plain(session: Session, token: bytes) -> str:
 
 
 def _authenticated(session: Session, user: str) -> None:
+    """The connection is ``user``'s, counted against its role's share of connections
+    (a superuser's is not): 89 THROTTLING_QUOTA_EXCEEDED past it."""
+    who = session.identity
+    if not who.superuser and session.shared.role_connections.acquire(who.role):
+        session.extra[ROLE_COUNTED] = who.role
     session.authenticated, session.user = True, user
     log.debug("kafka client authenticated", extra={"peer": session.peer, "user": user})
 
@@ -125,11 +133,11 @@ async def authenticate(session: Session, request: Any, version: int) -> Any:
         )
     try:
         user = _check_plain(session, bytes(request.auth_bytes))
-    except errors.SaslAuthenticationFailed as exc:
+        _authenticated(session, user)
+    except (errors.SaslAuthenticationFailed, errors.ThrottlingQuotaExceeded) as exc:
         raise CloseConnection(
             exc.message, kind="auth", answer=_authenticate_error(request, version, exc)
         ) from exc
-    _authenticated(session, user)
     return SaslAuthenticateResponse(
         version=version,
         error_code=errors.NONE_ERRNO,
@@ -144,9 +152,9 @@ async def raw_token(session: Session, token: bytes) -> bytes:
     session.raw_sasl = False
     try:
         user = _check_plain(session, token)
-    except errors.SaslAuthenticationFailed as exc:
+        _authenticated(session, user)
+    except (errors.SaslAuthenticationFailed, errors.ThrottlingQuotaExceeded) as exc:
         raise CloseConnection(exc.message, kind="auth") from exc
-    _authenticated(session, user)
     return b""
 
 
