@@ -92,10 +92,13 @@ class StreamsApp:
         *,
         sleep_ms: int = 0,
         threads: int = 1,
+        instance: str = "",
     ) -> None:
         self.workdir = workdir
         self.application_id = application_id
         self.args = [bootstrap, application_id, source, sink, "", str(sleep_ms), str(threads)]
+        if instance:  # group.instance.id: a static member, its session 30 s
+            self.args.append(instance)
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "streams.log"
         self.out = workdir / "streams.out"
@@ -135,6 +138,10 @@ class StreamsApp:
             text = self.out.read_text(errors="replace")
             return text.rsplit(f"==== run {self.runs}\n", 1)[-1].splitlines()
         return []
+
+    def lines(self) -> list[str]:
+        """What this run printed so far (state changes, progress), line by line."""
+        return self._this_run()
 
     def wait_running(self, timeout: float) -> None:
         """Until this run's application reached RUNNING (its tasks assigned, its state

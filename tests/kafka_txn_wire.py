@@ -143,6 +143,7 @@ class TxnWire:
         *,
         member: str = "",
         generation: int = -1,
+        instance: str | None = None,
     ) -> dict[tuple[str, int], int]:
         """TxnOffsetCommit, sent again while every partition answers a coordinator code
         (14, 15, 16: Kafka's group coordinator loads its partition after the first
@@ -165,7 +166,7 @@ class TxnWire:
             producer_epoch=self.epoch,
             generation_id=generation,
             member_id=member,
-            group_instance_id=None,
+            group_instance_id=instance,
             topics=[t(name=n, partitions=ps) for n, ps in by_topic.items()],
         )
         deadline = time.monotonic() + self.timeout

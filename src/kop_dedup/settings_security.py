@@ -42,6 +42,11 @@ class SecuritySettings(BaseSettings):
     """How long Pulsar's permissions (namespace and topic grants, the tenant's admin
     roles) are reused before they are read again: a grant or a revocation takes effect
     within this long."""
+    auth_owners_ttl_ms: int = Field(default=10_000, ge=0)
+    """How long the owners of transactional ids and groups read from the system
+    namespace's owners table are reused before the table is read again: a release (an
+    admin's, a deleted or expired group or transactional id) made through another node
+    takes effect here within this long."""
     allow_unauthenticated: bool = False
     """Listen on an address other than loopback with authentication off (no tokens, no
     roles, no keys); without it the sidecar refuses to start there."""

@@ -3,7 +3,7 @@
 // processing.guarantee=exactly_once_v2.
 //
 //   java -cp '<kafka libs>/*' StreamsCount.java <bootstrap> <application.id> <input>
-//        <output> <state dir> [<ms to sleep per count> [<stream threads>]]
+//        <output> <state dir> [<ms to sleep per count> [<stream threads> [<instance id>]]]
 //
 // (a source-file launch; tests/kafka_streams.py compiles it once with javac instead).
 //
@@ -44,6 +44,7 @@ public class StreamsCount {
         String stateDir = argv[4];
         long sleepMs = argv.length > 5 ? Long.parseLong(argv[5]) : 0L;
         int threads = argv.length > 6 ? Integer.parseInt(argv[6]) : 1;
+        String instance = argv.length > 7 ? argv[7] : "";
 
         Properties props = new Properties();
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -64,6 +65,12 @@ public class StreamsCount {
         // brokers' smallest session), not 45 s: the restarted one waits for that
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
+        if (!instance.isEmpty()) {
+            // a static member (KIP-345): a restart within its session (30 s, room for a
+            // JVM's start) takes its place back without a rebalance
+            props.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, instance);
+            props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 30000);
+        }
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from kop_dedup import errors
+from kop_dedup.coordination.names import MAX_ID_LENGTH
 from kop_dedup.security.authorizer import CONSUME, DESCRIBE, OPEN, PRODUCE, Authorizer
 from kop_dedup.security.identity import ANONYMOUS, Identity
 
@@ -114,6 +115,9 @@ class Owners:
     async def claim(self, kind: str, name: str, role: str) -> bool:
         return self.table.setdefault(f"{kind}:{name}", role) == role
 
+    async def release(self, kind: str, name: str) -> str | None:
+        return self.table.pop(f"{kind}:{name}", None)
+
 
 def _owned_by(**pids: str) -> tuple[Authorizer, Owners]:
     owners = Owners()
@@ -157,3 +161,33 @@ def test_owners_out_of_reach_is_a_retriable_error_not_a_refusal():
     with pytest.raises(errors.KafkaError) as raised:
         run(auth.require_producers(ALICE, [7]))
     assert raised.value.retriable
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [("txn", errors.InvalidRequest), ("group", errors.InvalidGroupId)],
+)
+def test_a_name_one_past_the_bound_is_refused_before_any_claim(kind, error):
+    auth, owners = _owned_by()
+    assert run(auth.owns(ALICE, kind, "n" * MAX_ID_LENGTH))  # at the bound: claimed
+    with pytest.raises(error, match=f"at most {MAX_ID_LENGTH}"):
+        run(auth.owns(ALICE, kind, "n" * (MAX_ID_LENGTH + 1)))
+    assert list(owners.table) == [f"{kind}:{'n' * MAX_ID_LENGTH}"]
+
+
+def test_a_group_is_deleted_by_its_owner_or_an_admin_and_nobody_elses_by_no_one_else():
+    auth, owners = _owned_by()
+    owners.table["group:bobs"] = "bob"
+    run(auth.may_delete_group(BOB, "bobs"))
+    run(auth.may_delete_group(OPS, "bobs"))  # the tenant's admin role
+    run(auth.may_delete_group(OPS, "nobodys"))
+    for group in ("bobs", "nobodys"):  # a name nobody owns is not alice's either
+        with pytest.raises(errors.GroupAuthorizationFailed):
+            run(auth.may_delete_group(ALICE, group))
+
+
+def test_a_producer_id_handed_to_the_new_owner_of_its_transactional_id_is_taken_over():
+    auth, owners = _owned_by(p7="bob")
+    run(auth.claim_producer(ALICE, 7))  # init-producer-id answered alice producer id 7
+    assert owners.table["pid:7"] == "alice"
+    run(auth.require_producers(ALICE, [7]))

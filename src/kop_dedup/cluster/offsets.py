@@ -84,11 +84,18 @@ class RoutedOffsets:
         *,
         member_id: str | None = None,
         generation: int | None = None,
+        instance_id: str | None = None,
     ) -> None:
         owner = self._remote(group)
         if owner is None:
             await self._store.mark_pending(
-                group, keys, transactional_id, ordinal, member_id=member_id, generation=generation
+                group,
+                keys,
+                transactional_id,
+                ordinal,
+                member_id=member_id,
+                generation=generation,
+                instance_id=instance_id,
             )
             return
         await self._call(
@@ -101,6 +108,7 @@ class RoutedOffsets:
                 "ordinal": ordinal,
                 "memberId": member_id,
                 "generation": generation,
+                "instanceId": instance_id,
             },
         )
 
@@ -150,6 +158,7 @@ async def serve(store: GroupStore, payload: dict[str, Any]) -> dict[str, Any]:
         op = payload["op"]
         if op == "mark":
             member, generation = payload.get("memberId"), payload.get("generation")
+            instance = payload.get("instanceId")
             await store.mark_pending(
                 group,
                 keys,
@@ -157,6 +166,7 @@ async def serve(store: GroupStore, payload: dict[str, Any]) -> dict[str, Any]:
                 ordinal,
                 member_id=None if member is None else str(member),
                 generation=None if generation is None else int(generation),
+                instance_id=None if instance is None else str(instance),
             )
             return {"errorCode": 0}
         if op == "commit":

@@ -12,7 +12,8 @@ create/delete topics, configs the tenant's admin role or a superuser (29)
 a transactional id            its owner, the role that used it first (53); a look
                               (describe) at one nobody owns is allowed, claims nothing
 a group (join, offsets, ...)  its owner, the role that used it first (30); the same
-delete a group                the tenant's admin role or a superuser (30)
+delete a group                its owner, the tenant's admin role or a superuser (30)
+release a transactional id    the tenant's admin role or a superuser (53)
 a producer id in a batch      given to the caller's role by init-producer-id: one
                               given to no role (never handed out yet, a superuser's,
                               from before roles) 59 UNKNOWN_PRODUCER_ID; another
@@ -25,11 +26,14 @@ client quotas (Kafka, HTTP)   the tenant's admin role or a superuser (31; HTTP 4
 Each role may hold at most ``ROLE_QUOTA_PERCENT`` of the transactional ids and the
 groups (counted in the owners table, :mod:`kop_dedup.security.quotas`): 89 past it.
 
-A superuser (``superuser_roles``, the ``auth_tokens``) may do everything and claims
-nothing. With authentication off every caller is :data:`~.identity.ANONYMOUS`, a
-superuser: no check is made, no admin call, no table read. Grants are reused for
-``auth_permissions_ttl_ms`` (:mod:`kop_dedup.pulsar.grants`). A failure to read them
-(Pulsar away) is the one translation's Kafka error (retriable mostly), never a
+A name is checked before it is claimed (:mod:`kop_dedup.coordination.names`: empty or
+over ``MAX_ID_LENGTH`` characters is 42 INVALID_REQUEST for a transactional id, 24
+INVALID_GROUP_ID for a group): nothing is written for a refused name. A superuser
+(``superuser_roles``, the ``auth_tokens``) may do everything and claims nothing. With
+authentication off every caller is :data:`~.identity.ANONYMOUS`, a superuser: no check
+is made, no admin call, no table read. Grants are reused for ``auth_permissions_ttl_ms``
+(:mod:`kop_dedup.pulsar.grants`), owners for ``auth_owners_ttl_ms``. A failure to read
+them (Pulsar away) is the one translation's Kafka error (retriable mostly), never a
 permission.
 """
 
@@ -45,7 +49,7 @@ from kop_dedup.pulsar.tables import PulsarClient
 from kop_dedup.security.acl_store import AclStore
 from kop_dedup.security.client_quotas import ClientQuotas
 from kop_dedup.security.identity import Authenticator, Identity
-from kop_dedup.security.owners import Owners
+from kop_dedup.security.owners import Owners, validate_name
 from kop_dedup.security.quotas import owner_quotas
 from kop_dedup.settings import Settings
 
@@ -91,7 +95,12 @@ class Authorizer:
         namespace = f"{settings.tenant}/{settings.namespace}"
         return cls(
             Grants(admin, namespace, ttl_s=settings.auth_permissions_ttl_ms / 1000),
-            Owners(client, f"{system}/owners", owner_quotas(settings)),
+            Owners(
+                client,
+                f"{system}/owners",
+                owner_quotas(settings),
+                ttl_s=settings.auth_owners_ttl_ms / 1000,
+            ),
             quotas,
         )
 
@@ -141,6 +150,8 @@ class Authorizer:
         is nothing of another role's to see) without taking it."""
         if who.superuser or self._owners is None:
             return True
+        if claim:  # before anything is written for it
+            validate_name(kind, name)
         try:
             if claim:
                 return await self._owners.claim(kind, name, who.role)
@@ -163,9 +174,20 @@ class Authorizer:
             raise errors.GroupAuthorizationFailed(f"group {group!r} belongs to another role")
 
     async def claim_producer(self, who: Identity, producer_id: int) -> None:
-        """A producer id allocated for ``who`` (init-producer-id) is its role's."""
-        if producer_id >= 0:
-            await self.owns(who, PRODUCER, str(producer_id))
+        """A producer id init-producer-id handed to ``who`` is its role's. One another
+        role holds is taken over: the coordinator answers a transactional id's own
+        producer id (at a new epoch, fencing the last producer) to the id's owner, and
+        the id changed hands (released by an admin, by DeleteAcls, or through another
+        node), so the old owner's claim on its producer id goes with it."""
+        if producer_id < 0 or who.superuser or self._owners is None:
+            return
+        pid = str(producer_id)
+        try:
+            if not await self._owners.claim(PRODUCER, pid, who.role):
+                await self._owners.release(PRODUCER, pid)
+                await self._owners.claim(PRODUCER, pid, who.role)
+        except Exception as exc:
+            raise translate(exc, f"giving producer id {pid} to role {who.role!r}") from exc
 
     async def require_producers(self, who: Identity, producer_ids: Iterable[int]) -> None:
         """Refuse a batch of a producer id init-producer-id did not give ``who``'s role.
@@ -207,10 +229,50 @@ class Authorizer:
             raise translate(exc, "reading owners in Pulsar") from exc
         return [n for n in names if owners.get(n) == who.role]
 
-    async def released(self, kind: str, name: str) -> None:
-        """``name`` is gone (a deleted group): its next user claims it."""
-        if self._owners is not None:
-            await self._owners.release(kind, name)
+    @property
+    def has_owners(self) -> bool:
+        """Names have owners (authentication on)."""
+        return self._owners is not None
+
+    async def owner(self, kind: str, name: str) -> str | None:
+        """The role owning ``name`` (None: nobody, or authentication off)."""
+        if self._owners is None:
+            return None
+        try:
+            return await self._owners.owner(kind, name)
+        except Exception as exc:
+            raise translate(exc, f"reading the owner of {kind} {name!r} in Pulsar") from exc
+
+    async def released(self, kind: str, name: str) -> str | None:
+        """``name`` is gone (a deleted or expired group or transactional id, an admin's
+        release): its next user claims it. The owner it had (None: nobody)."""
+        if self._owners is None:
+            return None
+        try:
+            return await self._owners.release(kind, name)
+        except Exception as exc:
+            raise translate(exc, f"releasing {kind} {name!r} in Pulsar") from exc
+
+    async def claimed_before(self, kind: str, before_ms: int) -> list[str]:
+        """The ``kind`` names claimed before ``before_ms`` (epoch ms); none with
+        authentication off."""
+        if self._owners is None:
+            return []
+        try:
+            return await self._owners.claimed_before(kind, before_ms)
+        except Exception as exc:
+            raise translate(exc, "reading owners in Pulsar") from exc
+
+    async def may_delete_group(self, who: Identity, group: str) -> None:
+        """30 unless ``who`` owns ``group`` (a name nobody owns is not the caller's) or
+        is an admin (Kafka's Delete on the Group resource)."""
+        if who.superuser or self._owners is None:
+            return
+        if await self.owner(GROUP, group) != who.role and not await self.is_admin(who):
+            raise errors.GroupAuthorizationFailed(
+                f"role {who.role!r} may not delete group {group!r}: it needs to own the "
+                "group or the tenant's admin role"
+            )
 
     async def close(self) -> None:
         if self.client_quotas is not None:

@@ -11,6 +11,11 @@ brings the assignment) waits here by reading the store again every
 the request answers it, and a round past its deadline is completed by the first waiter
 (or the owner's sweep) that sees it due.
 
+Static members (KIP-345, ``group.instance.id``) follow the rules of
+:mod:`kop_dedup.protocol.groups.static`: a restart takes the old member's place without
+a rebalance, and the replaced member id is fenced (82), a waiting JoinGroup or SyncGroup
+of it included.
+
 A group is a Kafka group or an HTTP group (``["g", group]``), never both: a JoinGroup
 for an HTTP group is INCONSISTENT_GROUP_PROTOCOL (23), and the HTTP coordinator answers
 its calls for a Kafka group with 23 (a 409 over HTTP).
@@ -31,6 +36,7 @@ from kop_dedup.coordination.groups.offsets import offset_doc
 from kop_dedup.coordination.groups.settings import GroupSettings, full
 from kop_dedup.coordination.groups.store import GroupStore, StagedOffset, key
 from kop_dedup.coordination.names import validate_group_id, validate_topics
+from kop_dedup.protocol.groups import static
 from kop_dedup.protocol.groups.classic import (
     PREPARING,
     STABLE,
@@ -56,6 +62,11 @@ class JoinAnswer:
     leader: str
     members: tuple[tuple[str, str | None, bytes], ...]
     """(member id, instance id, metadata) of every member: the leader's answer only."""
+    skip_assignment: bool = False
+    """A static leader's restart into a Stable group (KIP-814): the assignment stands."""
+    leader_before: str = ""
+    """With ``skip_assignment``: the leader's id before the restart replaced it (what
+    Kafka answers as the leader below JoinGroup v9, so that the leader does not assign)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +125,11 @@ class ClassicGroups:
     async def join(
         self, group_id: str, req: JoinRequest, *, require_known_id: bool
     ) -> JoinAnswer | NewMemberId:
-        """JoinGroup: 79 MEMBER_ID_REQUIRED with a new id for a new member (v4+,
+        """JoinGroup: 79 MEMBER_ID_REQUIRED with a new id for a new dynamic member (v4+,
         ``require_known_id``), else the member's round joined and waited for (up to the
-        rebalance deadline). Raises the Kafka error otherwise (23, 24, 25, 26)."""
+        rebalance deadline); a static member's restart takes its old member's place
+        (:mod:`kop_dedup.protocol.groups.static`). Raises the Kafka error otherwise (23,
+        24, 25, 26, 82)."""
         validate_group_id(group_id)
         if not self.min_session_ms <= req.session_timeout_ms <= self.max_session_ms:
             raise errors.InvalidSessionTimeout(
@@ -124,8 +137,8 @@ class ClassicGroups:
                 f"[{self.min_session_ms}, {self.max_session_ms}]"
             )
         if not req.member_id:
-            new_id = f"{req.client_id or 'member'}-{uuid.uuid4()}"
-            if require_known_id:
+            new_id = f"{req.instance_id or req.client_id or 'member'}-{uuid.uuid4()}"
+            if require_known_id and req.instance_id is None:
 
                 async def pend(p: int) -> None:
                     self._not_http(group_id)
@@ -143,29 +156,42 @@ class ClassicGroups:
         else:
             fresh = False
 
+        restart, leader_before = False, ""
+
         async def change(p: int) -> ClassicGroup:
+            nonlocal restart, leader_before
             self._not_http(group_id)
             before = self.group(group_id) or ClassicGroup.new()
-            if fresh:
+            restart, leader_before = static.replaces(before, req, fresh=fresh), before.leader or ""
+            if fresh and not restart:
                 self._room(group_id, before, now_ms())
                 before = before.add_pending(req.member_id, now_ms(), req.session_timeout_ms)
-            after = before.join(req, now_ms())
+            after = static.join(before, req, now_ms(), fresh=fresh)
             await self._write(p, group_id, after)
             return after
 
         group: ClassicGroup = await self.store.owned(group_id, change)
         if not group.member(req.member_id).awaiting_join:  # its round completed, or none began
-            return self._answer(group, req.member_id)
-        return await self._await_round(group_id, req.member_id, group.generation)
+            answer = self._answer(group, req.member_id)
+            if not (restart and group.state == STABLE):
+                return answer
+            # a restarted leader must not assign (a Stable group would not broadcast it):
+            # KIP-814's skip_assignment, or below v9 the leader id as it was (Kafka's)
+            skip = group.leader == req.member_id
+            return replace(answer, skip_assignment=skip, leader_before=leader_before)
+        return await self._await_round(group_id, req, group.generation)
 
     def _room(self, group_id: str, group: ClassicGroup, now: int) -> None:
         """GROUP_MAX_SIZE_REACHED (81) when one more member would pass the cap."""
         waiting = sum(1 for t in group.pending.values() if t >= now)
         full(group_id, len(group.members) + waiting, self.max_members)
 
-    async def _await_round(self, group_id: str, member_id: str, started: int) -> JoinAnswer:
+    async def _await_round(self, group_id: str, req: JoinRequest, started: int) -> JoinAnswer:
+        member_id = req.member_id
         while True:
             group = self.group(group_id)
+            if group is not None and not group.has(member_id):
+                static.validate(group, member_id, req.instance_id)  # 82: a restart replaced it
             if group is None or not group.has(member_id):
                 raise errors.UnknownMemberId(
                     f"member {member_id!r} left group {group_id!r} while it joined: join again"
@@ -205,14 +231,15 @@ class ClassicGroups:
         *,
         protocol_type: str | None,
         protocol: str | None,
+        instance_id: str | None = None,
     ) -> SyncAnswer:
         """SyncGroup: the leader's assignment stored; each member its own (a follower
-        waits for the leader's, up to its session). 25, 22, 27 as Kafka; 23 when the
+        waits for the leader's, up to its session). 82, 25, 22, 27 as Kafka; 23 when the
         protocol type or name given is not the group's."""
 
         async def change(p: int) -> ClassicGroup:
             group = self._kafka_group(group_id, member_id)
-            group.check(member_id, generation)
+            static.check(group, member_id, instance_id, generation)
             if group.state == PREPARING:
                 raise errors.RebalanceInProgress("the group is rebalancing: join again")
             _same_protocol(group, protocol_type, protocol)
@@ -226,11 +253,10 @@ class ClassicGroups:
         session_ms = group.member(member_id).session_timeout_ms
         deadline = time.monotonic() + session_ms / 1000
         while True:
+            static.validate(group, member_id, instance_id)  # 82 once a restart replaced it
             if group.state == STABLE and group.generation == generation:
                 m = group.member(member_id)
                 return SyncAnswer(group.protocol_type, group.protocol, m.assignment)
-            if not group.has(member_id):
-                raise errors.UnknownMemberId(f"member {member_id!r} is not in the group")
             if group.generation != generation or group.state == PREPARING:
                 raise errors.RebalanceInProgress("the group is rebalancing: join again")
             if time.monotonic() >= deadline or self.closing:
@@ -247,17 +273,19 @@ class ClassicGroups:
             raise errors.UnknownMemberId(f"member {member_id!r} is not in group {group_id!r}")
         return group
 
-    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
-        """Heartbeat: 25, 22, 27 while PreparingRebalance (the member joins again);
-        its session refreshed."""
+    async def heartbeat(
+        self, group_id: str, member_id: str, generation: int, instance_id: str | None = None
+    ) -> None:
+        """Heartbeat: 82 (a static member's replaced id), 25, 22, 27 while
+        PreparingRebalance (the member joins again); its session refreshed."""
         await self.store.read(group_id)
         group = self._kafka_group(group_id, member_id)
-        group.check(member_id, generation)
+        static.check(group, member_id, instance_id, generation)
         if group.seen(member_id, now_ms()) is not None:
 
             async def change(p: int) -> ClassicGroup:
                 current = self._kafka_group(group_id, member_id)
-                current.check(member_id, generation)
+                static.check(current, member_id, instance_id, generation)
                 refreshed = current.seen(member_id, now_ms())
                 if refreshed is not None:
                     await self._write(p, group_id, refreshed)
@@ -268,9 +296,11 @@ class ClassicGroups:
             raise errors.RebalanceInProgress("the group is rebalancing: join again")
 
     async def leave(
-        self, group_id: str, member_ids: Sequence[str]
+        self, group_id: str, member_ids: Sequence[str | tuple[str, str | None]]
     ) -> list[errors.KafkaError | None]:
-        """LeaveGroup of each member: None when it left, 25 when it was not there."""
+        """LeaveGroup of each member, named by its id or (member id, instance id): None
+        when it left, 25 when it was not there, 82 for a static member's replaced id; an
+        instance id with an empty member id removes that static member (Kafka's)."""
 
         async def change(p: int) -> list[errors.KafkaError | None]:
             group = self.group(group_id)
@@ -279,11 +309,14 @@ class ClassicGroups:
                 return [errors.UnknownMemberId(f"no member {m!r}") for m in member_ids]
             out: list[errors.KafkaError | None] = []
             now = now_ms()
-            for m in member_ids:
+            for named in member_ids:
+                m, instance = named if isinstance(named, tuple) else (named, None)
                 try:
+                    if m not in group.pending:
+                        m = static.leaver(group, m, instance)
                     group = group.leave(m, now)
                     out.append(None)
-                except errors.UnknownMemberId as exc:
+                except (errors.UnknownMemberId, errors.FencedInstanceId) as exc:
                     out.append(exc)
             if any(o is None for o in out):
                 await self._write(p, group_id, group)
@@ -333,7 +366,7 @@ class ClassicGroups:
         async def change(p: int) -> None:
             group = self.group(group_id)
             if group is not None:
-                simple = group.validate_commit(member_id, instance_id, generation)
+                simple = static.validate_commit(group, member_id, instance_id, generation)
                 refreshed = None if simple else group.seen(member_id, now)
                 if refreshed is not None:
                     await self._write(p, group_id, refreshed)

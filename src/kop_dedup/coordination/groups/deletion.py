@@ -12,8 +12,9 @@ pending in a transaction for it (Kafka's tombstone drops both: that transaction'
 commit then leaves the partition alone).
 
 A group is known while the store holds any key of it (a group of plain commits
-included, as Kafka's Empty group of a simple consumer); unknown is GROUP_ID_NOT_FOUND
-(69). NOT_COORDINATOR and the broker's failures come from the store, retriable.
+included, as Kafka's Empty group of a simple consumer), or while a role owns its name (a
+group claimed by its first use but never stored: deleting it frees the name); unknown is
+GROUP_ID_NOT_FOUND (69). NOT_COORDINATOR and the broker's failures come from the store, retriable.
 """
 
 from __future__ import annotations
@@ -51,11 +52,16 @@ class GroupDeletion:
 
         def may(state: GroupState) -> bool:
             if not state.stored:
+                check_delete_group(groups.classic.group(group_id), None)  # 68 with members
                 raise _unknown(group_id)
             check_delete_group(groups.classic.group(group_id), state.group)
             return True
 
-        await self._retention.forget(group_id, may)
+        try:
+            await self._retention.forget(group_id, may)
+        except errors.GroupIdNotFound:
+            if await self._retention.released(group_id) is None:  # not even claimed
+                raise
 
     async def delete_offsets(
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]

@@ -151,13 +151,15 @@ class PendingOffsets:
         *,
         member_id: str | None = None,
         generation: int | None = None,
+        instance_id: str | None = None,
     ) -> None:
         """Mark partitions as having offsets pending in transaction ``ordinal`` of
         ``transactional_id`` (before the transaction records them). Marking again (the
         transaction stages the partition again) moves its marker after the others.
 
-        ``member_id``, ``generation`` (KIP-447): the member the offsets are committed
-        for, checked in the same change, before anything is written (25, 22:
+        ``member_id``, ``generation`` (KIP-447), ``instance_id`` (KIP-345): the member
+        the offsets are committed for, checked in the same change, before anything is
+        written (82, 25, 22:
         :func:`~kop_dedup.protocol.groups.fencing.check_txn_member`), so that no
         rebalance comes between the check and the marker."""
         keys = list(dict.fromkeys(keys))
@@ -172,6 +174,7 @@ class PendingOffsets:
                     None if doc is None else Group.from_doc(doc),
                     member_id,
                     generation,
+                    instance_id,
                 )
             now = now_ms()
             docs = store.docs(group)

@@ -8,6 +8,9 @@
   backlog for it any more);
 * a broadcast member that left keeps its records while it counts for the group
   minimum (``broadcastExpireMs`` after it was last seen); then they go;
+* a group name claimed (its owner, the role that used it first) over ``group_retention_ms``
+  ago of which nothing was ever stored and which has no Kafka member: its owner is
+  forgotten, as Kafka forgets an empty group without offsets;
 * pending-offset markers whose transaction ended without removing them go
   (:meth:`~kop_dedup.coordination.groups.store.GroupStore.sweep`).
 
@@ -38,6 +41,10 @@ log = logging.getLogger(__name__)
 
 Forgotten = Callable[[str, list[TopicPartition]], Awaitable[None]]
 """Told of a forgotten group and the partitions it had (its subscriptions go)."""
+Release = Callable[[str], Awaitable[str | None]]
+"""Forgets a group's owner (the role that used it first), answering the one it had."""
+ClaimedBefore = Callable[[int], Awaitable[list[str]]]
+"""The group names whose owner claimed them before a time (epoch ms)."""
 
 
 class GroupRetention:
@@ -45,6 +52,12 @@ class GroupRetention:
         self, groups: GroupCoordinator, *, retention_ms: int, forgotten: Forgotten
     ) -> None:
         self._groups, self.retention_ms, self._forgotten = groups, retention_ms, forgotten
+        self.release: Release | None = None
+        """Forgets a forgotten group's owner, under the store partition's lock after its
+        keys are removed (Kafka's expiry and DeleteGroups forget the name whole); set
+        where the security side is wired (:mod:`kop_dedup.security.pruning`)."""
+        self.claimed_before: ClaimedBefore | None = None
+        """Names claimed before a time: those never stored are forgotten by the sweep."""
 
     def _expired(self, state: GroupState, now: int) -> bool:
         kafka = self._groups.classic.group(state.group_id)
@@ -68,6 +81,8 @@ class GroupRetention:
                 await self._sweep_group(group_id, now)
             except errors.NotCoordinator:  # moved since: its new owner sweeps it
                 continue
+        if self.claimed_before is not None:
+            await self._forget_unstored(now)
 
     async def _sweep_group(self, group_id: str, now: int) -> None:
         groups = self._groups
@@ -84,6 +99,34 @@ class GroupRetention:
             and not any(t is not None for t in [state.group.changed_ms, *state.activity()])
         ):
             await self._start_clock(group_id)
+
+    async def _forget_unstored(self, now: int) -> None:
+        """Owners of names claimed over ``retention_ms`` ago and never stored (nothing in
+        the store, no Kafka member) are forgotten, as the owner of the name's store
+        partition, under its lock."""
+        assert self.claimed_before is not None
+        groups = self._groups
+        for group_id in await self.claimed_before(now - self.retention_ms):
+            if not groups.store.parts.owned(groups.store.partition_of(group_id)):
+                continue
+
+            async def change(_p: int, group_id: str = group_id) -> str | None:
+                kafka = groups.classic.group(group_id)
+                if groups.state(group_id).stored or (kafka is not None and kafka.members):
+                    return None
+                return await self.released(group_id)
+
+            try:
+                owner = await groups.store.owned(group_id, change, take=False)
+            except errors.NotCoordinator:  # moved since: its new owner sweeps it
+                continue
+            if owner is not None:
+                log.info(
+                    "group %r: claimed by %r over %d ms ago, never stored: forgotten",
+                    group_id,
+                    owner,
+                    self.retention_ms,
+                )
 
     async def _forget(self, group_id: str) -> None:
         def expired(state: GroupState) -> bool:
@@ -112,6 +155,7 @@ class GroupRetention:
             tps = sorted(set(state.partitions()) | {tp for _, tp in state.member_offsets})
             for k, _ in groups.store.docs(group_id):
                 await groups.store.remove(p, key(*k))
+            await self.released(group_id)
             return tps
 
         tps: list[TopicPartition] | None = await groups.store.owned(group_id, change, take=take)
@@ -120,6 +164,10 @@ class GroupRetention:
         groups.readers.drop(group_id)
         await self.forgotten(group_id, tps)
         return True
+
+    async def released(self, group_id: str) -> str | None:
+        """The group's owner forgotten (None: it had none, or nothing is wired)."""
+        return None if self.release is None else await self.release(group_id)
 
     async def forgotten(self, group_id: str, tps: list[TopicPartition]) -> None:
         """Offsets of ``tps`` were removed: the subscriptions that followed them go."""

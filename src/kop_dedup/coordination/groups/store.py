@@ -428,11 +428,19 @@ class GroupStore:
         *,
         member_id: str | None = None,
         generation: int | None = None,
+        instance_id: str | None = None,
     ) -> None:
         """:meth:`.pending.PendingOffsets.mark`: offsets staged in a transaction, for
-        ``member_id`` at ``generation`` when given (KIP-447: checked in the same change)."""
+        ``member_id`` at ``generation`` (and ``instance_id``) when given (KIP-447:
+        checked in the same change)."""
         await self.pending.mark(
-            group, keys, transactional_id, ordinal, member_id=member_id, generation=generation
+            group,
+            keys,
+            transactional_id,
+            ordinal,
+            member_id=member_id,
+            generation=generation,
+            instance_id=instance_id,
         )
 
     async def commit_transaction(

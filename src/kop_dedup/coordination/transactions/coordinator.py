@@ -159,6 +159,25 @@ class TransactionCoordinator:
         before the call through any sidecar; None for an unknown id."""
         return await self.state.read(transactional_id)
 
+    async def release(
+        self, transactional_id: str, release: Callable[[Transaction | None], Awaitable[object]]
+    ) -> None:
+        """Run ``release`` (an admin's release of the id's owner) as the id's coordinator,
+        on its state as it then is (None: unknown to the log): 51 CONCURRENT_TRANSACTIONS
+        while a transaction of it is open (retry once it ended); 16 NOT_COORDINATOR on
+        another node."""
+
+        async def decide(current: Transaction | None) -> Transaction | None:
+            if current is not None and current.state.open:
+                raise errors.ConcurrentTransactions(
+                    f"transactional id {transactional_id!r} has an open transaction: end "
+                    "it (or let it time out), then release the id"
+                )
+            await release(current)
+            return current
+
+        await self.state.change(transactional_id, decide)
+
     def owned_open(self) -> int:
         """Open transactions in the log partitions this sidecar owns (no I/O)."""
         return self.state.owned_open()

@@ -27,6 +27,7 @@ class TxnOffsets(Protocol):
         *,
         member_id: str | None = None,
         generation: int | None = None,
+        instance_id: str | None = None,
     ) -> None: ...
 
     async def commit_transaction(

@@ -55,8 +55,9 @@ class TxnOffset:
 @dataclass(frozen=True, slots=True)
 class StageOffsets:
     """Kafka's TxnOffsetCommit. ``member_id`` and ``generation`` (KIP-447, both or
-    neither): checked against the group as a member's commit is. ``token``: the
-    transaction the caller means (see the package docstring)."""
+    neither): checked against the group as a member's commit is, with ``instance_id``
+    (a static member's, KIP-345) when given. ``token``: the transaction the caller
+    means (see the package docstring)."""
 
     transactional_id: str
     producer_id: int
@@ -66,6 +67,7 @@ class StageOffsets:
     member_id: str | None = None
     generation: int | None = None
     token: str | None = None
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

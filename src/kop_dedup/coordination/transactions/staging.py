@@ -56,7 +56,9 @@ class OffsetStaging:
         member, generation = request.member_id, request.generation
         names.validate_group_id(group)
         names.validate_topics(o.topic for o in request.offsets)  # before it is staged or stored
-        if member is not None or generation is not None:
+        instance = request.instance_id
+        if instance is None and (member is not None or generation is not None):
+            # a static member's id is checked in the change only (82 before 25 there)
             await self._members(group, member, generation)
         keys = [(o.topic, o.partition) for o in request.offsets]
         staged = [
@@ -75,7 +77,13 @@ class OffsetStaging:
             )
             if not marked or marked[-1] != txn.ordinal:
                 await self._offsets.mark_pending(
-                    group, keys, tid, txn.ordinal, member_id=member, generation=generation
+                    group,
+                    keys,
+                    tid,
+                    txn.ordinal,
+                    member_id=member,
+                    generation=generation,
+                    instance_id=instance,
                 )
                 marked.append(txn.ordinal)
             return txn

@@ -69,6 +69,10 @@ class TransactionStateManager:
             owner_of=owner_of,
             handoff_wait_s=settings.handoff_wait_s,
         )
+        self.on_forget: Callable[[Transaction], Awaitable[object]] | None = None
+        """Called for an expired id before it is removed, under its partition's lock (the
+        owners of the id and its producer id are pruned: Kafka's expiry forgets both); a
+        failure leaves the id for the next sweep."""
 
     async def start(self) -> None:
         count = await self._admin.ensure_partitioned_topic(
@@ -224,5 +228,7 @@ class TransactionStateManager:
             txn = self.view.get(p, transactional_id)
             if txn is None or txn.state.open or now_ms() - txn.updated_ms <= expiry_ms:
                 return
+            if self.on_forget is not None:
+                await self.on_forget(txn)
             await self.parts.tombstone(p, transactional_id)
             self.view.forget(p, transactional_id)

@@ -262,14 +262,22 @@ class ClassicGroup:
         return replace(self, state=PREPARING, members=members, deadline_ms=deadline)
 
     def complete_if_ready(self, now_ms: int) -> ClassicGroup:
-        """Complete the round when every member joined, or at the deadline (members that
-        did not join are removed): a new generation, its protocol and leader."""
+        """Complete the round when every member joined, or at the deadline (dynamic
+        members that did not join are removed; static ones stay until their session
+        passes, and while none joined the round waits another rebalance timeout, as
+        Kafka's): a new generation, its protocol and a leader that joined."""
         if self.state != PREPARING:
             return self
         waiting = all(m.awaiting_join for m in self.members.values())
         if not waiting and now_ms < self.deadline_ms:
             return self
-        members = {k: m for k, m in self.members.items() if m.awaiting_join}
+        joined = [k for k, m in self.members.items() if m.awaiting_join]
+        members = {
+            k: m for k, m in self.members.items() if m.awaiting_join or m.instance_id is not None
+        }
+        if members and not joined:
+            longest = max(m.rebalance_timeout_ms for m in members.values())
+            return replace(self, members=members, deadline_ms=now_ms + longest)
         generation = self.generation + 1
         if not members:
             return replace(
@@ -282,7 +290,7 @@ class ClassicGroup:
                 deadline_ms=0,
             )
         done = replace(self, members=members)
-        leader = self.leader if self.leader in members else next(iter(members))
+        leader = self.leader if self.leader in joined else joined[0]
         return replace(
             done,
             state=COMPLETING,

@@ -33,6 +33,7 @@ from kop_dedup.admission import ByteBudget
 from kop_dedup.errors import KafkaError
 from kop_dedup.runtime import Runtime
 from kop_dedup.security.identity import Authenticator
+from kop_dedup.security.pruning import prune_owners
 from kop_dedup.settings import Settings
 from kop_dedup.transports.http.admitted import Admitted, InFlight
 from kop_dedup.transports.http.answers import invalid_request, too_large
@@ -41,6 +42,7 @@ from kop_dedup.transports.http.deps import AUTHORIZATION_ERRORS, not_allowed
 from kop_dedup.transports.http.docs import mount_docs
 from kop_dedup.transports.http.groups import router as groups_router
 from kop_dedup.transports.http.internal import router as internal_router
+from kop_dedup.transports.http.owners import router as owners_router
 from kop_dedup.transports.http.produce import PATH, ProduceEndpoint, openapi_paths
 from kop_dedup.transports.http.quotas import router as quotas_router
 from kop_dedup.transports.http.routes import router
@@ -150,6 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = Runtime(settings)
+        prune_owners(runtime.authorizer, runtime.group_retention, runtime.transactions.state)
         try:
             await runtime.start()
         except BaseException:
@@ -185,11 +188,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.admission = ByteBudget(settings.max_inflight_bytes)
     app.state.auth = Authenticator.from_settings(settings)
-    app.include_router(router)
-    app.include_router(transactions_router)
-    app.include_router(groups_router)
-    app.include_router(quotas_router)
-    app.include_router(internal_router)
+    for routes in (
+        router,
+        transactions_router,
+        groups_router,
+        quotas_router,
+        internal_router,
+        owners_router,
+    ):
+        app.include_router(routes)
     # the hot path: a plain ASGI endpoint (produce.py), served ahead of FastAPI's own
     # path (_App) behind the body bounds (_bound_bodies), and as the router's first route
     endpoint = ProduceEndpoint(app.state)

@@ -6,8 +6,9 @@ is forwarded to it, and answered as if this node had served it.
 - ``/v1/groups/{groupId}...`` (every group call, offsets included): the group's
   coordinator;
 - ``POST /v1/init-producer-id`` with a ``transactionalId``, ``/v1/end-txn``,
-  ``/v1/txn-offset-commit``, ``GET /v1/transactions/{transactionalId}``: the
-  transactional id's coordinator (init without one is served anywhere);
+  ``/v1/txn-offset-commit``, ``GET /v1/transactions/{transactionalId}``, ``DELETE
+  /v1/transactions/{transactionalId}/owner``: the transactional id's coordinator (init
+  without one is served anywhere);
 
 ``POST /v1/produce`` is routed by the produce endpoint itself (:func:`route_produce`):
 a transactional request to its coordinator as a whole, the other batches each to its
@@ -211,7 +212,7 @@ class Forwarding:
         if path.startswith(_GROUPS):
             group = unquote(path[len(_GROUPS) :].split("/", 1)[0])
             return cluster.group_coordinator(group) if group else None
-        if path.startswith(_TRANSACTIONS) and method == "GET":
+        if path.startswith(_TRANSACTIONS) and method in {"GET", "DELETE"}:
             named = unquote(path[len(_TRANSACTIONS) :].split("/", 1)[0])
             return cluster.txn_coordinator(named) if named else None
         if body is not None:

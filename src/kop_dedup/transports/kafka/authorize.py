@@ -10,8 +10,10 @@ with the API's error answer at Kafka's code (nothing of it is done):
   OffsetForLeaderEpoch, DescribeProducers), or an administrative change without the
   tenant's admin role (CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
   AlterConfigs, IncrementalAlterConfigs);
-- 30 GROUP_AUTHORIZATION_FAILED: a group another role used first, or DeleteGroups
-  without the admin role;
+- 30 GROUP_AUTHORIZATION_FAILED: a group another role used first, or DeleteGroups of a
+  group the caller's role does not own, without the admin role;
+- 42 INVALID_REQUEST (a transactional id), 24 INVALID_GROUP_ID (a group): a name over
+  ``MAX_ID_LENGTH`` characters, refused before it is claimed;
 - 53 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: a transactional id another role used first;
 - 31 CLUSTER_AUTHORIZATION_FAILED: a batch of a producer id another role was given, or
   WriteTxnMarkers (an operator's abort), the ACL APIs or DescribeLogDirs without the
@@ -120,8 +122,9 @@ async def _describe_groups(auth: Authorizer, who: Identity, request: Any, _versi
         await auth.require_group(who, str(group), claim=False)
 
 
-async def _delete_groups(auth: Authorizer, who: Identity, _request: Any, _version: int) -> None:
-    await auth.require_admin(who, "delete groups", errors.GroupAuthorizationFailed)
+async def _delete_groups(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
+    for group in request.groups_names or ():
+        await auth.may_delete_group(who, str(group))
 
 
 async def _describe_txns(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:

@@ -20,7 +20,6 @@ from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from kop_dedup import errors
 from kop_dedup.coordination.groups.deletion import GroupDeletion
 from kop_dedup.pulsar.failures import translate
-from kop_dedup.security.authorizer import GROUP
 from kop_dedup.transports.kafka.fetch import partition_topic
 from kop_dedup.transports.kafka.registry import Api, Session
 from kop_dedup.transports.kafka.routed import group_key
@@ -49,8 +48,7 @@ async def delete_groups(session: Session, request: Any, version: int) -> Any:
     for group_id in request.groups_names:
         error: errors.KafkaError | None = None
         try:
-            await deletion.delete_group(group_id)
-            await session.runtime.authorizer.released(GROUP, group_id)
+            await deletion.delete_group(group_id)  # its owner forgotten with it
         except Exception as exc:
             error = translate(exc, f"deleting group {group_id!r}")
         results.append(_Result(group_id=group_id, error_code=_code(error)))

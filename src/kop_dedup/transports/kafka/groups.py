@@ -5,7 +5,10 @@ Decode, call :class:`~kop_dedup.coordination.groups.classic.ClassicGroups`, enco
 ListGroups compares its state and type filters case-insensitively, as Kafka does, and
 lists (and DescribeGroups describes) a group of plain commits only as Empty. A
 JoinGroup v4+ without a member id is answered MEMBER_ID_REQUIRED (79) with a new id
-(KIP-394); a JoinGroup or SyncGroup waits for its round (the connection's later
+(KIP-394), unless it names a ``group.instance.id`` (static membership, KIP-345: a
+restart takes its old member's place; Heartbeat, SyncGroup and LeaveGroup v3+ and
+OffsetCommit v7+ carry the instance id, checked as Kafka does: 82 for a replaced id);
+a JoinGroup or SyncGroup waits for its round (the connection's later
 requests wait behind it, as Kafka mutes the channel). Failures of the group store
 are translated in one place (:func:`kop_dedup.pulsar.failures.translate`).
 """
@@ -46,6 +49,9 @@ _KNOWN_ID_FROM = 4
 """JoinGroup v4+: a new member gets MEMBER_ID_REQUIRED and its id (KIP-394)."""
 _REBALANCE_TIMEOUT_FROM = 1
 _BATCH_LEAVE_FROM = 3
+_SKIP_ASSIGNMENT_FROM = 9
+"""JoinGroup v9+ tells a restarted static leader to skip the assignment (KIP-814);
+below, Kafka answers it the leader id as it was, so it does not assign."""
 
 
 def _classic(session: Session) -> ClassicGroups:
@@ -72,7 +78,7 @@ def _join_answer(version: int, error: errors.KafkaError | None, **fields: Any) -
         protocol_type=fields.get("protocol_type"),
         protocol_name=fields.get("protocol_name", "" if version < 7 else None),
         leader=fields.get("leader", ""),
-        skip_assignment=False,
+        skip_assignment=fields.get("skip_assignment", False),
         member_id=fields.get("member_id", ""),
         members=fields.get("members", []),
     )
@@ -109,7 +115,12 @@ async def join_group(session: Session, request: Any, version: int) -> Any:
         generation_id=answer.generation,
         protocol_type=answer.protocol_type,
         protocol_name=answer.protocol or "",
-        leader=answer.leader,
+        leader=(
+            answer.leader_before
+            if answer.skip_assignment and version < _SKIP_ASSIGNMENT_FROM
+            else answer.leader
+        ),
+        skip_assignment=answer.skip_assignment,
         member_id=answer.member_id,
         members=[
             member(member_id=m, group_instance_id=i, metadata=meta) for m, i, meta in answer.members
@@ -144,6 +155,7 @@ async def sync_group(session: Session, request: Any, version: int) -> Any:
             {a.member_id: bytes(a.assignment) for a in request.assignments},
             protocol_type=getattr(request, "protocol_type", None),
             protocol=getattr(request, "protocol_name", None),
+            instance_id=getattr(request, "group_instance_id", None),
         )
     except Exception as exc:
         return _sync_answer(version, _failed(exc, f"syncing group {request.group_id!r}"))
@@ -174,7 +186,10 @@ def _heartbeat_answer(version: int, error: errors.KafkaError | None) -> Any:
 async def heartbeat(session: Session, request: Any, version: int) -> Any:
     try:
         await _classic(session).heartbeat(
-            request.group_id, request.member_id, request.generation_id
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            getattr(request, "group_instance_id", None),
         )
     except Exception as exc:
         return _heartbeat_answer(version, _failed(exc, f"heartbeat in {request.group_id!r}"))
@@ -206,7 +221,11 @@ def _leave_answer(
 
 async def leave_group(session: Session, request: Any, version: int) -> Any:
     batch = version >= _BATCH_LEAVE_FROM
-    ids = [m.member_id for m in request.members] if batch else [request.member_id]
+    ids: list[str | tuple[str, str | None]] = (
+        [(m.member_id, m.group_instance_id) for m in request.members]
+        if batch
+        else [request.member_id]
+    )
     try:
         results = await _classic(session).leave(request.group_id, ids)
     except Exception as exc:

@@ -22,8 +22,9 @@ Before the coordinator, as Kafka's ``KafkaApis``:
   its offsets. KIP-447 (v3+): generation -1 with an empty member id is a commit made
   without group metadata (``sendOffsetsToTransaction(offsets, groupId)``, or a consumer
   that assigns its partitions), staged without a member check; otherwise the member and
-  generation are checked as the member's own commit (25, 22). ``group_instance_id``
-  (static membership) is not checked: Kafka-style groups come with JoinGroup.
+  generation are checked as the member's own commit (25, 22), with its
+  ``group_instance_id`` when it names one (static membership, KIP-345: 82 for a
+  member id a restart of that instance replaced).
 - An empty transactional id is INVALID_REQUEST.
 """
 
@@ -223,6 +224,7 @@ async def txn_offset_commit(session: Session, request: Any, version: int) -> Any
                     staged,
                     member_id=member,
                     generation=generation,
+                    instance_id=getattr(request, "group_instance_id", None) if member else None,
                 )
             )
         except Exception as exc:
