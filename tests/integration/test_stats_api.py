@@ -55,6 +55,10 @@ OUR_FAMILIES = {
     "kop_dedup_cluster_ownership_moves",
     "kop_dedup_cluster_forwarded",
     "kop_dedup_cluster_refused",
+    "kop_dedup_http_request_bytes_in_flight",
+    "kop_dedup_http_requests_refused_busy",
+    "kop_dedup_kafka_queued_request_bytes",
+    "kop_dedup_kafka_requests_waiting_for_room",
 }
 
 

@@ -20,6 +20,7 @@ from kop_dedup.observability.metrics import CONTENT_TYPE, render
 from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
+from kop_dedup.transports.http.admitted import InFlight
 from kop_dedup.transports.http.answers import (
     AUTH_RESPONSES,
     INVALID_RESPONSE,
@@ -255,6 +256,12 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     gauges["group_pulls_in_flight"] = float(runtime.groups.pulls_in_flight)
     gauges["kafka_connections"] = float(runtime.kafka_stats.open_connections)
     gauges["cluster_nodes"] = float(len(runtime.cluster.members))
+    reading: InFlight = request.app.state.reading
+    gauges["http_request_bytes_in_flight"] = float(reading.in_use)
+    kafka = getattr(request.app.state, "kafka", None)
+    if kafka is not None:
+        gauges["kafka_queued_request_bytes"] = float(kafka.queued.in_use)
+        gauges["kafka_requests_waiting_for_room"] = float(kafka.queued.waiting)
     lag = group_gauges(runtime.group_lag.rows, runtime.settings.group_metrics_max_series)
     return PlainTextResponse(
         render(
@@ -264,6 +271,11 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
                 *runtime.transactions.stats.counters(),
                 *runtime.kafka_stats.counters(),
                 *runtime.cluster.stats.counters(runtime.cluster.moves()),
+                (
+                    "http_requests_refused_busy_total",
+                    "HTTP requests answered 429: no room for their body beside those in flight.",
+                    [({}, float(reading.refused))],
+                ),
             ],
             lag,
         ),
