@@ -121,6 +121,15 @@ class Settings(SecuritySettings):
     first served; one larger than the budget runs alone). Parsed records take many times
     their JSON size (about 20x for 100-byte values): size the container's memory limit
     accordingly."""
+    http_queued_max_request_bytes: int = Field(default=64 << 20, ge=1024)
+    """HTTP request bodies held at once over every connection (Kafka's
+    ``queued.max.request.bytes``), each from before it is read until it is answered: a
+    ``Content-Length`` that does not fit beside the others is answered 429 (89
+    THROTTLING_QUOTA_EXCEEDED, ``Retry-After``) with nothing read, a chunked body when the
+    chunk that does not fit arrives; a request alone is always admitted."""
+    http_request_read_timeout_ms: int = Field(default=30_000, ge=100)
+    """An HTTP request's body must be whole this long after the request began; else 408
+    and its share of ``HTTP_QUEUED_MAX_REQUEST_BYTES`` is let go."""
     max_batches_per_request: int = Field(default=1_000, ge=1)
     """Batches in one produce request; more is 413 with ``errorCode`` 42 INVALID_REQUEST
     (answered once for the request, none of its batches produced)."""
@@ -128,7 +137,13 @@ class Settings(SecuritySettings):
     """An idle Pulsar producer is closed after this long; its state comes back from the
     broker when it is opened again."""
     max_open_producers: int = Field(default=2_000, ge=1)
-    """Pulsar producers open at once; past it the least recently used idle ones close."""
+    """Pulsar producers held at once (one per idempotent producer per partition, one per
+    partition for plain produce; opening and closing ones count), a hard bound: a batch
+    for one more closes the least recently used idle producer and waits for its close
+    (the name takes the broker's mark again when it reopens), or, when every one is busy,
+    waits for one to fall idle until its deadline and is then answered 7
+    REQUEST_TIMED_OUT (retriable). Each open producer costs the client a connection
+    slot, a queue and broker state; see the performance page for the memory per producer."""
     max_remembered_producers: int = Field(default=100_000, ge=1)
     """Closed producers whose stored sequence (and where a producer started) the sidecar
     remembers, least recently used dropped first: how a broker that lost its dedup state
@@ -352,6 +367,12 @@ class Settings(SecuritySettings):
     ``KAFKA_MAX_REQUEST_INFLATED_BYTES`` before it inflates anything, keeps what it
     inflated until it is answered, and waits (the client waits for its answer) while
     the connection's earlier requests hold too much; one larger than this runs alone."""
+    kafka_queued_max_request_bytes: int = Field(default=256 << 20, ge=1024)
+    """Request bytes the Kafka listener holds at once over every connection (Kafka's
+    ``queued.max.request.bytes``): a frame is admitted from its size header, before its
+    body is read, until it is answered; while it does not fit, its connection reads
+    nothing more (TCP pushes back on the client; no error), first come first served. A
+    frame larger than this is admitted alone."""
     kafka_produce_offsets: Literal["derive", "lookup", "none"] = "derive"
     """The base offset a Produce answer carries: ``derive`` it from the offset of the
     entry before when this sidecar knows it (entries are dense within a ledger), else

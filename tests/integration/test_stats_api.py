@@ -26,6 +26,7 @@ OUR_FAMILIES = {
     "kop_dedup_batch_latency_seconds",
     "kop_dedup_open_producers",
     "kop_dedup_channels",
+    "kop_dedup_held_producers",
     "kop_dedup_waiting_batches",
     "kop_dedup_inflight_request_bytes",
     "kop_dedup_requests_waiting_for_memory",
@@ -54,6 +55,10 @@ OUR_FAMILIES = {
     "kop_dedup_cluster_ownership_moves",
     "kop_dedup_cluster_forwarded",
     "kop_dedup_cluster_refused",
+    "kop_dedup_http_request_bytes_in_flight",
+    "kop_dedup_http_requests_refused_busy",
+    "kop_dedup_kafka_queued_request_bytes",
+    "kop_dedup_kafka_requests_waiting_for_room",
 }
 
 

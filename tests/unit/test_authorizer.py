@@ -19,12 +19,12 @@ class Grants:
     ttl_s = 10.0  # as pulsar.grants.Grants: how long an answer is reused
 
     def __init__(self, topics: dict[str, dict[str, frozenset[str]]], admins=frozenset()):
-        self.topics, self.admins, self.fail = topics, admins, False
+        self.table, self.admins, self.fail = topics, admins, False
 
-    async def topic(self, topic: str) -> dict[str, frozenset[str]]:
+    async def topics(self, topics: list[str]) -> dict[str, dict[str, frozenset[str]]]:
         if self.fail:
             raise httpx.ConnectError("refused")
-        return self.topics.get(topic, {})
+        return {t: self.table.get(t, {}) for t in topics}
 
     async def tenant_admins(self) -> frozenset[str]:
         return self.admins

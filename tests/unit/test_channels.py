@@ -325,3 +325,66 @@ def test_the_produce_services_receipt_callback_closes_a_moved_channel_it_emptied
         return channel
 
     assert run(go()).closed
+
+
+# -- the bound on producers held -------------------------------------------------------
+
+
+def test_past_the_bound_a_new_name_waits_for_the_least_recent_idle_close_never_more_held():
+    """Every channel held by a batch used to be opened whatever the bound (it closed
+    only idle ones): 10,240 names at once meant 10,240 producers."""
+
+    async def go() -> tuple[list[str], int, Channel, Channel]:
+        mgr, publisher, _ = manager(max_open=2)
+        a = await mgr.acquire((TOPIC, 7, 0), "t", deadline())
+        b = await mgr.acquire((TOPIC, 8, 0), "t", deadline())
+        await mgr.ensure_open(a, deadline())
+        await mgr.ensure_open(b, deadline())
+        mgr.release(a)
+        a.last_used, b.last_used = 1.0, 2.0
+        mgr.release(b)  # both idle now, a the least recently used
+        b.last_used = time.monotonic()
+        await mgr.acquire((TOPIC, 9, 0), "t", deadline())
+        assert mgr.held() <= 2  # leased only once a's close finished
+        return publisher.log, mgr.peak_held, a, b
+
+    log, peak, a, b = run(go())
+    assert peak == 2
+    assert a.closed
+    assert not b.closed
+    assert "closed kop-7-0" in log
+
+
+def test_past_the_bound_with_every_channel_busy_a_batch_waits_then_gets_a_retriable_7():
+    async def go() -> tuple[float, int]:
+        mgr, _, _ = manager(max_open=1)
+        await mgr.acquire((TOPIC, 7, 0), "t", deadline())  # held by a batch, never released
+        started = time.monotonic()
+        with pytest.raises(errors.RequestTimedOut, match="MAX_OPEN_PRODUCERS") as caught:
+            await mgr.acquire((TOPIC, 8, 0), "t", time.monotonic() + 0.2)
+        assert caught.value.retriable
+        return time.monotonic() - started, mgr.held()
+
+    waited, held = run(go())
+    assert 0.15 < waited < 2
+    assert held == 1
+
+
+def test_batches_waiting_for_room_go_as_channels_fall_idle():
+    async def go() -> tuple[list[int], int]:
+        mgr, _, _ = manager(max_open=2)
+        order: list[int] = []
+
+        async def batch(pid: int) -> None:
+            channel = await mgr.acquire((TOPIC, pid, 0), "t", deadline())
+            await mgr.ensure_open(channel, deadline())
+            await asyncio.sleep(0.02)
+            order.append(pid)
+            mgr.release(channel)
+
+        await asyncio.gather(*(batch(pid) for pid in range(8)))
+        return order, mgr.peak_held
+
+    order, peak = run(go())
+    assert sorted(order) == list(range(8))
+    assert peak <= 2

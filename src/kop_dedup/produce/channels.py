@@ -8,6 +8,12 @@ check and the removal happen in the same event-loop step, so a batch can never p
 a channel that is being closed. A new channel for the same name waits until the old
 producer is closed (the broker refuses a second holder of a name).
 
+The Pulsar producers held at once (open channels, and producers still closing) never
+pass ``max_open`` (:meth:`ChannelManager.acquire`): a batch for a name without a channel
+closes the least recently used idle one and waits for its close, or for one to fall
+idle, until its deadline, then is answered REQUEST_TIMED_OUT (retriable); a name closed
+this way takes the broker's mark again when it opens, as after an idle close.
+
 What outlives a channel, bounded: the highest sequence each name stored and where a
 producer started (:class:`Remembered`), and the newest epoch of each producer id with
 state on each partition. The broker stays the authority; this memory only catches the
@@ -75,10 +81,62 @@ class ChannelManager:
         self._closing: dict[ChannelKey, asyncio.Task[None]] = {}
         self._remembered = BoundedMap[ChannelKey, Remembered](remember)
         self._epoch_with_state = BoundedMap[tuple[str, int], int](remember)
+        self._closing_count = 0
+        """Producers whose close has not finished (``_closing`` keeps the last per key)."""
+        self._room: list[asyncio.Future[None]] = []
+        """Batches waiting for a producer to close or fall idle (:meth:`acquire`)."""
+        self.peak_held = 0
+        """The most Pulsar producers held at once since start (open or closing)."""
         self._reaper: asyncio.Task[None] | None = None
         self._stopping = False
 
     # -- leases ----------------------------------------------------------------------
+
+    def held(self) -> int:
+        """Pulsar producers held (channels, opened or not, and producers still closing)."""
+        return len(self._channels) + self._closing_count
+
+    async def acquire(self, key: ChannelKey, topic: str, deadline: float) -> Channel:
+        """:meth:`lease`, within ``max_open``: past it the least recently used idle
+        channel closes and this waits for its close (or for one to fall idle) until
+        ``deadline`` (then RequestTimedOut, retriable: nothing was handed to Pulsar)."""
+        while key not in self._channels and self.held() >= self._max_open:
+            if self._stopping:
+                raise errors.NotLeaderOrFollower("the sidecar is shutting down; retry")
+            # one close under way for each batch waiting, this one included
+            if self._closing_count <= self.held() - self._max_open + len(self._room):
+                self._retire_least_recent()
+            loop = asyncio.get_running_loop()
+            room: asyncio.Future[None] = loop.create_future()
+            self._room.append(room)
+            timer = loop.call_later(max(deadline - time.monotonic(), 0), _wake, room)
+            try:
+                await room
+            finally:
+                timer.cancel()
+                if room in self._room:
+                    self._room.remove(room)
+            full = key not in self._channels and self.held() >= self._max_open
+            if full and time.monotonic() >= deadline:
+                raise errors.RequestTimedOut(
+                    f"{self._max_open} Pulsar producers are open and busy "
+                    "(KOP_DEDUP_MAX_OPEN_PRODUCERS); retry (it is safe)"
+                )
+        channel = self.lease(key, topic)
+        self.peak_held = max(self.peak_held, self.held())
+        return channel
+
+    def _retire_least_recent(self) -> None:
+        idle = [c for c in self._channels.values() if c.idle]
+        if idle:
+            self._retire(min(idle, key=lambda c: c.last_used))
+
+    def _room_changed(self) -> None:
+        """A producer closed or a channel fell idle: the batches waiting for room look."""
+        if self._room:
+            waiting, self._room = self._room, []
+            for future in waiting:
+                _wake(future)
 
     def lease(self, key: ChannelKey, topic: str = "") -> Channel:
         """The channel for ``key``, held until :meth:`release` (synchronous: no close
@@ -97,6 +155,8 @@ class ChannelManager:
         channel.last_used = time.monotonic()
         if channel.moved:
             self._retire(channel)
+        elif self._room and channel.idle:
+            self._room_changed()
 
     def settled(self, channel: Channel, *, ok: bool) -> None:
         """A batch's receipt came (whoever still waited for it): a moved channel whose
@@ -105,6 +165,8 @@ class ChannelManager:
         channel.settled(ok=ok)
         if channel.moved:
             self._retire(channel)
+        elif self._room and channel.idle:
+            self._room_changed()
 
     def retire_moved(self, moved: Callable[[ChannelKey], bool]) -> int:
         """Close the channels ``moved`` names (another node owns their partition or name
@@ -277,6 +339,8 @@ class ChannelManager:
         state is the broker's mark, or what the sidecar stored when that is more (what a
         closed channel of the name left, or this channel's own before a resync)."""
         channel.opening = None
+        if self._room and channel.idle:
+            self._room_changed()
         if task.cancelled() or task.exception() is not None:
             channel.notify()
             return
@@ -325,10 +389,13 @@ class ChannelManager:
     def _close_later(self, key: ChannelKey, producer: PulsarProducer) -> None:
         task = asyncio.create_task(producer.close(), name=f"close {producer.name}")
         self._closing[key] = task
+        self._closing_count += 1
 
         def done(t: asyncio.Task[None]) -> None:
+            self._closing_count -= 1
             if self._closing.get(key) is t:
                 del self._closing[key]
+            self._room_changed()
 
         task.add_done_callback(done)
 
@@ -355,6 +422,7 @@ class ChannelManager:
     async def close(self, drain_s: float = 10.0) -> None:
         """Let in-flight batches finish (bounded), then close every producer."""
         self._stopping = True
+        self._room_changed()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -367,3 +435,8 @@ class ChannelManager:
             self._retire(channel, force=True)
         if self._closing:
             await asyncio.wait(set(self._closing.values()), timeout=_CLOSE_WAIT_S)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -204,7 +204,7 @@ class ProduceService:
         return await self._produce_idempotent(ptopic, batch, deadline)
 
     async def _produce_plain(self, ptopic: str, batch: KafkaBatch, deadline: float) -> str | None:
-        channel = self.channels.lease((ptopic, -1, -1), batch.topic)
+        channel = await self.channels.acquire((ptopic, -1, -1), batch.topic, deadline)
         try:
             await self.channels.ensure_open(channel, deadline)
             count = len(batch.records)
@@ -230,7 +230,8 @@ class ProduceService:
         pid, epoch = batch.producer_id, batch.producer_epoch
         arrived_at = time.monotonic()
         # a journal's channel needs no dedup policy check: its namespace is the sidecar's
-        channel = self.channels.lease((ptopic, pid, epoch), "" if extra else batch.topic)
+        topic = "" if extra else batch.topic
+        channel = await self.channels.acquire((ptopic, pid, epoch), topic, deadline)
         channel.arrived.append(batch.base_sequence)
         if channel.refused:  # it is here again: batches behind it wait for it
             channel.refused.pop(batch.base_sequence, None)

@@ -35,6 +35,8 @@ from kop_dedup_tools.bench.results import Results
 from kop_dedup_tools.bench.support import BenchError, say
 from kop_dedup_tools.bench.table import render
 from kop_dedup_tools.bench.txn import run as run_txn
+from kop_dedup_tools.bench.wide import add_cli as add_wide_cli
+from kop_dedup_tools.bench.wide import run as run_wide
 from kop_dedup_tools.launcher import LocalPulsar, broker_ready
 
 __all__ = ["add_cli", "chosen", "may_start_broker"]
@@ -82,9 +84,11 @@ def _broker(args: argparse.Namespace, out: Path) -> Iterator[dict[str, Any]]:
 
 
 def chosen(args: argparse.Namespace) -> Run:
-    """The mode the flags choose (``--against-kafka`` implies ``--kafka``; ``--groups``
-    with either is the Kafka groups mode)."""
+    """The mode the flags choose (``--wide-produce`` first; ``--against-kafka`` implies
+    ``--kafka``; ``--groups`` with either is the Kafka groups mode)."""
     with_kafka = args.kafka or args.against_kafka
+    if args.wide_produce:
+        return run_wide
     if args.groups:
         return run_kafka_groups if with_kafka else run_groups
     if args.memory:
@@ -230,4 +234,5 @@ def add_cli(subparsers: Any) -> None:
         help="print the table of a results file (<out>/<mode>.json) and write its plot again "
         "beside it; nothing is measured",
     )
+    add_wide_cli(p)
     p.set_defaults(func=_handler)

@@ -418,6 +418,7 @@ class GroupCoordinator:
         max_bytes: int | None,
         wait_ms: int,
         gone: Callable[[], Awaitable[bool]] | None = None,
+        may_read: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> PullResult:
         """:meth:`.pulls.Pulls.pull`: records from the member's positions."""
         return await self._pulls.pull(
@@ -427,6 +428,7 @@ class GroupCoordinator:
             max_bytes=max_bytes,
             wait_ms=wait_ms,
             gone=gone,
+            may_read=may_read,
         )
 
     async def reset(self, group_id: str, request: ResetRequest) -> list[ResolvedReset]:

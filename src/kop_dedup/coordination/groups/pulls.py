@@ -105,6 +105,7 @@ class _Written:
 
 
 _Answer = tuple[list[_Plan], Group, dict[TopicPartition, list[Pulled]]]
+Topics = Callable[[list[str]], Awaitable[None]]
 
 
 class Pulls:
@@ -142,15 +143,18 @@ class Pulls:
         max_bytes: int | None,
         wait_ms: int,
         gone: Callable[[], Awaitable[bool]] | None = None,
+        may_read: Topics | None = None,
     ) -> PullResult:
         """Up to ``max_records`` records from the member's positions, waiting up to
         ``wait_ms`` (at most half the group's session) for some to arrive (``gone``:
-        the client went away: nothing is answered, nothing moves)."""
+        the client went away: nothing is answered, nothing moves). ``may_read`` is
+        asked about the topics of each plan before they are read (it raises to refuse:
+        nothing read, nothing moves), from the group as loaded here, never skipped."""
         self.in_flight += 1
         try:
             async with self.locks.hold(group_id, member):
                 answered = await self._pull(
-                    group_id, member, max_records, max_bytes, wait_ms, gone or _present
+                    group_id, member, max_records, max_bytes, wait_ms, gone or _present, may_read
                 )
         finally:
             self.in_flight -= 1
@@ -188,12 +192,13 @@ class Pulls:
         max_bytes: int | None,
         wait_ms: int,
         gone: Callable[[], Awaitable[bool]],
+        may_read: Topics | None,
     ) -> PullResult | _Answer:
         """Plan, read, record (under the member's lock); an empty PullResult when nothing
         is to be answered."""
         try:
             return await self._plan_read_record(
-                group_id, member, max_records, max_bytes, wait_ms, gone
+                group_id, member, max_records, max_bytes, wait_ms, gone, may_read
             )
         except BaseException:
             if any(k[0] == group_id and k[2] == member for k in self._answering):
@@ -213,12 +218,15 @@ class Pulls:
         max_bytes: int | None,
         wait_ms: int,
         gone: Callable[[], Awaitable[bool]],
+        may_read: Topics | None,
     ) -> PullResult | _Answer:
         store = self._groups.store
         began = time.monotonic()
         attempts = 0
         while attempts < _PULL_ATTEMPTS:
             plans, group = await store.owned(group_id, lambda p: self._plan(p, group_id, member))
+            if may_read is not None:
+                await may_read(list(dict.fromkeys(plan.tp[0] for plan in plans)))
             deadline = began + min(wait_ms, group.config.session_timeout_ms // 2) / 1000
             records = await self._read(
                 group_id, member, group, plans, max_records, max_bytes, deadline, gone

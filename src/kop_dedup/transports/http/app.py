@@ -10,8 +10,9 @@ after uvicorn has stopped taking requests and finished the ones in flight, close
 the listener first and the runtime last.
 
 ``POST /v1/produce`` is a plain ASGI endpoint (produce.py) that the app serves
-ahead of FastAPI's middleware (``_App``), behind the body limit; every other
-route is FastAPI's (routes.py, and the offline docs in docs.py).
+ahead of FastAPI's middleware (``_App``), behind the same bound on bodies in flight
+(admitted.py) and body limit as every request; every other route is FastAPI's
+(routes.py, and the offline docs in docs.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from kop_dedup.runtime import Runtime
 from kop_dedup.security.identity import Authenticator
 from kop_dedup.security.pruning import prune_owners
 from kop_dedup.settings import Settings
+from kop_dedup.transports.http.admitted import Admitted, InFlight
 from kop_dedup.transports.http.answers import invalid_request, too_large
 from kop_dedup.transports.http.bodies import body_schemas
 from kop_dedup.transports.http.deps import AUTHORIZATION_ERRORS, not_allowed
@@ -121,6 +123,21 @@ class _App(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+def _bound_bodies(app: _App, endpoint: ASGIApp, settings: Settings) -> None:
+    """Every request behind the bodies in flight (``app.state.reading``) and the body
+    limit, before anything reads its body: the outermost middleware, and the same in
+    front of the produce shortcut that ``_App`` takes ahead of the middleware."""
+    limit = settings.max_request_bytes
+    reading = app.state.reading = InFlight(settings.http_queued_max_request_bytes)
+    read_s = settings.http_request_read_timeout_ms / 1000
+    admitted = Admitted(
+        BodyLimit(endpoint, limit=limit), reading, max_request_bytes=limit, read_timeout_s=read_s
+    )
+    app.hot_path = (PATH, admitted)
+    app.add_middleware(BodyLimit, limit=limit)
+    app.add_middleware(Admitted, budget=reading, max_request_bytes=limit, read_timeout_s=read_s)
+
+
 def _maximum(schemas: dict[str, Any], model: str, field: str, limit: int) -> None:
     """The document shows the cap a setting puts on a field (the route refuses more)."""
     prop = schemas[model]["properties"][field]
@@ -181,10 +198,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         app.include_router(routes)
     # the hot path: a plain ASGI endpoint (produce.py), served ahead of FastAPI's own
-    # path (_App) behind the body limit, and as the router's first route
+    # path (_App) behind the body bounds (_bound_bodies), and as the router's first route
     endpoint = ProduceEndpoint(app.state)
     app.router.routes.insert(0, Route(PATH, endpoint, methods=["POST"]))
-    app.hot_path = (PATH, BodyLimit(endpoint, limit=settings.max_request_bytes))
     mount_docs(app)
 
     @app.exception_handler(RequestValidationError)
@@ -206,5 +222,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(Forwarding, state=app.state)
-    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    _bound_bodies(app, endpoint, settings)  # last: the outermost middleware
     return app

@@ -11,6 +11,7 @@ does not exist); 503 for a retriable failure below (retry); 404 for an unknown g
 from __future__ import annotations
 
 import base64
+import functools
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
@@ -37,7 +38,13 @@ from kop_dedup.transports.http.answers import (
     over_setting,
 )
 from kop_dedup.transports.http.bodies import body_spec, parsed_body, register_bodies
-from kop_dedup.transports.http.deps import AccessDep, Authorized, OwnsGroup, RuntimeDep
+from kop_dedup.transports.http.deps import (
+    AUTHORIZATION_ERRORS,
+    AccessDep,
+    Authorized,
+    OwnsGroup,
+    RuntimeDep,
+)
 from kop_dedup.transports.http.models import Int32, Int64, Model, Offset, PartitionIndex
 
 __all__ = [
@@ -376,14 +383,11 @@ async def pull(
     applied by this pull; ``clamped`` partitions whose start had been deleted by
     retention (the pull starts at the earliest still stored). A client that goes away
     mid-poll loses nothing: what it was not answered stays ready. Every pull needs
-    ``consume`` on the member's topics (a revoked grant counts at the next pull)."""
+    ``consume`` on the topics it reads (a revoked grant counts at the next pull), asked
+    once the group is loaded (a group not loaded yet is never read unchecked)."""
     s = runtime.settings
     if late := over_setting("waitMs", body.waitMs, s.max_pull_wait_ms, "MAX_PULL_WAIT_MS"):
         return late
-    if not access.who.superuser:
-        group = runtime.groups.group(groupId)
-        member = None if group is None else group.members.get(memberId)
-        await access.require(CONSUME, () if member is None else member.topics)
     try:
         result = await runtime.groups.pull(
             groupId,
@@ -392,7 +396,11 @@ async def pull(
             max_bytes=body.maxBytes,
             wait_ms=body.waitMs,
             gone=request.is_disconnected,
+            # asked by the coordinator once the group is loaded, of the topics it reads
+            may_read=None if access.who.superuser else functools.partial(access.require, CONSUME),
         )
+    except AUTHORIZATION_ERRORS:
+        raise  # the 403 of the app's handler
     except Exception as exc:
         return _failure(exc, "pulling")
     return JSONResponse(_pull_answer(result))

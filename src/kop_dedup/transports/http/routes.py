@@ -20,6 +20,7 @@ from kop_dedup.observability.metrics import CONTENT_TYPE, render
 from kop_dedup.observability.stats import INVALID_TOPIC, OTHER_TOPICS
 from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
+from kop_dedup.transports.http.admitted import InFlight
 from kop_dedup.transports.http.answers import (
     AUTH_RESPONSES,
     INVALID_RESPONSE,
@@ -133,11 +134,17 @@ async def stats(runtime: RuntimeDep) -> dict[str, object]:
     ``batches``/``records`` by outcome; ``dedupStateLost`` (resends the broker
     stored again) and ``lastDedupStateLost`` (producer, epoch, topic, sequences);
     ``topics``/``maxTopics`` (names counted by name) and ``producers``/
-    ``maxProducers``/``producersEvicted`` (per-producer counters kept).
+    ``maxProducers``/``producersEvicted`` (per-producer counters kept);
+    ``heldProducers`` (open, opening or closing), its ``peakHeldProducers`` since start
+    and ``maxOpenProducers``, the bound neither passes.
     """
+    channels = runtime.service.channels
     return {
         **runtime.stats.totals(),
         "openProducers": runtime.service.open_producers(),
+        "heldProducers": channels.held(),
+        "peakHeldProducers": channels.peak_held,
+        "maxOpenProducers": runtime.settings.max_open_producers,
         "transactions": runtime.transactions.stats.to_dict(),
     }
 
@@ -239,6 +246,7 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     gauges = {
         "open_producers": float(runtime.service.open_producers()),
         "channels": float(len(runtime.service.channels)),
+        "held_producers": float(runtime.service.channels.held()),
         "waiting_batches": float(runtime.service.waiting_batches()),
         "inflight_request_bytes": float(admission.in_use),
         "requests_waiting_for_memory": float(admission.waiting),
@@ -248,6 +256,12 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     gauges["group_pulls_in_flight"] = float(runtime.groups.pulls_in_flight)
     gauges["kafka_connections"] = float(runtime.kafka_stats.open_connections)
     gauges["cluster_nodes"] = float(len(runtime.cluster.members))
+    reading: InFlight = request.app.state.reading
+    gauges["http_request_bytes_in_flight"] = float(reading.in_use)
+    kafka = getattr(request.app.state, "kafka", None)
+    if kafka is not None:
+        gauges["kafka_queued_request_bytes"] = float(kafka.queued.in_use)
+        gauges["kafka_requests_waiting_for_room"] = float(kafka.queued.waiting)
     lag = group_gauges(runtime.group_lag.rows, runtime.settings.group_metrics_max_series)
     return PlainTextResponse(
         render(
@@ -257,6 +271,11 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
                 *runtime.transactions.stats.counters(),
                 *runtime.kafka_stats.counters(),
                 *runtime.cluster.stats.counters(runtime.cluster.moves()),
+                (
+                    "http_requests_refused_busy_total",
+                    "HTTP requests answered 429: no room for their body beside those in flight.",
+                    [({}, float(reading.refused))],
+                ),
             ],
             lag,
         ),

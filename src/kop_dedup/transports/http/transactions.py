@@ -210,9 +210,11 @@ async def commit_offsets(
 async def fetch_offsets(
     groupId: str,  # noqa: N803
     runtime: RuntimeDep,
+    access: AccessDep,
     requireStable: Annotated[bool, Query()] = False,  # noqa: N803
 ) -> JSONResponse:
-    """A group's committed offsets (-1: none); 404 with 69 GROUP_ID_NOT_FOUND for a
+    """A group's committed offsets (-1: none) of the topics the caller may consume
+    (as Kafka's OffsetFetch of every topic); 404 with 69 GROUP_ID_NOT_FOUND for a
     group with nothing stored (no offsets, no configuration), as the other group
     routes answer. With ``requireStable=true``, a partition
     whose offsets wait in a transaction not yet complete answers 88
@@ -230,6 +232,8 @@ async def fetch_offsets(
         )
         body = _answer(missing).model_dump()
         return JSONResponse({**body, "groupId": groupId, "offsets": []}, status_code=404)
+    shown = await access.may_each(CONSUME, (a.topic for a in answers))
+    answers = [a for a in answers if shown[a.topic]]
     return JSONResponse(
         {
             "groupId": groupId,

@@ -7,7 +7,11 @@ whose answer to its oldest request is not the next one). Requests of an API mark
 ``concurrent`` (Produce) are handled side by side; any other request waits until every
 earlier request of the connection is handled, and the next ones wait for it (Kafka
 mutes a connection while it handles a request). At most ``max_in_flight`` requests are
-read and not yet answered: past that the reader stops reading (TCP pushes back).
+read and not yet answered: past that the reader stops reading (TCP pushes back). Over
+every connection, a frame is admitted into the listener's ``queued`` budget
+(``KAFKA_QUEUED_MAX_REQUEST_BYTES``, Kafka's ``queued.max.request.bytes``) from its size
+header, before its body is read, and let go once its request is handled: while it does
+not fit, its connection reads nothing more (first come, first served).
 
 Where Kafka closes the connection, so does this one, after the answers to earlier
 requests and logging the reason once (``SocketServer`` closes on a frame over
@@ -16,10 +20,11 @@ or a version it does not serve; ``KafkaApis`` on a Produce with acks=0 that fail
 ``SaslServerAuthenticator`` before authentication on a frame over
 ``sasl.server.max.receive.size``, judged from its size header, or any request but
 ApiVersions and SASL, never decoded). A request must arrive whole within the read
-timeout of its first byte; a failed authentication closes after Kafka's delay. An
-authenticated connection's credential is checked again at each request: once its JWT
-has expired or its roles-file line is gone, the request closes the connection
-unanswered (Kafka closes a session past its KIP-368 lifetime so; Pulsar's
+timeout of its first byte (the wait for room in the budget not counted); a failed
+authentication closes after Kafka's delay. An authenticated connection's credential
+is checked again at each request: once its JWT has expired or its roles-file line is
+gone, the request closes the connection unanswered (Kafka closes a session past its
+KIP-368 lifetime so; Pulsar's
 ``authenticationRefreshCheckSeconds`` ends such a connection too).
 Nothing one connection sends reaches another: each has its own reader, queue and
 tasks, and an unexpected exception in a handler answers UNKNOWN_SERVER_ERROR naming the
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kop_dedup import errors
+from kop_dedup.admission import ByteBudget
 from kop_dedup.transports.kafka import codec, routed
 from kop_dedup.transports.kafka.registry import Api, CloseConnection, Session
 from kop_dedup.transports.kafka.sasl import raw_token
@@ -48,6 +54,26 @@ API_VERSIONS_KEY = 18
 _SIZE = 4
 _DECODE_ON_LOOP_BYTES = 256 * 1024  # a larger request is decoded in a worker thread
 _GONE = (ConnectionError, asyncio.IncompleteReadError)  # the client went away
+
+
+class _Admitted:
+    """A frame's bytes of the listener's budget, let go once, when its request is
+    handled (by the reader, or by the task it hands the request to: :meth:`moved`)."""
+
+    __slots__ = ("_budget", "_n")
+
+    def __init__(self, budget: ByteBudget | None, n: int) -> None:
+        self._budget, self._n = budget, n
+
+    def moved(self) -> _Admitted:
+        """The bytes, now another's to let go (this one lets go of nothing)."""
+        n, self._n = self._n, 0
+        return _Admitted(self._budget, n)
+
+    def let_go(self, *_: object) -> None:
+        if self._budget is not None and self._n:
+            self._budget.release(self._n)
+            self._n = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +99,7 @@ class Connection:
         failed_auth_delay_s: float = 0.1,
         max_in_flight: int = 5,
         idle_timeout_s: float = 600.0,
+        queued: ByteBudget | None = None,
     ) -> None:
         self.session = session
         self._reader, self._writer = reader, writer
@@ -81,6 +108,7 @@ class Connection:
         self._read_s = read_timeout_s
         self._auth_delay_s = failed_auth_delay_s
         self._idle_s = idle_timeout_s
+        self._queued = queued
         self._slots = asyncio.Semaphore(max_in_flight)
         self._answers: asyncio.Queue[asyncio.Future[_Outcome] | None] = asyncio.Queue()
         self._running: set[asyncio.Future[_Outcome]] = set()
@@ -133,9 +161,11 @@ class Connection:
         """The next frame's bytes; None when the connection is to close (logged).
 
         Waits up to the idle timeout for a request's first byte; from then the whole
-        request must arrive within the read timeout. The size header is judged before
-        the body is read: before authentication against the (small) unauthenticated
-        limit, so a client that has not proved itself never makes the sidecar hold more.
+        request must arrive within the read timeout (the wait for room in the listener's
+        budget, between its size header and its body, not counted). The size header is
+        judged before the body is read: before authentication against the (small)
+        unauthenticated limit, so a client that has not proved itself never makes the
+        sidecar hold more; then the frame waits for room in the budget, its body unread.
         """
         self._between_requests = True
         try:
@@ -157,14 +187,32 @@ class Connection:
                         "oversized", f"a frame of {size} bytes; the limit is {limit} ({setting})"
                     )
                     return None
-                return await self._reader.readexactly(size)
         except TimeoutError:
-            self._refuse(
-                "timeout",
-                f"a request not complete {self._read_s:g} s after its first byte "
-                "(KOP_DEDUP_KAFKA_REQUEST_READ_TIMEOUT_MS)",
-            )
+            self._timed_out()
             return None
+        if self._queued is not None:  # nothing more read until the frame fits
+            self._between_requests = True
+            try:
+                await self._queued.acquire(size)
+            finally:
+                self._between_requests = False
+        try:
+            async with asyncio.timeout(self._read_s):
+                return await self._reader.readexactly(size)
+        except BaseException as exc:
+            if self._queued is not None:
+                self._queued.release(size)
+            if not isinstance(exc, TimeoutError):
+                raise
+            self._timed_out()
+            return None
+
+    def _timed_out(self) -> None:
+        self._refuse(
+            "timeout",
+            f"a request not complete {self._read_s:g} s after its first byte "
+            "(KOP_DEDUP_KAFKA_REQUEST_READ_TIMEOUT_MS)",
+        )
 
     def _credential_ended(self, api: Api) -> str | None:
         """Why the session's login no longer holds, for a request that needs it."""
@@ -192,34 +240,42 @@ class Connection:
             frame = await self._read_frame()
             if frame is None:
                 return
-            muted = self.session.muted_until - time.monotonic()
-            if muted > 0:  # a byte-rate quota's throttle: as Kafka mutes the channel, the
-                self._between_requests = True  # next request waits until it has passed
-                try:  # (a stop() cancels the wait: the request is dropped unanswered)
-                    await asyncio.sleep(muted)
-                finally:
-                    self._between_requests = False
-            await self._slots.acquire()
-            if self.session.raw_sasl:
-                try:
-                    answer = await raw_token(self.session, frame)
-                except CloseConnection as exc:
-                    self._queue(_Outcome(None, (exc.kind, exc.reason), failed_auth=True))
+            admitted = _Admitted(self._queued, len(frame))
+            try:
+                if not await self._serve_frame(apis, frame, admitted):
                     return
-                self._queue(_Outcome(len(answer).to_bytes(4, "big") + answer))
-                continue
-            ids = codec.peek_ids(frame)
-            api = apis.get(ids[0]) if ids is not None else None
-            if ids is None or api is None:
-                key = "none" if ids is None else str(ids[0])
-                self._refuse("unsupported", f"unknown API key {key}")
-                return
-            refusal = self._refusal(api, ids[1])
-            if refusal is not None:
-                self._refuse(*refusal)
-                return
-            if not await self._dispatch(api, frame):
-                return
+            finally:
+                admitted.let_go()  # unless a task took it (a Produce being handled)
+
+    async def _serve_frame(self, apis: Any, frame: bytes, admitted: _Admitted) -> bool:
+        """Answer or start one frame's request; False when the connection must close."""
+        muted = self.session.muted_until - time.monotonic()
+        if muted > 0:  # a byte-rate quota's throttle: as Kafka mutes the channel, the
+            self._between_requests = True  # next request waits until it has passed
+            try:  # (a stop() cancels the wait: the request is dropped unanswered)
+                await asyncio.sleep(muted)
+            finally:
+                self._between_requests = False
+        await self._slots.acquire()
+        if self.session.raw_sasl:
+            try:
+                answer = await raw_token(self.session, frame)
+            except CloseConnection as exc:
+                self._queue(_Outcome(None, (exc.kind, exc.reason), failed_auth=True))
+                return False
+            self._queue(_Outcome(len(answer).to_bytes(4, "big") + answer))
+            return True
+        ids = codec.peek_ids(frame)
+        api = apis.get(ids[0]) if ids is not None else None
+        if ids is None or api is None:
+            key = "none" if ids is None else str(ids[0])
+            self._refuse("unsupported", f"unknown API key {key}")
+            return False
+        refusal = self._refusal(api, ids[1])
+        if refusal is not None:
+            self._refuse(*refusal)
+            return False
+        return await self._dispatch(api, frame, admitted)
 
     def _refusal(self, api: Api, version: int) -> tuple[str, str] | None:
         """(kind, reason) when a request of ``api`` closes the connection undecoded."""
@@ -247,8 +303,9 @@ class Connection:
             )
         return None
 
-    async def _dispatch(self, api: Api, frame: bytes) -> bool:
-        """Decode one request and start it; False when the connection must close."""
+    async def _dispatch(self, api: Api, frame: bytes, admitted: _Admitted) -> bool:
+        """Decode one request and start it; False when the connection must close. A
+        request handled side by side takes the frame's ``admitted`` bytes with it."""
         version = codec.peek_ids(frame)[1]  # type: ignore[index]
         supported = api.serves(version)  # False only for ApiVersions: answered v0, error 35
         try:
@@ -275,6 +332,7 @@ class Connection:
         self._running.add(future)
         future.add_done_callback(self._running.discard)
         task = asyncio.create_task(self._settle(future, api, header, body))
+        task.add_done_callback(admitted.moved().let_go)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True

@@ -21,6 +21,7 @@ import ssl
 import time
 import uuid
 
+from kop_dedup.admission import ByteBudget
 from kop_dedup.errors import KafkaError
 from kop_dedup.observability.wire import WireStats
 from kop_dedup.pulsar.produced import ProducedOffsets
@@ -64,6 +65,9 @@ class KafkaListener:
         self._connections: set[Connection] = set()
         self._handlers: set[asyncio.Task[None]] = set()
         self._per_address: dict[str, int] = {}
+        self.queued = ByteBudget(settings.kafka_queued_max_request_bytes)
+        """Request bytes read (or being read) and not yet handled, over every connection
+        (``KAFKA_QUEUED_MAX_REQUEST_BYTES``)."""
         self._refusal_logged = 0.0
         self.bound: tuple[str, int] = address
         self.node = Node(0, address[0], address[1], cluster_id(settings.tenant, settings.namespace))
@@ -159,6 +163,7 @@ class KafkaListener:
             max_unauthenticated_bytes=self.settings.kafka_max_unauthenticated_bytes,
             read_timeout_s=self.settings.kafka_request_read_timeout_ms / 1000,
             failed_auth_delay_s=self.settings.kafka_failed_auth_delay_ms / 1000,
+            queued=self.queued,
         )
         self._connections.add(connection)
         self._per_address[address] = self._per_address.get(address, 0) + 1

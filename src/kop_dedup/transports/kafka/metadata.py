@@ -232,11 +232,12 @@ async def _not_describable(session: Session, names: list[str | None]) -> dict[st
     who = session.identity
     if who.superuser:
         return {}
-    authorizer = session.runtime.authorizer
+    named = [n for n in names if n is not None]
+    allowed = await session.runtime.authorizer.may_each(who, DESCRIBE, named)
     return {
         n: f"role {who.role!r} has neither produce nor consume permission on topic {n!r}"
-        for n in names
-        if n is not None and not await authorizer.may(who, DESCRIBE, n)
+        for n in named
+        if not allowed[n]
     }
 
 
