@@ -272,12 +272,9 @@ class Settings(SecuritySettings):
     """The shortest session timeout a Kafka consumer may ask in JoinGroup (Kafka's
     ``group.min.session.timeout.ms``; shorter: 26 INVALID_SESSION_TIMEOUT)."""
     kafka_consumer_session_timeout_ms: int = Field(default=45_000, ge=1_000)
-    """A member of a consumer-protocol group (KIP-848) that sends no heartbeat for longer
-    is removed, its partitions given to the others (Kafka's
-    ``group.consumer.session.timeout.ms``)."""
+    """A KIP-848 member silent this long is removed (``group.consumer.session.timeout.ms``)."""
     kafka_consumer_heartbeat_interval_ms: int = Field(default=5_000, ge=100)
-    """How often a consumer-protocol member heartbeats (answered in each heartbeat;
-    Kafka's ``group.consumer.heartbeat.interval.ms``); keep it well below the session."""
+    """How often a KIP-848 member heartbeats (``group.consumer.heartbeat.interval.ms``)."""
     group_reader_idle_ms: int = Field(default=60_000, ge=100)
     """A member's partition reader kept between pulls closes after this long unused."""
     group_pull_answer_delay_ms: int = Field(default=0, ge=0)
