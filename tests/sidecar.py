@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -22,6 +23,13 @@ from kop_dedup_tools.sidecar import SidecarProcess, wait_ready
 
 T = TypeVar("T")
 
+SESSION_SYSTEM_NAMESPACE = f"sys-{uuid.uuid4().hex[:10]}"
+"""The system namespace of sidecars started without one: one per test session, so they
+form one cluster while they run side by side, and never a cluster with the sidecars of
+another session on the same broker (a developer's second run, or agents sharing a broker:
+two sessions' sidecars in ``kop-dedup-system`` coordinated each other's groups and
+failed each other's tests)."""
+
 
 class ThreadSidecar:
     """uvicorn serving create_app() in a background thread on a free port."""
@@ -30,10 +38,11 @@ class ThreadSidecar:
         self, pulsar: Any, *, cluster_of: ThreadSidecar | None = None, **settings: Any
     ) -> None:
         """``cluster_of``: join that sidecar's cluster (its system namespace); sidecars
-        started without one share the default namespace, and so form one cluster while
-        they run side by side."""
+        started without one share :data:`SESSION_SYSTEM_NAMESPACE`, and so form one
+        cluster while they run side by side."""
         if cluster_of is not None:
             settings.setdefault("system_namespace", cluster_of.settings.system_namespace)
+        settings.setdefault("system_namespace", SESSION_SYSTEM_NAMESPACE)
         self.port = free_port()
         settings.setdefault(
             "kafka_listener", "127.0.0.1:0"
@@ -102,6 +111,7 @@ class ProcessSidecar(SidecarProcess):
     def __init__(
         self, pulsar: Any, log_dir: Path, port: int | None = None, **settings: Any
     ) -> None:
+        settings.setdefault("system_namespace", SESSION_SYSTEM_NAMESPACE)
         super().__init__(
             pulsar.service_url, pulsar.admin_url, log_dir=log_dir, port=port, **settings
         )

@@ -20,14 +20,12 @@ from kop_dedup.coordination.partitions import partition_of
 from kop_dedup.settings import Settings
 from tests.helpers import newcomer_owning, uniq
 from tests.integration.groups import commit, configure, join, offsets, poll, produce, pull
-from tests.sidecar import ProcessSidecar, ThreadSidecar
+from tests.sidecar import SESSION_SYSTEM_NAMESPACE, ProcessSidecar, ThreadSidecar
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 FAST = {"coordinator_adopt_interval_ms": 300, "group_sweep_interval_ms": 100}
-STORE = (
-    f"persistent://public/{Settings().system_namespace}/consumer-groups"  # as the sidecars read it
-)
+STORE = f"persistent://public/{SESSION_SYSTEM_NAMESPACE}/consumer-groups"  # as the sidecars read it
 
 
 def store_writers(admin_url: str, group: str) -> set[str]:

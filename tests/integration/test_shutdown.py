@@ -17,7 +17,7 @@ from kop_dedup.coordination.partitions import partition_of
 from kop_dedup.settings import Settings
 from tests.helpers import batch, new_pid, read_all, uniq, wait_until, waiting_batches
 from tests.integration.groups import commit, configure, join, offsets, produce, pull
-from tests.sidecar import ProcessSidecar, ThreadSidecar
+from tests.sidecar import SESSION_SYSTEM_NAMESPACE, ProcessSidecar, ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +125,7 @@ def closed_cleanly(client: pulsar_client.Client, group: str, since_ms: int) -> b
     """Whether an owner of the group's store partition marked it closed cleanly at or
     after ``since_ms`` (the marker says when it was written)."""
     partition = partition_of(group, Settings().offsets_partitions)
-    topic = f"persistent://public/{Settings().system_namespace}/consumer-groups"
+    topic = f"persistent://public/{SESSION_SYSTEM_NAMESPACE}/consumer-groups"
     reader = client.create_reader(
         f"{topic}-partition-{partition}", pulsar_client.MessageId.earliest
     )
