@@ -6,7 +6,10 @@ As Kafka's ``ReplicaManager.fetchMessages`` answers a consumer:
   all together up to ``max_bytes`` (at most ``KAFKA_FETCH_MAX_BYTES``); the first
   batch of the answer comes whole even when it is larger than both (KIP-74), so a
   consumer always makes progress. Later batches that do not fit stay for the next
-  fetch.
+  fetch. Once ``min_bytes`` are there, no partition is begun after the fetch has read
+  for ``KAFKA_FETCH_READ_MS``: those not reached answer no records (watermarks as
+  known) and are read by the next fetch (clients rotate the order of their partitions
+  from one fetch to the next, KIP-74).
 - The answer goes once ``min_bytes`` are there, a partition has an error, or
   ``max_wait_ms`` (at most ``MAX_PULL_WAIT_MS``) has passed; meanwhile the fetch
   waits for a record to arrive on any of its partitions (pushed by Pulsar, not
@@ -123,8 +126,12 @@ async def _open(session: Session, pool: ReaderPool, part: _Part) -> None:
     try:
         ptopic = await partition_topic(session, part.topic, part.index)
         part.reader = await pool.take(ptopic, part.offset)
+        await part.reader.open()  # all of the fetch's new readers connect at once
     except Exception as exc:
         part.error = translate(exc, f"fetching {part.topic}-{part.index} at {part.offset}")
+        if part.reader is not None:
+            pool.discard(part.reader)
+            part.reader = None
 
 
 async def _read(pool: ReaderPool, part: _Part, room: int, first: bool, committed: bool) -> int:
@@ -159,11 +166,19 @@ async def _read(pool: ReaderPool, part: _Part, room: int, first: bool, committed
 
 
 async def _pass(
-    pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int, committed: bool
+    pool: ReaderPool,
+    parts: list[_Part],
+    limits: tuple[int, int, float],
+    total: int,
+    committed: bool,
 ) -> int:
-    """One read of every partition in order, within the limits; the bytes added."""
+    """One read of every partition in order within the limits (``max_bytes``, and, once
+    ``min_bytes`` are there, no partition begun after ``read_until``); the bytes added."""
+    max_bytes, min_bytes, read_until = limits
     added = 0
     for part in parts:
+        if total + added >= max(min_bytes, 1) and time.monotonic() >= read_until:
+            break  # enough, and reading long enough: the rest read in the next fetch
         if part.reader is None or part.error is not None:
             continue
         room = min(part.max_bytes - part.size, max_bytes - total - added)
@@ -202,19 +217,22 @@ async def _wait(parts: list[_Part], left: float, read: bool, committed: bool) ->
 async def _fill(
     pool: ReaderPool,
     parts: list[_Part],
-    max_bytes: int,
-    min_bytes: int,
+    limits: tuple[int, int, float],
     deadline: float,
     stable: StableOffsets | None,
 ) -> None:
-    """Read until ``min_bytes`` are there, a partition fails, or the deadline (``stable``:
-    read_committed, with the log to settle the copies the data cannot)."""
+    """Read until ``min_bytes`` are there, a partition fails, or the deadline (``limits``:
+    ``max_bytes``, ``min_bytes``, the time no partition is begun after once ``min_bytes``
+    are there; ``stable``: read_committed, with the log to settle the copies the data
+    cannot)."""
     total = 0
     committed = stable is not None
+    max_bytes, min_bytes, read_until = limits
+    limits = (max_bytes, min(min_bytes, max_bytes), read_until)
     while True:
-        added = await _pass(pool, parts, max_bytes, total, committed)
+        added = await _pass(pool, parts, limits, total, committed)
         total += added
-        if total >= min(min_bytes, max_bytes) or any(p.error is not None for p in parts):
+        if total >= limits[1] or any(p.error is not None for p in parts):
             return  # enough, or all there is room for (a min_bytes over max_bytes), or an error
         if stable is not None and await _settle(stable, parts):
             continue  # a copy the log settled: read on at once
@@ -285,13 +303,16 @@ async def fetch(session: Session, request: Any, version: int) -> Any:
         part.error = await _unknown(session, part) or await topology.not_leader(
             session, part.topic, part.index
         )
-    wait_ms = min(max(request.max_wait_ms, 0), session.settings.max_pull_wait_ms)
-    deadline = time.monotonic() + wait_ms / 1000
+    settings = session.settings
+    wait_ms = min(max(request.max_wait_ms, 0), settings.max_pull_wait_ms)
+    started = time.monotonic()
+    deadline = started + wait_ms / 1000
     stable = session.runtime.stable if request.isolation_level == _READ_COMMITTED else None
     try:
         await asyncio.gather(*(_open(session, pool, p) for p in parts if p.error is None))
-        max_bytes = min(request.max_bytes, session.settings.kafka_fetch_max_bytes)
-        await _fill(pool, parts, max_bytes, request.min_bytes, deadline, stable)
+        max_bytes = min(request.max_bytes, settings.kafka_fetch_max_bytes)
+        limits = (max_bytes, request.min_bytes, started + settings.kafka_fetch_read_ms / 1000)
+        await _fill(pool, parts, limits, deadline, stable)
         await asyncio.gather(
             *(_watermarks(pool, p) for p in parts if p.reader is not None and p.error is None)
         )
