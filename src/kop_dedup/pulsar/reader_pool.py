@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 import weakref
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.tables import PulsarClient
 
 __all__ = ["PoolLimits", "ReaderPool", "TimedOffset"]
+
+log = logging.getLogger(__name__)
 
 _SWEEP_EVERY_S = 1.0
 _KNOWN_KEPT = 10_000
@@ -58,10 +61,11 @@ class PoolLimits:
     """A kept reader no fetch took for this long is closed."""
     end_ttl_s: float = 1.0
     start_ttl_s: float = 10.0
-    watermark_asks_per_s: float = 100.0
+    watermark_asks_per_s: float = 20.0
     """Watermarks older than their TTL asked again of the broker per second, at most, for
-    the fetch answers (a fetch of 512 partitions would otherwise ask 512 ends a second);
-    past it a fetch answers the ones known. A watermark never known is always asked."""
+    the fetch answers (a fetch of 512 partitions would otherwise ask 512 ends a second,
+    two admin calls each); past it a fetch answers the ones known (an end: at least what
+    its reader counted). A log start never known is always asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,8 @@ class ReaderPool:
         self._asks = self.limits.watermark_asks_per_s
         """The watermark asks the budget allows now (a token bucket, refilled per second)."""
         self._asks_at = time.monotonic()
+        self._refreshing: dict[tuple[str, str], asyncio.Future[int]] = {}
+        """Watermarks being asked again in the background."""
         self._closing: set[asyncio.Task[None]] = set()
         self._live: weakref.WeakSet[EntryReader] = weakref.WeakSet()
         """Every reader opened and not closed yet, kept or in a fetch."""
@@ -251,6 +257,8 @@ class ReaderPool:
     async def close(self) -> None:
         """Close every kept reader (and any given back later)."""
         self._closed = True
+        for task in list(self._refreshing.values()):
+            task.cancel()
         while self._kept:
             self._close(self._kept.popitem()[1])
         if self._closing:
@@ -295,23 +303,39 @@ class ReaderPool:
     async def watermarks(self, topic: str, reader: EntryReader) -> tuple[int, int]:
         """(high watermark, log start offset) as of a read with ``reader``: what it counted
         when it found nothing more, else the end as known (at least what it read). One
-        older than its TTL is asked again while the watermark budget allows; past it the
-        one known is answered (the end: what the reader counted when none is known;
-        the log start is known once the reader was placed)."""
-        ends, starts, limits = self._ends, self._starts, self.limits
+        older than its TTL is asked again in the background while the watermark budget
+        allows, and the one known answered meanwhile (the end: what the reader counted
+        when none is known); a log start never known is asked now."""
+        ends, limits = self._ends, self.limits
         if reader.drained:
             high = reader.read_offset
             ends[topic] = _Mark(high, time.monotonic())
         else:
             known = ends.get(topic)
-            stale = known is None or self._stale(known, limits.end_ttl_s)
-            if stale and self._may_ask():
-                known = _Mark(await self.end(topic, fresh=True), 0.0)
+            if known is None or self._stale(known, limits.end_ttl_s):
+                self._refresh(topic, "end")
             high = max(0 if known is None else known.offset, reader.read_offset)
-        start = starts.get(topic)
-        if start is None or (self._stale(start, limits.start_ttl_s) and self._may_ask()):
+        start = self._starts.get(topic)
+        if start is None:
             return high, min(await self.start(topic, fresh=True), high)
+        if self._stale(start, limits.start_ttl_s):
+            self._refresh(topic, "start")
         return high, min(start.offset, high)
+
+    def _refresh(self, topic: str, which: str) -> None:
+        """Ask a watermark again in the background, once at a time, within the budget."""
+        key = (topic, which)
+        if key in self._refreshing or self._closed or not self._may_ask():
+            return
+        asked = self.end(topic, fresh=True) if which == "end" else self.start(topic, fresh=True)
+        task = self._refreshing[key] = asyncio.ensure_future(asked)
+
+        def done(t: asyncio.Future[int]) -> None:
+            self._refreshing.pop(key, None)
+            if not t.cancelled() and t.exception() is not None:
+                log.debug("watermark %s of %s not read: %r", which, topic, t.exception())
+
+        task.add_done_callback(done)
 
     # -- offsets by time ------------------------------------------------------------------
 

@@ -7,9 +7,9 @@ As Kafka's ``ReplicaManager.fetchMessages`` answers a consumer:
   batch of the answer comes whole even when it is larger than both (KIP-74), so a
   consumer always makes progress. Later batches that do not fit stay for the next
   fetch. Once ``min_bytes`` are there, no partition is begun after the fetch has read
-  for ``KAFKA_FETCH_READ_MS``: those not reached answer no records (watermarks as
-  known) and are read by the next fetch (clients rotate the order of their partitions
-  from one fetch to the next, KIP-74).
+  for ``KAFKA_FETCH_READ_MS`` (from its first read): those not reached answer no
+  records (watermarks as known) and are read by the next fetch (clients rotate the
+  order of their partitions from one fetch to the next, KIP-74).
 - The answer goes once ``min_bytes`` are there, a partition has an error, or
   ``max_wait_ms`` (at most ``MAX_PULL_WAIT_MS``) has passed; meanwhile the fetch
   waits for a record to arrive on any of its partitions (pushed by Pulsar, not
@@ -305,14 +305,13 @@ async def fetch(session: Session, request: Any, version: int) -> Any:
         )
     settings = session.settings
     wait_ms = min(max(request.max_wait_ms, 0), settings.max_pull_wait_ms)
-    started = time.monotonic()
-    deadline = started + wait_ms / 1000
+    deadline = time.monotonic() + wait_ms / 1000
     stable = session.runtime.stable if request.isolation_level == _READ_COMMITTED else None
     try:
         await asyncio.gather(*(_open(session, pool, p) for p in parts if p.error is None))
         max_bytes = min(request.max_bytes, settings.kafka_fetch_max_bytes)
-        limits = (max_bytes, request.min_bytes, started + settings.kafka_fetch_read_ms / 1000)
-        await _fill(pool, parts, limits, deadline, stable)
+        read_until = time.monotonic() + settings.kafka_fetch_read_ms / 1000
+        await _fill(pool, parts, (max_bytes, request.min_bytes, read_until), deadline, stable)
         await asyncio.gather(
             *(_watermarks(pool, p) for p in parts if p.reader is not None and p.error is None)
         )
