@@ -80,12 +80,6 @@ class SecuritySettings(BaseSettings):
     kafka_fetch_max_bytes: int = Field(default=55 * 1024 * 1024, ge=1024)
     """The cap on a Fetch's ``max_bytes`` (Kafka's ``fetch.max.bytes``); a larger ask is
     served as this much."""
-    kafka_fetch_read_ms: int = Field(default=250, ge=0)
-    """How long a Fetch that has its ``min_bytes`` goes on reading its partitions before
-    it answers with what it read (the partitions not reached answer no records, their
-    watermarks as known). Kafka's log gives its bytes at once; here a record costs a few
-    microseconds to read, so a Fetch of 50 MiB over 512 partitions would hold its first
-    records for seconds. 0: stop at the first partition past ``min_bytes``."""
     max_transactional_ids_in_log: int = Field(default=1_000_000, ge=1)
     """Transactional ids the transaction log holds at once (each until
     ``transactional_id_expiry_seconds`` after its last change; each log partition holds

@@ -300,16 +300,22 @@ class ReaderPool:
     def _stale(mark: _Mark, ttl_s: float) -> bool:
         return time.monotonic() - mark.at >= ttl_s
 
-    async def watermarks(self, topic: str, reader: EntryReader) -> tuple[int, int]:
+    async def watermarks(
+        self, topic: str, reader: EntryReader, *, many: bool = False
+    ) -> tuple[int, int]:
         """(high watermark, log start offset) as of a read with ``reader``: what it counted
-        when it found nothing more, else the end as known (at least what it read). One
-        older than its TTL is asked again in the background while the watermark budget
-        allows, and the one known answered meanwhile (the end: what the reader counted
-        when none is known); a log start never known is asked now."""
+        when it found nothing more, else the end as known within its TTL (at least what
+        it read). For a fetch of ``many`` partitions, one older than its TTL is asked
+        again in the background while the watermark budget allows, and the one known
+        answered meanwhile (the end: what the reader counted when none is known); a log
+        start never known is asked now."""
         ends, limits = self._ends, self.limits
         if reader.drained:
             high = reader.read_offset
             ends[topic] = _Mark(high, time.monotonic())
+        elif not many:
+            high = max(await self.end(topic), reader.read_offset)
+            return high, min(await self.start(topic), high)
         else:
             known = ends.get(topic)
             if known is None or self._stale(known, limits.end_ttl_s):

@@ -6,10 +6,7 @@ As Kafka's ``ReplicaManager.fetchMessages`` answers a consumer:
   all together up to ``max_bytes`` (at most ``KAFKA_FETCH_MAX_BYTES``); the first
   batch of the answer comes whole even when it is larger than both (KIP-74), so a
   consumer always makes progress. Later batches that do not fit stay for the next
-  fetch. Once ``min_bytes`` are there, no partition is begun after the fetch has read
-  for ``KAFKA_FETCH_READ_MS`` (from its first read): those not reached answer no
-  records (watermarks as known) and are read by the next fetch (clients rotate the
-  order of their partitions from one fetch to the next, KIP-74).
+  fetch.
 - The answer goes once ``min_bytes`` are there, a partition has an error, or
   ``max_wait_ms`` (at most ``MAX_PULL_WAIT_MS``) has passed; meanwhile the fetch
   waits for a record to arrive on any of its partitions (pushed by Pulsar, not
@@ -65,6 +62,9 @@ _Partition = _Topic.PartitionData
 _FULL_EPOCHS = (0, -1)  # a full fetch that opens a session, one that opens none
 _READ_COMMITTED = 1
 _POLL_S = 0.01
+_MANY_PARTITIONS = 16
+"""A fetch of more partitions answers watermarks as known while they are asked again in
+the background (:meth:`ReaderPool.watermarks`); a smaller one waits for them."""
 
 
 @dataclass(slots=True)
@@ -166,19 +166,11 @@ async def _read(pool: ReaderPool, part: _Part, room: int, first: bool, committed
 
 
 async def _pass(
-    pool: ReaderPool,
-    parts: list[_Part],
-    limits: tuple[int, int, float],
-    total: int,
-    committed: bool,
+    pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int, committed: bool
 ) -> int:
-    """One read of every partition in order within the limits (``max_bytes``, and, once
-    ``min_bytes`` are there, no partition begun after ``read_until``); the bytes added."""
-    max_bytes, min_bytes, read_until = limits
+    """One read of every partition in order, within the limits; the bytes added."""
     added = 0
     for part in parts:
-        if total + added >= max(min_bytes, 1) and time.monotonic() >= read_until:
-            break  # enough, and reading long enough: the rest read in the next fetch
         if part.reader is None or part.error is not None:
             continue
         room = min(part.max_bytes - part.size, max_bytes - total - added)
@@ -217,22 +209,19 @@ async def _wait(parts: list[_Part], left: float, read: bool, committed: bool) ->
 async def _fill(
     pool: ReaderPool,
     parts: list[_Part],
-    limits: tuple[int, int, float],
+    max_bytes: int,
+    min_bytes: int,
     deadline: float,
     stable: StableOffsets | None,
 ) -> None:
-    """Read until ``min_bytes`` are there, a partition fails, or the deadline (``limits``:
-    ``max_bytes``, ``min_bytes``, the time no partition is begun after once ``min_bytes``
-    are there; ``stable``: read_committed, with the log to settle the copies the data
-    cannot)."""
+    """Read until ``min_bytes`` are there, a partition fails, or the deadline (``stable``:
+    read_committed, with the log to settle the copies the data cannot)."""
     total = 0
     committed = stable is not None
-    max_bytes, min_bytes, read_until = limits
-    limits = (max_bytes, min(min_bytes, max_bytes), read_until)
     while True:
-        added = await _pass(pool, parts, limits, total, committed)
+        added = await _pass(pool, parts, max_bytes, total, committed)
         total += added
-        if total >= limits[1] or any(p.error is not None for p in parts):
+        if total >= min(min_bytes, max_bytes) or any(p.error is not None for p in parts):
             return  # enough, or all there is room for (a min_bytes over max_bytes), or an error
         if stable is not None and await _settle(stable, parts):
             continue  # a copy the log settled: read on at once
@@ -273,10 +262,10 @@ async def _stable_offset(stable: StableOffsets, part: _Part) -> None:
             part.error = translate(exc, f"the last stable offset of {part.topic}-{part.index}")
 
 
-async def _watermarks(pool: ReaderPool, part: _Part) -> None:
+async def _watermarks(pool: ReaderPool, part: _Part, many: bool) -> None:
     assert part.reader is not None
     try:
-        part.high, part.start = await pool.watermarks(part.reader.topic, part.reader)
+        part.high, part.start = await pool.watermarks(part.reader.topic, part.reader, many=many)
     except Exception as exc:  # the records read still go; the end is at least theirs
         log.warning("kafka fetch: no watermarks for %s: %r", part.reader.topic, exc)
         part.high, part.start = part.reader.read_offset, -1
@@ -310,10 +299,10 @@ async def fetch(session: Session, request: Any, version: int) -> Any:
     try:
         await asyncio.gather(*(_open(session, pool, p) for p in parts if p.error is None))
         max_bytes = min(request.max_bytes, settings.kafka_fetch_max_bytes)
-        read_until = time.monotonic() + settings.kafka_fetch_read_ms / 1000
-        await _fill(pool, parts, (max_bytes, request.min_bytes, read_until), deadline, stable)
+        await _fill(pool, parts, max_bytes, request.min_bytes, deadline, stable)
+        many = len(parts) > _MANY_PARTITIONS
         await asyncio.gather(
-            *(_watermarks(pool, p) for p in parts if p.reader is not None and p.error is None)
+            *(_watermarks(pool, p, many) for p in parts if p.reader is not None and p.error is None)
         )
         if stable is not None:
             for part in parts:
