@@ -44,6 +44,10 @@ _BROKER_RUNTIME_CONFIG = "/admin/v2/brokers/configuration/runtime"
 
 
 _REDIRECTS = 3
+_IN_FLIGHT = 32
+"""Admin calls in flight at once (the rest wait their turn): a fetch or ListOffsets of
+512 partitions asks hundreds at once, and past its pool httpx opened and closed a
+connection per call and rescanned its queue at each answer."""
 _BROKERS_TTL_S = 30.0  # the cluster's broker hosts, for redirects, read again after this
 
 
@@ -60,8 +64,13 @@ class PulsarAdmin(EntryLookups):
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
-            base_url=admin_url.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify
+            base_url=admin_url.rstrip("/"),
+            headers=headers,
+            timeout=timeout_s,
+            verify=verify,
+            limits=httpx.Limits(max_connections=_IN_FLIGHT, max_keepalive_connections=_IN_FLIGHT),
         )
+        self._in_flight = asyncio.Semaphore(_IN_FLIGHT)
         self._naming = naming
         self._partitions: dict[str, tuple[int, float]] = {}
         self._topic_locks: dict[str, asyncio.Lock] = {}
@@ -93,7 +102,8 @@ class PulsarAdmin(EntryLookups):
             raise
         # a broker that does not own a topic redirects to the one that does (307): follow
         # it with the same method, body and token, only to a broker of the cluster
-        resp = await self._http.request(method, path, **kwargs)
+        async with self._in_flight:
+            resp = await self._http.request(method, path, **kwargs)
         for _ in range(_REDIRECTS):
             if resp.status_code not in (307, 308) or "location" not in resp.headers:
                 break
@@ -110,7 +120,8 @@ class PulsarAdmin(EntryLookups):
                     f"redirected to {target.host}, which is not a broker of the Pulsar "
                     "cluster (the sidecar's token goes only to the cluster's brokers)",
                 )
-            resp = await self._http.request(method, target, **kwargs)
+            async with self._in_flight:
+                resp = await self._http.request(method, target, **kwargs)
         if resp.status_code >= 400:
             reason = resp.text
             with contextlib.suppress(ValueError, AttributeError):

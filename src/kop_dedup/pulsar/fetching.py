@@ -168,6 +168,12 @@ class EntryReader:
     def closed(self) -> bool:
         return self._closed
 
+    async def open(self) -> None:
+        """Connect to the broker now (else the first read does): a fetch of many
+        partitions opens its new readers at once, not one after another."""
+        if not self._closed and not self._reading:
+            await self._open()
+
     async def _open(self) -> Any:
         if self._reader is None:
             start = (

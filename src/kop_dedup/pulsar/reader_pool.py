@@ -11,7 +11,12 @@ bounded (the least recently used go first) and closed when idle.
 
 The end of a partition (Kafka's high watermark) is what a reader that found nothing
 more has counted, or else asked of the broker, reused for ``end_ttl_s``; the earliest
-offset still stored (the log start) for ``start_ttl_s``. The last stable offset is each
+offset still stored (the log start) for ``start_ttl_s``. Each is kept with its position,
+so a reader opened at either (a fresh consumer's first fetch, right after its
+ListOffsets) is placed without asking the broker again. A fetch of many partitions asks
+the broker for at most ``watermark_asks_per_s`` watermarks a second (each is two admin
+round trips); past that it answers the ones it knows (the end: at least what was read),
+as they were at most a few seconds ago. The last stable offset is each
 reader's own (:attr:`~kop_dedup.pulsar.fetching.EntryReader.stable`): a reader kept here
 keeps what it knows of the copies it met.
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 import weakref
 from dataclasses import dataclass
@@ -38,6 +44,8 @@ from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.tables import PulsarClient
 
 __all__ = ["PoolLimits", "ReaderPool", "TimedOffset"]
+
+log = logging.getLogger(__name__)
 
 _SWEEP_EVERY_S = 1.0
 _KNOWN_KEPT = 10_000
@@ -53,6 +61,23 @@ class PoolLimits:
     """A kept reader no fetch took for this long is closed."""
     end_ttl_s: float = 1.0
     start_ttl_s: float = 10.0
+    watermark_asks_per_s: float = 20.0
+    """Watermarks older than their TTL asked again of the broker per second, at most, for
+    the fetch answers (a fetch of 512 partitions would otherwise ask 512 ends a second,
+    two admin calls each); past it a fetch answers the ones known (an end: at least what
+    its reader counted). A log start never known is always asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """A watermark: the offset, when it was learnt, and (``placed``) the position there
+    as the broker answered it (None: the topic never held a message); a watermark a
+    reader counted is not placed."""
+
+    offset: int
+    at: float
+    position: MessagePosition | None = None
+    placed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +114,13 @@ class ReaderPool:
             collections.OrderedDict()
         )
         """Positions of offsets learnt from readers (an offset's position never changes)."""
-        self._ends: dict[str, tuple[int, float]] = {}
-        self._starts: dict[str, tuple[int, float]] = {}
+        self._ends: dict[str, _Mark] = {}
+        self._starts: dict[str, _Mark] = {}
+        self._asks = self.limits.watermark_asks_per_s
+        """The watermark asks the budget allows now (a token bucket, refilled per second)."""
+        self._asks_at = time.monotonic()
+        self._refreshing: dict[tuple[str, str], asyncio.Future[int]] = {}
+        """Watermarks being asked again in the background."""
         self._closing: set[asyncio.Task[None]] = set()
         self._live: weakref.WeakSet[EntryReader] = weakref.WeakSet()
         """Every reader opened and not closed yet, kept or in a fetch."""
@@ -133,12 +163,26 @@ class ReaderPool:
 
     async def _locate(self, topic: str, offset: int) -> MessagePosition | None:
         """Where ``offset`` is; None when the topic never held a record (offset 0: read
-        from the earliest message that will come)."""
+        from the earliest message that will come). The earliest offset and the end the
+        broker answered within their TTL place a reader at either without asking again
+        (a position retention deleted meanwhile is seen by the reader's first message:
+        OFFSET_OUT_OF_RANGE)."""
+        now = time.monotonic()
+        for mark, ttl in (
+            (self._starts.get(topic), self.limits.start_ttl_s),
+            (self._ends.get(topic), self.limits.end_ttl_s),
+        ):
+            if mark is not None and mark.placed and mark.offset == offset and now - mark.at < ttl:
+                return mark.position
         first, first_at = await self.positions.earliest(topic)
         end, end_at = await self.positions.end(topic)
         now = time.monotonic()
-        self._starts[topic] = (first, now)
-        self._ends[topic] = (max(end, self._ends.get(topic, (0, 0.0))[0]), now)
+        self._starts[topic] = _Mark(first, now, first_at, placed=True)
+        counted = self._ends.get(topic)
+        if counted is not None and counted.offset > end:  # a reader counted further
+            self._ends[topic] = _Mark(counted.offset, now)
+        else:
+            self._ends[topic] = _Mark(end, now, end_at, placed=True)
         if not first <= offset <= end:
             raise errors.OffsetOutOfRange(
                 f"{topic}: offset {offset} is outside {first}..{end} (the earliest offset "
@@ -213,6 +257,8 @@ class ReaderPool:
     async def close(self) -> None:
         """Close every kept reader (and any given back later)."""
         self._closed = True
+        for task in list(self._refreshing.values()):
+            task.cancel()
         while self._kept:
             self._close(self._kept.popitem()[1])
         if self._closing:
@@ -220,36 +266,82 @@ class ReaderPool:
 
     # -- watermarks -----------------------------------------------------------------------
 
+    def _may_ask(self) -> bool:
+        """Whether the watermark budget allows one more ask now (and take it)."""
+        now = time.monotonic()
+        rate = self.limits.watermark_asks_per_s
+        self._asks = min(rate, self._asks + (now - self._asks_at) * rate)
+        self._asks_at = now
+        if self._asks < 1:
+            return False
+        self._asks -= 1
+        return True
+
     async def end(self, topic: str, *, fresh: bool = False) -> int:
         """The end offset (the next to be written), asked of the broker unless known for
         less than ``end_ttl_s`` (``fresh``: always asked)."""
         known = self._ends.get(topic)
-        now = time.monotonic()
-        if not fresh and known is not None and now - known[1] < self.limits.end_ttl_s:
-            return known[0]
-        end, _ = await self.positions.end(topic)
-        self._ends[topic] = (end, time.monotonic())
+        if not fresh and known is not None and not self._stale(known, self.limits.end_ttl_s):
+            return known.offset
+        end, end_at = await self.positions.end(topic)
+        self._ends[topic] = _Mark(end, time.monotonic(), end_at, placed=True)
         return end
 
     async def start(self, topic: str, *, fresh: bool = False) -> int:
         """The earliest offset still stored (the end when nothing is)."""
         known = self._starts.get(topic)
-        now = time.monotonic()
-        if not fresh and known is not None and now - known[1] < self.limits.start_ttl_s:
-            return known[0]
-        first, _ = await self.positions.earliest(topic)
-        self._starts[topic] = (first, time.monotonic())
+        if not fresh and known is not None and not self._stale(known, self.limits.start_ttl_s):
+            return known.offset
+        first, first_at = await self.positions.earliest(topic)
+        self._starts[topic] = _Mark(first, time.monotonic(), first_at, placed=True)
         return first
 
-    async def watermarks(self, topic: str, reader: EntryReader) -> tuple[int, int]:
+    @staticmethod
+    def _stale(mark: _Mark, ttl_s: float) -> bool:
+        return time.monotonic() - mark.at >= ttl_s
+
+    async def watermarks(
+        self, topic: str, reader: EntryReader, *, many: bool = False
+    ) -> tuple[int, int]:
         """(high watermark, log start offset) as of a read with ``reader``: what it counted
-        when it found nothing more, else the end as known (at least what it read)."""
+        when it found nothing more, else the end as known within its TTL (at least what
+        it read). For a fetch of ``many`` partitions, one older than its TTL is asked
+        again in the background while the watermark budget allows, and the one known
+        answered meanwhile (the end: what the reader counted when none is known); a log
+        start never known is asked now."""
+        ends, limits = self._ends, self.limits
         if reader.drained:
             high = reader.read_offset
-            self._ends[topic] = (high, time.monotonic())
-        else:
+            ends[topic] = _Mark(high, time.monotonic())
+        elif not many:
             high = max(await self.end(topic), reader.read_offset)
-        return high, min(await self.start(topic), high)
+            return high, min(await self.start(topic), high)
+        else:
+            known = ends.get(topic)
+            if known is None or self._stale(known, limits.end_ttl_s):
+                self._refresh(topic, "end")
+            high = max(0 if known is None else known.offset, reader.read_offset)
+        start = self._starts.get(topic)
+        if start is None:
+            return high, min(await self.start(topic, fresh=True), high)
+        if self._stale(start, limits.start_ttl_s):
+            self._refresh(topic, "start")
+        return high, min(start.offset, high)
+
+    def _refresh(self, topic: str, which: str) -> None:
+        """Ask a watermark again in the background, once at a time, within the budget."""
+        key = (topic, which)
+        if key in self._refreshing or self._closed or not self._may_ask():
+            return
+        asked = self.end(topic, fresh=True) if which == "end" else self.start(topic, fresh=True)
+        task = self._refreshing[key] = asyncio.ensure_future(asked)
+
+        def done(t: asyncio.Future[int]) -> None:
+            self._refreshing.pop(key, None)
+            if not t.cancelled() and t.exception() is not None:
+                log.debug("watermark %s of %s not read: %r", which, topic, t.exception())
+
+        task.add_done_callback(done)
 
     # -- offsets by time ------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "pull": ("pull {size} + commit, {clients} member{s}", "a pull and its commit"),
     "e2e": ("produce -> pull, {clients} member{s}", "a record, sent to pulled"),
     "fetch": ("fetch, {clients} consumer{s}", ""),
+    "fetch-parts": ("fetch {size} partitions, {clients} consumer{s}", ""),
     "txn": ("txn of {size}, {clients} prod", "a transaction, begin to commit answered"),
     "consume": ("group consume, {clients} member{s}", "a consume() or batch receive"),
     "ctp": ("copy, txn of {size}, {clients} copier{s}", "a transaction, begin to commit"),
@@ -141,7 +142,7 @@ class Cell:
             figures.append(f"p50 {self.p50_ms:.1f} p99 {self.p99_ms:.1f} ms")
         if self.cpu_us_per_record is not None:
             figures.append(f"sidecar cpu {self.cpu_us_per_record:.1f} us/rec")
-        checks = ("drained", "gaps", "committed_ok", "unread_rounds")
+        checks = ("drained", "gaps", "committed_ok", "unread_rounds", "first_record_ms")
         figures += [f"{k} {self.extra[k]}" for k in checks if k in self.extra]
         return f"bench: {self.workload.label}, {self.target} rep {self.rep}: " + ", ".join(figures)
 

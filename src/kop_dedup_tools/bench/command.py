@@ -200,6 +200,13 @@ def add_cli(subparsers: Any) -> None:
     )
     p.add_argument("--fetch-records", type=int, default=100_000, help="--kafka's records to fetch")
     p.add_argument(
+        "--fetch-partitions",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="--kafka's fetch: partitions of the topic read (e.g. 1 512), a cell per count",
+    )
+    p.add_argument(
         "--nodes",
         type=int,
         nargs="+",

@@ -20,10 +20,13 @@ the issue's goals (:data:`COMPARE`); "vs kafka" is the listener over the real Ka
   at a time round robin from one thread, 5 requests in flight. A fresh one-partition
   topic per cell; a cell counts the records delivered from its start to its last
   delivery report (the queue drained after ``--seconds``).
-- **fetch**: a topic of ``--fetch-records`` records (100-record batches, filled through
-  the listener; the real Kafka's by the same producer) read from the beginning to the
-  end by a Pulsar reader (*direct*) and by a confluent-kafka consumer that assigns the
-  partition (no group) through the listener (*listener*, *kafka*)
+- **fetch**, per ``--fetch-partitions`` count (default 1): a topic of that many
+  partitions holding ``--fetch-records`` records (100-record batches at most, filled
+  through the listener; the real Kafka's by the same producer) read from the beginning
+  to the end by a Pulsar reader (*direct*; more than one partition: one Pulsar consumer
+  of them all) and by a confluent-kafka read_committed consumer that assigns every
+  partition (no group) through the listener (*listener*, *kafka*); each cell also says
+  when its first record came (``first_record_ms``)
   (:mod:`kop_dedup_tools.bench.kafka_clients`).
 - **txn**, per producer count and ``--txn-records`` size: a confluent-kafka
   transactional producer per thread, begin, the records, commit, again, for
@@ -53,6 +56,7 @@ from kop_dedup_tools.bench.kafka_clients import (
     PRODUCER_CONFIG,
     RECORDS_PER_BATCH,
     Deliveries,
+    consume_direct,
     create,
     fill,
     kafka_producer,
@@ -86,7 +90,7 @@ COMPARE = Compare(
     "direct",
     "kafka",
     baseline_of={"txn": ("produce", "listener")},
-    goals={"produce": 0.8, "fetch": 0.5, "txn": 0.5},
+    goals={"produce": 0.8, "fetch": 0.8, "fetch-parts": 0.8, "txn": 0.5},
 )
 TITLE = "Kafka clients through the kop-dedup listener vs direct Pulsar clients and a real Kafka"
 _FLUSH_S = 120.0
@@ -279,32 +283,45 @@ def txn_cell(
 def fetch_cells(
     sides: dict[str, str], args: argparse.Namespace, sidecar: SidecarProcess | None
 ) -> Iterator[Cell]:
-    """Fill a topic per Kafka bootstrap (``sides``: side -> bootstrap), then read each
-    from the beginning to the end, ``--reps`` times per side, the order alternating;
-    ``direct`` reads the listener's topic with a Pulsar reader."""
+    """Per ``--fetch-partitions`` count: fill a topic of that many partitions per Kafka
+    bootstrap (``sides``: side -> bootstrap; record ``i`` on partition ``i % n``), then
+    read each from the beginning to the end, ``--reps`` times per side, the order
+    alternating; ``direct`` reads the listener's topic with a Pulsar reader (one
+    partition) or one Pulsar consumer of all its partitions. One partition is the
+    ``fetch`` workload, more the ``fetch-parts`` one (its size: the partitions)."""
     records = args.fetch_records
-    topics = {}
-    for side, bootstrap in sides.items():
-        topic = f"bench-kfetch-{uuid.uuid4().hex[:8]}"
-        create(bootstrap, topic)
-        t0 = time.monotonic()
-        fill(bootstrap, topic, 1, records, args.value_size, RECORDS_PER_BATCH)
-        say(
-            f"bench: kafka: {side}'s {topic} filled with {records:,} records in "
-            f"{time.monotonic() - t0:.1f}s"
-        )
-        topics[side] = topic
-    order = ["direct", *sides] if "listener" in sides else list(sides)
-    for rep in range(1, args.reps + 1):
-        for side in turns(order, rep):
-            sc0 = cpu_seconds(sidecar)
-            if side == "direct":
-                ptopic = f"{full_topic(topics['listener'])}-partition-0"
-                seconds, cpu = read_direct(args.pulsar_service_url, [ptopic], records)
-            else:
-                seconds, cpu = read_kafka(sides[side], topics[side], 1, records)
-            sc_cpu = cpu_seconds(sidecar) - sc0 if side == "listener" else None
-            yield _cell("fetch", side, 1, RECORDS_PER_BATCH, rep, records, seconds, [], cpu, sc_cpu)
+    for partitions in args.fetch_partitions:
+        topics = {}
+        for side, bootstrap in sides.items():
+            topic = f"bench-kfetch-{uuid.uuid4().hex[:8]}"
+            create(bootstrap, topic, partitions)
+            t0 = time.monotonic()
+            fill(bootstrap, topic, partitions, records, args.value_size, RECORDS_PER_BATCH)
+            say(
+                f"bench: kafka: {side}'s {topic} ({partitions} partitions) filled with "
+                f"{records:,} records in {time.monotonic() - t0:.1f}s"
+            )
+            topics[side] = topic
+        order = ["direct", *sides] if "listener" in sides else list(sides)
+        kind, size = "fetch-parts", partitions
+        if partitions == 1:
+            kind, size = "fetch", RECORDS_PER_BATCH
+        for rep in range(1, args.reps + 1):
+            for side in turns(order, rep):
+                sc0 = cpu_seconds(sidecar)
+                if side == "direct" and partitions == 1:
+                    ptopic = f"{full_topic(topics['listener'])}-partition-0"
+                    read = read_direct(args.pulsar_service_url, [ptopic], records)
+                elif side == "direct":
+                    read = consume_direct(
+                        args.pulsar_service_url, full_topic(topics["listener"]), records
+                    )
+                else:
+                    read = read_kafka(sides[side], topics[side], partitions, records)
+                sc_cpu = cpu_seconds(sidecar) - sc0 if side == "listener" else None
+                cell = _cell(kind, side, 1, size, rep, records, read.seconds, [], read.cpu, sc_cpu)
+                first_ms = None if read.first_s is None else round(read.first_s * 1000, 1)
+                yield replace(cell, extra={**cell.extra, **extras(first_record_ms=first_ms)})
 
 
 def _listener(side: str, sc: SidecarProcess) -> SidecarProcess | None:
@@ -419,6 +436,7 @@ def run(args: argparse.Namespace, out: Path, broker: dict[str, Any]) -> None:
         "value_bytes": args.value_size,
         "seconds": args.seconds,
         "fetch_records": args.fetch_records,
+        "fetch_partitions": args.fetch_partitions,
         "measures": args.kafka_measures,
         "nodes": sorted(set(args.nodes)),
         "producer_config": PRODUCER_CONFIG,

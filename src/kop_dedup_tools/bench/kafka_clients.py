@@ -1,11 +1,12 @@
 """The Kafka clients of ``kop-dedup bench --kafka`` and ``--kafka --groups``: the
 producers' configuration, topics made through a Kafka AdminClient, a topic filled
-(:func:`fill`), read to its end by a Pulsar reader (:func:`read_direct`) or a Kafka
+(:func:`fill`), read to its end by Pulsar readers (:func:`read_direct`), one Pulsar
+consumer of all its partitions (:func:`consume_direct`) or a Kafka read_committed
 consumer that assigns its partitions (:func:`read_kafka`), and the throwaway real Kafka
 of ``--against-kafka`` (:func:`real_kafka`).
 
 Each side's read is timed from its start (reader or consumer created) to its last
-record, and returns the reading process's CPU seconds too.
+record and to its first (:class:`Read`), with the reading process's CPU seconds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ __all__ = [
     "PRODUCER_CONFIG",
     "RECORDS_PER_BATCH",
     "Deliveries",
+    "Read",
+    "consume_direct",
     "create",
     "fill",
     "kafka_producer",
@@ -133,29 +137,76 @@ def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, b
         raise RuntimeError("the fill did not flush within 300 s")
 
 
-def read_direct(service_url: str, ptopics: list[str], records: int) -> tuple[float, float]:
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One side's read of a topic: seconds from its start (reader, consumer or
+    subscription created) to its last record and to its first, and the reading
+    process's CPU seconds."""
+
+    seconds: float
+    cpu: float
+    first_s: float | None
+
+
+def read_direct(service_url: str, ptopics: list[str], records: int) -> Read:
+    """Pulsar readers of the partition topics, one after another."""
     import pulsar  # noqa: PLC0415 - a measurement's own dependency
 
     client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     try:
         started, cpu = time.monotonic(), time.process_time()
-        got = 0
+        got, first = 0, None
         for ptopic in ptopics:
             reader = client.create_reader(ptopic, pulsar.MessageId.earliest)
             while reader.has_message_available():
                 msg = reader.read_next(10_000)
                 msg.data()
                 got += 1
+                first = first or time.monotonic() - started
             reader.close()
         elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
     finally:
         client.close()
     if got != records:
         raise RuntimeError(f"direct: read {got} records, expected {records}")
-    return elapsed, cpu
+    return Read(elapsed, cpu, first)
 
 
-def read_kafka(bootstrap: str, topic: str, partitions: int, records: int) -> tuple[float, float]:
+def consume_direct(service_url: str, topic: str, records: int) -> Read:
+    """One Pulsar consumer of every partition of ``topic`` (the partitioned topic's full
+    name) at once, from the earliest message: a subscription of its own, dropped after."""
+    import pulsar  # noqa: PLC0415 - a measurement's own dependency
+
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        started, cpu = time.monotonic(), time.process_time()
+        consumer = client.subscribe(
+            topic,
+            f"bench-{uuid.uuid4().hex[:8]}",
+            consumer_type=pulsar.ConsumerType.Exclusive,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        got, first = 0, None
+        deadline = started + 600
+        while got < records and time.monotonic() < deadline:
+            try:
+                msg = consumer.receive(1_000)
+            except pulsar.Timeout:
+                continue
+            msg.data()
+            got += 1
+            first = first or time.monotonic() - started
+        elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
+        consumer.unsubscribe()
+    finally:
+        client.close()
+    if got != records:
+        raise RuntimeError(f"direct: consumed {got} records, expected {records}")
+    return Read(elapsed, cpu, first)
+
+
+def read_kafka(bootstrap: str, topic: str, partitions: int, records: int) -> Read:
+    """A read_committed consumer that assigns every partition from the beginning."""
     from confluent_kafka import (  # noqa: PLC0415 - a measurement's own dependency
         OFFSET_BEGINNING,
         Consumer,
@@ -168,22 +219,24 @@ def read_kafka(bootstrap: str, topic: str, partitions: int, records: int) -> tup
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
+            "isolation.level": "read_committed",
         }
     )
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        got = 0
+        got, first = 0, None
         deadline = started + 600
         while got < records and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=10_000, timeout=1.0):
                 if msg.error() is None:
                     got += 1
+                    first = first or time.monotonic() - started
         elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
     finally:
         consumer.close()
     if got != records:
         raise RuntimeError(f"kafka: read {got} records, expected {records}")
-    return elapsed, cpu
+    return Read(elapsed, cpu, first)
 
 
 @contextlib.contextmanager

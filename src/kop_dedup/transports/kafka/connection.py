@@ -4,14 +4,16 @@ A frame is a 4-byte big-endian size and that many bytes. The reader takes frames
 by one; each request gets a place in the answer queue as it is read, so answers leave
 in request order whatever order they are ready in (the Java client fails a connection
 whose answer to its oldest request is not the next one). Requests of an API marked
-``concurrent`` (Produce) are handled side by side; any other request waits until every
-earlier request of the connection is handled, and the next ones wait for it (Kafka
-mutes a connection while it handles a request). At most ``max_in_flight`` requests are
-read and not yet answered: past that the reader stops reading (TCP pushes back). Over
-every connection, a frame is admitted into the listener's ``queued`` budget
-(``KAFKA_QUEUED_MAX_REQUEST_BYTES``, Kafka's ``queued.max.request.bytes``) from its size
-header, before its body is read, and let go once its request is handled: while it does
-not fit, its connection reads nothing more (first come, first served).
+``concurrent`` (Produce, ListOffsets) are handled side by side with the ones of the same
+API before them (a consumer asks the offsets of each of its partitions in a request of
+its own); any other request waits until every earlier request of the connection is
+handled, and the next ones wait for it (Kafka mutes a connection while it handles a
+request). At most ``max_in_flight`` requests are read and not yet answered: past that the
+reader stops reading (TCP pushes back). Over every connection, a frame is admitted into
+the listener's ``queued`` budget (``KAFKA_QUEUED_MAX_REQUEST_BYTES``, Kafka's
+``queued.max.request.bytes``) from its size header, before its body is read, and let go
+once its request is handled: while it does not fit, its connection reads nothing more
+(first come, first served).
 
 Where Kafka closes the connection, so does this one, after the answers to earlier
 requests and logging the reason once (``SocketServer`` closes on a frame over
@@ -111,7 +113,8 @@ class Connection:
         self._queued = queued
         self._slots = asyncio.Semaphore(max_in_flight)
         self._answers: asyncio.Queue[asyncio.Future[_Outcome] | None] = asyncio.Queue()
-        self._running: set[asyncio.Future[_Outcome]] = set()
+        self._running: dict[asyncio.Future[_Outcome], int] = {}
+        """The requests being handled side by side, and their API key."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._between_requests = False
@@ -324,18 +327,22 @@ class Connection:
         self.session.client_id = header.client_id
         future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
         self._answers.put_nowait(future)
+        earlier = [f for f, key in self._running.items() if key != api.key or not api.concurrent]
+        if earlier:
+            await asyncio.wait(earlier)
         if not api.concurrent:
-            if self._running:
-                await asyncio.wait(set(self._running))
             future.set_result(await self._handle(api, header, body))
             return future.result().close is None
-        self._running.add(future)
-        future.add_done_callback(self._running.discard)
+        self._running[future] = api.key
+        future.add_done_callback(self._drop_running)
         task = asyncio.create_task(self._settle(future, api, header, body))
         task.add_done_callback(admitted.moved().let_go)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True
+
+    def _drop_running(self, future: asyncio.Future[_Outcome]) -> None:
+        self._running.pop(future, None)
 
     async def _settle(
         self, future: asyncio.Future[_Outcome], api: Api, header: codec.Header, body: Any

@@ -62,6 +62,9 @@ _Partition = _Topic.PartitionData
 _FULL_EPOCHS = (0, -1)  # a full fetch that opens a session, one that opens none
 _READ_COMMITTED = 1
 _POLL_S = 0.01
+_MANY_PARTITIONS = 16
+"""A fetch of more partitions answers watermarks as known while they are asked again in
+the background (:meth:`ReaderPool.watermarks`); a smaller one waits for them."""
 
 
 @dataclass(slots=True)
@@ -123,8 +126,12 @@ async def _open(session: Session, pool: ReaderPool, part: _Part) -> None:
     try:
         ptopic = await partition_topic(session, part.topic, part.index)
         part.reader = await pool.take(ptopic, part.offset)
+        await part.reader.open()  # all of the fetch's new readers connect at once
     except Exception as exc:
         part.error = translate(exc, f"fetching {part.topic}-{part.index} at {part.offset}")
+        if part.reader is not None:
+            pool.discard(part.reader)
+            part.reader = None
 
 
 async def _read(pool: ReaderPool, part: _Part, room: int, first: bool, committed: bool) -> int:
@@ -255,10 +262,10 @@ async def _stable_offset(stable: StableOffsets, part: _Part) -> None:
             part.error = translate(exc, f"the last stable offset of {part.topic}-{part.index}")
 
 
-async def _watermarks(pool: ReaderPool, part: _Part) -> None:
+async def _watermarks(pool: ReaderPool, part: _Part, many: bool) -> None:
     assert part.reader is not None
     try:
-        part.high, part.start = await pool.watermarks(part.reader.topic, part.reader)
+        part.high, part.start = await pool.watermarks(part.reader.topic, part.reader, many=many)
     except Exception as exc:  # the records read still go; the end is at least theirs
         log.warning("kafka fetch: no watermarks for %s: %r", part.reader.topic, exc)
         part.high, part.start = part.reader.read_offset, -1
@@ -285,15 +292,17 @@ async def fetch(session: Session, request: Any, version: int) -> Any:
         part.error = await _unknown(session, part) or await topology.not_leader(
             session, part.topic, part.index
         )
-    wait_ms = min(max(request.max_wait_ms, 0), session.settings.max_pull_wait_ms)
+    settings = session.settings
+    wait_ms = min(max(request.max_wait_ms, 0), settings.max_pull_wait_ms)
     deadline = time.monotonic() + wait_ms / 1000
     stable = session.runtime.stable if request.isolation_level == _READ_COMMITTED else None
     try:
         await asyncio.gather(*(_open(session, pool, p) for p in parts if p.error is None))
-        max_bytes = min(request.max_bytes, session.settings.kafka_fetch_max_bytes)
+        max_bytes = min(request.max_bytes, settings.kafka_fetch_max_bytes)
         await _fill(pool, parts, max_bytes, request.min_bytes, deadline, stable)
+        many = len(parts) > _MANY_PARTITIONS
         await asyncio.gather(
-            *(_watermarks(pool, p) for p in parts if p.reader is not None and p.error is None)
+            *(_watermarks(pool, p, many) for p in parts if p.reader is not None and p.error is None)
         )
         if stable is not None:
             for part in parts:

@@ -234,5 +234,6 @@ APIS = (
         versions=(1, 10),
         handle=list_offsets,
         error_answer=_error,
+        concurrent=True,  # librdkafka asks each partition's offset in a request of its own
     ),
 )

@@ -70,9 +70,10 @@ class Api:
     ``versions`` are advertised in ApiVersions; ``served_from`` (default: the lowest
     advertised) is the lowest version answered: a request below it closes the
     connection (Produce 0-2, advertised for librdkafka as Kafka 4 does, KAFKA-18659).
-    ``concurrent``: requests of one connection are handled side by side (Produce, up to
-    the connection's in-flight limit); any other request waits until every earlier one
-    of its connection is answered, and later ones wait for it. ``before_auth``: served
+    ``concurrent``: requests of one connection are handled side by side with the ones of
+    the same API just before them (Produce, ListOffsets; up to the connection's
+    in-flight limit); any other request waits until every earlier one of its connection
+    is answered, and later ones wait for it. ``before_auth``: served
     before SASL authentication (ApiVersions, the SASL APIs). ``advertised=False``:
     answered (with an error) but not listed, so that clients do not pick it.
     """
