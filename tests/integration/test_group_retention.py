@@ -5,6 +5,7 @@ groups through a sidecar leaves nothing behind in its memory."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -195,3 +196,39 @@ def test_many_groups_through_two_sidecars_leave_no_state_behind(pulsar):
             # the state of groups of other tests depends on which sidecar owns their
             # partitions at the moment: what counts is that nothing of these is kept
             poll("what the groups held to go", settled, timeout=30)
+
+
+def test_a_long_poll_keeps_its_reader_past_the_idle_bound(pulsar):
+    """A pull waiting for records holds its partition reader however long it waits: the
+    pool closes readers idle past ``group_reader_idle_ms``, and a reader taken by a pull
+    is in use, not idle. Before, the sweep closed it under the waiting pull (which
+    touched it only when it began), so records that came during the wait were never
+    read and the pull answered [] at its deadline: the two-sidecar test above met it
+    under load, its reader's first read slower than its 500 ms idle bound."""
+    topic = uniq("gw")
+    settings = {**FAST, "group_reader_idle_ms": 200, "group_sweep_interval_ms": 50}
+    with (
+        ThreadSidecar(pulsar, system_namespace=uniq("sys"), **settings) as sc,
+        httpx.Client(base_url=sc.url, timeout=60) as api,
+    ):
+        produce(api, topic, 2)
+        group = uniq("g")
+        configure(api, group, sessionTimeoutMs=60_000)
+        member = join(api, group, [topic])["memberId"]
+        assert offsets(pull(api, group, member, 10, wait_ms=5_000)) == [0, 1]
+        assert commit(api, group, member).status_code == 200
+
+        def later() -> None:
+            time.sleep(1.5)  # the waiting pull's reader is idle 7 times its bound by then
+            produce(api, topic, 2)
+
+        producer = threading.Thread(target=later)
+        began = time.monotonic()
+        producer.start()
+        try:
+            pulled = pull(api, group, member, 10, wait_ms=8_000)
+        finally:
+            producer.join()
+        took = round(time.monotonic() - began, 3)
+        assert offsets(pulled) == [2, 3], (took, pulled)
+        assert took < 7.0, took  # answered once the records came, not at the deadline

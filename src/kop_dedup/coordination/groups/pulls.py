@@ -388,26 +388,27 @@ class Pulls:
         ]
         out: dict[TopicPartition, list[Pulled]] = {}
         asked: set[TopicPartition] = set()
-        while True:
-            left = max_records - sum(len(v) for v in out.values())
-            budget = max_bytes
-            for plan, reader in readers:
-                if left <= 0:
-                    break
-                got = await reader.read(left, budget)
-                if got:
-                    out.setdefault(plan.tp, []).extend(got)
-                    left -= len(got)
-                    if budget is not None:
-                        budget -= sum(r.size for r in got)
-                        if budget <= 0:
-                            left = 0
-            if out or time.monotonic() >= deadline or not readers or self.stopping:
-                return out
-            if self._moved(group_id, member, planned, plans) or await gone():
-                return out
-            if not await settle(self._groups.stable, [(p.tp, r) for p, r in readers], asked):
-                await asyncio.sleep(_POLL_S)
+        with groups.readers.using([reader for _, reader in readers]):  # not reaped while waiting
+            while True:
+                left = max_records - sum(len(v) for v in out.values())
+                budget = max_bytes
+                for plan, reader in readers:
+                    if left <= 0:
+                        break
+                    got = await reader.read(left, budget)
+                    if got:
+                        out.setdefault(plan.tp, []).extend(got)
+                        left -= len(got)
+                        if budget is not None:
+                            budget -= sum(r.size for r in got)
+                            if budget <= 0:
+                                left = 0
+                if out or time.monotonic() >= deadline or not readers or self.stopping:
+                    return out
+                if self._moved(group_id, member, planned, plans) or await gone():
+                    return out
+                if not await settle(self._groups.stable, [(p.tp, r) for p, r in readers], asked):
+                    await asyncio.sleep(_POLL_S)
 
     def _rewind(self, group_id: str, member: str, plans: list[_Plan]) -> None:
         """Records read but not answered: the readers go (the next pull reads again)."""

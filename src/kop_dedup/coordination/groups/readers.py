@@ -6,13 +6,17 @@ A reader is reused only when the next pull starts where it stands; otherwise (a
 rewind, a reset, a pull answered elsewhere) it is closed and a new one opened. Readers
 go when their member's partitions move (:meth:`ReaderPool.drop`) and when idle for
 ``idle_s`` (:meth:`ReaderPool.reap`): a member that left through another sidecar is
-forgotten here within that time.
+forgotten here within that time. A reader a pull holds (:meth:`ReaderPool.using`) is in
+use however long the pull waits for records, never idle: closed under a long poll, it
+read nothing more and the pull answered [] at its deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from kop_dedup.protocol.groups import TopicPartition
@@ -30,6 +34,7 @@ _Key = tuple[str, str, TopicPartition]
 class _Entry:
     reader: PartitionReader
     last_used: float
+    users: int = 0
 
 
 class ReaderPool:
@@ -77,11 +82,26 @@ class ReaderPool:
         ]:
             self._close(k)
 
+    @contextlib.contextmanager
+    def using(self, readers: Iterable[PartitionReader]) -> Iterator[None]:
+        """Hold ``readers`` (taken from this pool) in use: :meth:`reap` leaves them, and
+        their idle time starts when the holder lets go."""
+        held = [e for e in self._readers.values() if any(e.reader is r for r in readers)]
+        for entry in held:
+            entry.users += 1
+        try:
+            yield
+        finally:
+            now = time.monotonic()
+            for entry in held:
+                entry.users -= 1
+                entry.last_used = now
+
     def reap(self) -> None:
-        """Close the readers idle for ``idle_s``."""
+        """Close the readers idle for ``idle_s`` (none in use)."""
         idle = time.monotonic() - self.idle_s
         for k, entry in list(self._readers.items()):
-            if entry.last_used < idle:
+            if entry.users == 0 and entry.last_used < idle:
                 self._close(k)
 
     async def close(self) -> None:
