@@ -150,7 +150,15 @@ HISTORY = sorted((Path(__file__).parents[2] / "docs" / "bench").rglob("*.json"))
 
 def test_the_kept_history_holds_every_mode():
     modes = {json.loads(p.read_text())["mode"] for p in HISTORY}
-    assert modes == {"produce", "memory", "transactions", "groups", "kafka", "kafka-groups"}
+    assert modes == {
+        "produce",
+        "memory",
+        "transactions",
+        "groups",
+        "kafka",
+        "kafka-groups",
+        "wide-produce",
+    }
 
 
 @pytest.mark.parametrize("path", HISTORY, ids=lambda p: p.name)
