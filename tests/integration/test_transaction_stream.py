@@ -23,7 +23,7 @@ import pytest
 
 from kop_dedup import errors
 from tests.helpers import batch, read_all, uniq, wait_until
-from tests.sidecar import ProcessSidecar
+from tests.sidecar import SESSION_SYSTEM_NAMESPACE, ProcessSidecar
 
 pytestmark = [
     pytest.mark.integration,
@@ -228,6 +228,7 @@ def test_a_stream_of_transactions_with_random_aborts_through_both_kinds_of_kill_
         topics,
         service_url=pulsar_control.service_url,
         admin_url=pulsar_control.admin_url,
+        system_namespace=SESSION_SYSTEM_NAMESPACE,  # the sidecars' decisions
         progress=False,
     )
     print(report.render())
