@@ -388,7 +388,7 @@ class Pulls:
         ]
         out: dict[TopicPartition, list[Pulled]] = {}
         asked: set[TopicPartition] = set()
-        with groups.readers.using([reader for _, reader in readers]):  # not reaped while waiting
+        with groups.readers.using(group_id, member, [p.tp for p, _ in readers]):  # kept meanwhile
             while True:
                 left = max_records - sum(len(v) for v in out.values())
                 budget = max_bytes

@@ -83,10 +83,10 @@ class ReaderPool:
             self._close(k)
 
     @contextlib.contextmanager
-    def using(self, readers: Iterable[PartitionReader]) -> Iterator[None]:
-        """Hold ``readers`` (taken from this pool) in use: :meth:`reap` leaves them, and
+    def using(self, group: str, member: str, tps: Iterable[TopicPartition]) -> Iterator[None]:
+        """Hold the member's readers of ``tps`` in use: :meth:`reap` leaves them, and
         their idle time starts when the holder lets go."""
-        held = [e for e in self._readers.values() if any(e.reader is r for r in readers)]
+        held = [e for tp in tps if (e := self._readers.get((group, member, tp))) is not None]
         for entry in held:
             entry.users += 1
         try:
