@@ -452,11 +452,12 @@ def run_edges(
                 run.run_step(step)
             except Exception as exc:  # a client call that failed outright is a finding
                 run.violation(step, f"{type(exc).__name__}: {exc}")
+            t1 = time.monotonic()
             run.check(step)
             run.report.done += 1
             say(
-                f"edges: {describe(step)} [{time.monotonic() - t0:.1f} s, "
-                f"{len(run.report.violations)} violation(s)]"
+                f"edges: {describe(step)} [{t1 - t0:.1f} s + check "
+                f"{time.monotonic() - t1:.1f} s, {len(run.report.violations)} violation(s)]"
             )
             if run.report.violations:
                 break
