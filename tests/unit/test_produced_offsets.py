@@ -185,9 +185,7 @@ def test_entries_answered_together_wait_for_the_one_lookup_before_them():
     offsets = ProducedOffsets(broker)  # type: ignore[arg-type]
 
     async def main() -> list[int]:
-        return await asyncio.gather(
-            *(offsets.base_offset("t", f"5:{e}:0:0", 1) for e in range(20))
-        )
+        return await asyncio.gather(*(offsets.base_offset("t", f"5:{e}:0:0", 1) for e in range(20)))
 
     assert asyncio.run(main()) == list(range(20))
     assert broker.asked == [(5, 0)]
