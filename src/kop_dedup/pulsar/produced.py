@@ -101,7 +101,7 @@ class ProducedOffsets:
                 self._resolving.discard(key)
             if not known.done():
                 known.set_result(index)
-        index = await asyncio.shield(known)
+        index = known.result() if known.done() else await asyncio.shield(known)
         if index is None:
             self.unknown += 1
             return -1
