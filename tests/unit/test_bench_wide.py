@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from kop_dedup_tools.bench import command, wide
+from kop_dedup_tools.bench import command, support, wide
 
 
 def parser() -> argparse.ArgumentParser:
@@ -32,3 +32,15 @@ def test_every_producer_writes_every_partition_evenly():
     names = Counter((producer, p) for producer, mine in enumerate(plan) for p in mine)
     assert len(names) == 20 * 512
     assert set(names.values()) == {3}
+
+
+def test_a_benchs_sidecars_share_a_system_namespace_of_the_run_alone(monkeypatch):
+    """Two benches on one broker formed one cluster with the default system namespace
+    (each forwarded the other's partitions' batches to it)."""
+    monkeypatch.delenv("KOP_DEDUP_SYSTEM_NAMESPACE", raising=False)
+    ours = support.sidecar_settings(max_open_producers=5)
+    assert ours == {"max_open_producers": 5, "system_namespace": support.RUN_SYSTEM_NAMESPACE}
+    assert support.RUN_SYSTEM_NAMESPACE != "kop-dedup-system"
+    assert support.sidecar_settings(system_namespace="x") == {"system_namespace": "x"}
+    monkeypatch.setenv("KOP_DEDUP_SYSTEM_NAMESPACE", "mine")
+    assert support.sidecar_settings() == {}

@@ -388,3 +388,56 @@ def test_batches_waiting_for_room_go_as_channels_fall_idle():
     order, peak = run(go())
     assert sorted(order) == list(range(8))
     assert peak <= 2
+
+
+def test_a_room_made_wakes_one_waiting_batch_not_every_one():
+    """At the bound each close or idle channel makes room for one batch: waking every
+    waiting batch for each (as before) made each decide again, O(waiting) per close
+    and O(waiting x closes) in all; 10,240 names at a bound of 2,000 spent the sidecar's
+    CPU on it. Every batch still gets its channel, in about the order it came."""
+
+    async def go() -> tuple[list[int], int, int]:
+        mgr, _, _ = manager(max_open=4)
+        order: list[int] = []
+        looks = 0
+        held = mgr.held
+
+        def counted() -> int:
+            nonlocal looks
+            looks += 1
+            return held()
+
+        mgr.held = counted  # type: ignore[method-assign]
+
+        async def batch(pid: int) -> None:
+            channel = await mgr.acquire((TOPIC, pid, 0), "t", deadline())
+            await mgr.ensure_open(channel, deadline())
+            await asyncio.sleep(0.001)
+            order.append(pid)
+            mgr.release(channel)
+
+        await asyncio.gather(*(batch(pid) for pid in range(200)))
+        return order, mgr.peak_held, looks
+
+    order, peak, looks = run(go())
+    assert sorted(order) == list(range(200))
+    assert peak <= 4
+    assert looks < 10 * 200, looks
+
+
+def test_a_woken_batch_that_leaves_passes_its_turn_to_the_next():
+    async def go() -> float:
+        mgr, _, _ = manager(max_open=1)
+        a = await mgr.acquire((TOPIC, 7, 0), "t", deadline())
+        await mgr.ensure_open(a, deadline())
+        first = asyncio.create_task(mgr.acquire((TOPIC, 8, 0), "t", deadline()))
+        second = asyncio.create_task(mgr.acquire((TOPIC, 9, 0), "t", deadline()))
+        await asyncio.sleep(0.05)  # both wait, first in line
+        started = time.monotonic()
+        mgr.release(a)  # room for one: the first is woken...
+        first.cancel()  # ...and leaves before it looks
+        channel = await second
+        assert channel.key == (TOPIC, 9, 0)
+        return time.monotonic() - started
+
+    assert run(go()) < 2  # not its 5 s deadline

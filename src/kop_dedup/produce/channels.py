@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,8 +84,9 @@ class ChannelManager:
         self._epoch_with_state = BoundedMap[tuple[str, int], int](remember)
         self._closing_count = 0
         """Producers whose close has not finished (``_closing`` keeps the last per key)."""
-        self._room: list[asyncio.Future[None]] = []
-        """Batches waiting for a producer to close or fall idle (:meth:`acquire`)."""
+        self._room: deque[asyncio.Future[bool]] = deque()
+        """Batches waiting for a producer to close or fall idle (:meth:`acquire`), in the
+        order they came; a change wakes the first (True), its deadline each (False)."""
         self.peak_held = 0
         """The most Pulsar producers held at once since start (open or closing)."""
         self._reaper: asyncio.Task[None] | None = None
@@ -99,7 +101,13 @@ class ChannelManager:
     async def acquire(self, key: ChannelKey, topic: str, deadline: float) -> Channel:
         """:meth:`lease`, within ``max_open``: past it the least recently used idle
         channel closes and this waits for its close (or for one to fall idle) until
-        ``deadline`` (then RequestTimedOut, retriable: nothing was handed to Pulsar)."""
+        ``deadline`` (then RequestTimedOut, retriable: nothing was handed to Pulsar).
+
+        Batches wait in the order they came, and each change (a close finished, a
+        channel fallen idle) wakes one of them, the first: it takes the room or closes
+        the next idle channel. A woken batch that leaves without the room (its name
+        came open meanwhile, it was cancelled) passes the turn on."""
+        woken = False
         while key not in self._channels and self.held() >= self._max_open:
             if self._stopping:
                 raise errors.NotLeaderOrFollower("the sidecar is shutting down; retry")
@@ -107,36 +115,49 @@ class ChannelManager:
             if self._closing_count <= self.held() - self._max_open + len(self._room):
                 self._retire_least_recent()
             loop = asyncio.get_running_loop()
-            room: asyncio.Future[None] = loop.create_future()
+            room: asyncio.Future[bool] = loop.create_future()
             self._room.append(room)
-            timer = loop.call_later(max(deadline - time.monotonic(), 0), _wake, room)
+            timer = loop.call_later(max(deadline - time.monotonic(), 0), _expire, room)
             try:
-                await room
+                woken = await room
+            except BaseException:
+                if room.done() and not room.cancelled() and room.result():
+                    self._room_changed()  # woken, but leaving: the next batch's turn
+                raise
             finally:
                 timer.cancel()
-                if room in self._room:
-                    self._room.remove(room)
+                if room.cancelled() or not room.done() or not room.result():  # listed still
+                    with contextlib.suppress(ValueError):
+                        self._room.remove(room)
             full = key not in self._channels and self.held() >= self._max_open
             if full and time.monotonic() >= deadline:
                 raise errors.RequestTimedOut(
                     f"{self._max_open} Pulsar producers are open and busy "
                     "(KOP_DEDUP_MAX_OPEN_PRODUCERS); retry (it is safe)"
                 )
+        if woken and key in self._channels:  # another batch opened the name: pass it on
+            self._room_changed()
         channel = self.lease(key, topic)
         self.peak_held = max(self.peak_held, self.held())
         return channel
 
     def _retire_least_recent(self) -> None:
-        idle = [c for c in self._channels.values() if c.idle]
-        if idle:
-            self._retire(min(idle, key=lambda c: c.last_used))
+        """Close the idle channel released longest ago: ``_channels`` is kept in the
+        order of their last release (:meth:`release`), so it is usually the first."""
+        for channel in self._channels.values():
+            if channel.idle:
+                self._retire(channel)
+                return
 
-    def _room_changed(self) -> None:
-        """A producer closed or a channel fell idle: the batches waiting for room look."""
-        if self._room:
-            waiting, self._room = self._room, []
-            for future in waiting:
-                _wake(future)
+    def _room_changed(self, *, every: bool = False) -> None:
+        """A producer closed or a channel fell idle: room for one more, so the batch
+        waiting longest looks (``every``: at shutdown, every one)."""
+        while self._room:
+            future = self._room.popleft()
+            if not future.done():
+                future.set_result(True)
+                if not every:
+                    return
 
     def lease(self, key: ChannelKey, topic: str = "") -> Channel:
         """The channel for ``key``, held until :meth:`release` (synchronous: no close
@@ -153,6 +174,10 @@ class ChannelManager:
     def release(self, channel: Channel) -> None:
         channel.users -= 1
         channel.last_used = time.monotonic()
+        key = channel.key
+        if self._channels.get(key) is channel:  # the most recently released goes last
+            del self._channels[key]
+            self._channels[key] = channel
         if channel.moved:
             self._retire(channel)
         elif self._room and channel.idle:
@@ -422,7 +447,7 @@ class ChannelManager:
     async def close(self, drain_s: float = 10.0) -> None:
         """Let in-flight batches finish (bounded), then close every producer."""
         self._stopping = True
-        self._room_changed()
+        self._room_changed(every=True)
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -437,6 +462,6 @@ class ChannelManager:
             await asyncio.wait(set(self._closing.values()), timeout=_CLOSE_WAIT_S)
 
 
-def _wake(future: asyncio.Future[None]) -> None:
+def _expire(future: asyncio.Future[bool]) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(False)

@@ -10,7 +10,9 @@ index(E)``. A send receipt carries the ledger and entry, not the index, so:
   index(E - 1) + n``: no round trip. The partition's leader writes it alone, so
   ``E - 1`` is usually a batch of its own whose answer is a moment behind (several
   producers on one partition: receipts come back in any order): ``E`` waits for it
-  (``wait_s`` at most) rather than ask. Otherwise (the first entry of a ledger, an
+  (``wait_s`` at most; while ``E - 1``'s own index is being looked up or derived, up to
+  :data:`_CHAIN_WAIT_S`: a run of entries answered together costs one lookup) rather
+  than ask. Otherwise (the first entry of a ledger, an
   entry after another writer's, a transaction's copy) it asks the broker once, and
   the entries after that derive from it.
 - ``lookup``: ask the broker for every batch (an admin call: one HTTP round trip and
@@ -55,6 +57,10 @@ log = logging.getLogger(__name__)
 _KEPT = 20_000
 _END_REFRESH_S = 1.0
 """How often a partition's end is asked of the broker at most, for :meth:`floor`."""
+_CHAIN_WAIT_S = 5.0
+"""How long an answer waits for the entry before it while that entry's index is being
+resolved (a lookup under way): entries answered together (20 producers' first batches
+on a fresh partition) take one lookup between them, not one each."""
 
 
 class ProducedOffsets:
@@ -95,7 +101,7 @@ class ProducedOffsets:
                 self._resolving.discard(key)
             if not known.done():
                 known.set_result(index)
-        index = await asyncio.shield(known)
+        index = known.result() if known.done() else await asyncio.shield(known)
         if index is None:
             self.unknown += 1
             return -1
@@ -146,10 +152,14 @@ class ProducedOffsets:
 
     async def _resolve(self, ptopic: str, ledger: int, entry: int, records: int) -> int | None:
         if self.mode == "derive" and entry > 0:
-            before = self._future((ptopic, ledger, entry - 1))
+            previous_key = (ptopic, ledger, entry - 1)
+            before = self._future(previous_key)
             if not before.done():
+                # being resolved (asked, or derived from the one before it): its answer
+                # is on the way, and one lookup serves the whole run of entries after it
+                wait = _CHAIN_WAIT_S if previous_key in self._resolving else self._wait_s
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(before), self._wait_s)
+                    await asyncio.wait_for(asyncio.shield(before), wait)
             if before.done() and (previous := before.result()) is not None:
                 self.derived += 1
                 return previous + records

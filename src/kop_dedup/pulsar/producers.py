@@ -78,6 +78,10 @@ log = logging.getLogger(__name__)
 _NEVER_MS = 24 * 3600 * 1000  # the batch timer must never flush half a Kafka batch
 _CONTAINER_BYTES = 1 << 30  # entries are bounded before sending; the container never splits one
 _OK = _pulsar.Result.Ok
+_BYTES = pulsar.schema.BytesSchema()
+"""One schema for every producer: the client builds a new one per producer when given
+none, and its JSON encoding (pure Python, ``indent=True``) was 5% of the sidecar's CPU
+while a wide produce opened 10,240 names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +396,7 @@ class Publisher:
         producer = await self.client.create_producer(
             topic,
             producer_name=name,
+            schema=_BYTES,
             send_timeout_millis=(
                 self._send_timeout_ms if send_timeout_ms is None else send_timeout_ms
             ),

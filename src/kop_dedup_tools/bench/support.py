@@ -22,6 +22,7 @@ from kop_dedup_tools.sidecar import SidecarProcess
 from kop_dedup_tools.topics import create_topic
 
 __all__ = [
+    "RUN_SYSTEM_NAMESPACE",
     "BenchError",
     "Sidecars",
     "cpu_seconds",
@@ -31,6 +32,7 @@ __all__ = [
     "random_values",
     "running_sidecars",
     "say",
+    "sidecar_settings",
     "start_sidecar",
     "step",
     "turns",
@@ -107,15 +109,31 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+RUN_SYSTEM_NAMESPACE = f"kop-dedup-bench-{uuid.uuid4().hex[:8]}"
+"""The system namespace of this run's sidecars: the run's own, so that they form a
+cluster of their own. Sidecars of one system namespace are one cluster: two benches on
+one broker (developers sharing it, a bench beside a test session) joined each other's
+cluster with the default one and forwarded batches of the partitions the other node led
+to it, measuring both at once. ``KOP_DEDUP_SYSTEM_NAMESPACE`` in the environment, or a
+``system_namespace`` setting, still wins."""
+
+
+def sidecar_settings(**settings: Any) -> dict[str, Any]:
+    """``settings`` with the run's system namespace unless one is given."""
+    if "system_namespace" not in settings and "KOP_DEDUP_SYSTEM_NAMESPACE" not in os.environ:
+        settings["system_namespace"] = RUN_SYSTEM_NAMESPACE
+    return settings
+
+
 def start_sidecar(args: argparse.Namespace, **settings: Any) -> SidecarProcess:
     """A sidecar subprocess logging into the --out dir (kept), at the default log level
-    (what a deployment pays)."""
+    (what a deployment pays), in the run's system namespace (:data:`RUN_SYSTEM_NAMESPACE`)."""
     sc = SidecarProcess(
         args.pulsar_service_url,
         args.pulsar_admin_url,
         log_dir=Path(args.out),
         log_level="INFO",
-        **settings,
+        **sidecar_settings(**settings),
     )
     with step("starting the sidecar"):
         sc.start()
