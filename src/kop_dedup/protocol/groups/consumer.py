@@ -349,7 +349,8 @@ class ConsumerGroup:
         topics = self.subscribed_topics()
         kept = {t: counts[t] for t in topics if t in counts}
         subs = {m.member_id: tuple(sorted(self.topics_of(m))) for m in self.members.values()}
-        target = ASSIGNORS[name](subs, kept, self.target)
+        statics = {m.member_id: m.instance_id for m in self.members.values() if m.instance_id}
+        target = ASSIGNORS[name](subs, kept, self.target, statics)
         regexes = self.regexes()
         return replace(
             self,
