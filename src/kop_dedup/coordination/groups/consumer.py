@@ -29,6 +29,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
@@ -57,6 +58,11 @@ _REFRESH_PART = 3
 """A heartbeat that changes nothing but the member's last-seen time is stored only once
 this part of its session has passed since the last stored one (a write per heartbeat
 would cost a Pulsar write every few seconds per member)."""
+
+
+class Topics(Protocol):
+    async def topics(self) -> list[str]: ...
+
 
 Visible = Callable[[list[str]], Awaitable[list[str]]]
 """Of the topics a regex matched, those the heartbeating member may describe."""
@@ -89,12 +95,13 @@ class ConsumerGroups:
         store: GroupStore,
         settings: GroupSettings,
         partitions_of: Callable[[str], Awaitable[int]],
-        topics: Callable[[], Awaitable[list[str]]],
+        topics: Topics,
     ) -> None:
         self.store = store
         self.max_members = settings.max_members
         self._partitions_of = partitions_of
         self._topics = topics
+        """What lists the data namespace's topics (the admin client), for regexes."""
         self._seen: dict[tuple[str, str], int] = {}
         """(group, member) -> the last heartbeat this sidecar answered as the owner, newer
         than the stored one (which is written only every part of a session): the sweep
@@ -229,7 +236,7 @@ class ConsumerGroups:
         if not new and now_ms() - known.resolved_ms < REFRESH_MIN_INTERVAL_MS:
             return None
         names = []
-        for name in await self._topics():
+        for name in await self._topics.topics():
             try:
                 validate_topic(name)
             except errors.InvalidTopic:
