@@ -75,7 +75,8 @@ def _commit(c: WireClient, group: str, topic: str, member_id: str, epoch: int) -
 
 
 def _fetch(c: WireClient, group: str, topic: str, member_id: str | None, epoch: int) -> Any:
-    """OffsetFetch v9 as the member: (group error, partition 0's offset)."""
+    """OffsetFetch v9 as the member: (group error, partition 0's offset), or with an
+    error the topics listed."""
     g = OffsetFetchRequest.OffsetFetchRequestGroup
     asked = g(
         group_id=group,
@@ -84,8 +85,8 @@ def _fetch(c: WireClient, group: str, topic: str, member_id: str | None, epoch: 
         topics=[g.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])],
     )
     answer = c.call(OffsetFetchRequest(groups=[asked], require_stable=True), 9).groups[0]
-    if answer.error_code:  # Kafka lists no topic then, the listener each at -1
-        return answer.error_code, None
+    if answer.error_code:  # the topics listed with a group's error (Kafka: none)
+        return answer.error_code, [(t.name, len(t.partitions)) for t in answer.topics]
     return answer.error_code, answer.topics[0].partitions[0].committed_offset
 
 

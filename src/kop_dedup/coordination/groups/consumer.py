@@ -16,6 +16,12 @@ One group id, one protocol, as Kafka with ``group.consumer.migration.policy=disa
   (its commits only) becomes a consumer group, its committed offsets kept;
 - a JoinGroup for a consumer group with members is INCONSISTENT_GROUP_PROTOCOL (23)
   (:func:`refuse_classic`); one without members becomes a classic group again.
+
+A member's SubscribedTopicRegex (:mod:`kop_dedup.protocol.groups.regex`) is resolved
+over the data namespace's topics when it is new to the group, and again on a heartbeat
+once :data:`~kop_dedup.protocol.groups.regex.REFRESH_MIN_INTERVAL_MS` passed since the
+last resolution (a topic created meanwhile joins the subscription: a new epoch and
+target), keeping only the topics the heartbeat's ``visible`` allows (the role's).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from kop_dedup import errors
 from kop_dedup.clock import now_ms
@@ -37,6 +44,13 @@ from kop_dedup.protocol.groups.consumer import (
     ConsumerGroup,
     ConsumerMember,
 )
+from kop_dedup.protocol.groups.regex import (
+    REFRESH_MIN_INTERVAL_MS,
+    compile_regex,
+    resolve,
+    visible_only,
+)
+from kop_dedup.pulsar.naming import validate_topic
 
 __all__ = ["ConsumerGroups", "consumer_state", "refuse_classic"]
 
@@ -44,6 +58,14 @@ _REFRESH_PART = 3
 """A heartbeat that changes nothing but the member's last-seen time is stored only once
 this part of its session has passed since the last stored one (a write per heartbeat
 would cost a Pulsar write every few seconds per member)."""
+
+
+class Topics(Protocol):
+    async def topics(self) -> list[str]: ...
+
+
+Visible = Callable[[list[str]], Awaitable[list[str]]]
+"""Of the topics a regex matched, those the heartbeating member may describe."""
 
 
 def _group(store: GroupStore, group_id: str) -> ConsumerGroup | None:
@@ -73,10 +95,13 @@ class ConsumerGroups:
         store: GroupStore,
         settings: GroupSettings,
         partitions_of: Callable[[str], Awaitable[int]],
+        topics: Topics,
     ) -> None:
         self.store = store
         self.max_members = settings.max_members
         self._partitions_of = partitions_of
+        self._topics = topics
+        """What lists the data namespace's topics (the admin client), for regexes."""
         self._seen: dict[tuple[str, str], int] = {}
         """(group, member) -> the last heartbeat this sidecar answered as the owner, newer
         than the stored one (which is written only every part of a session): the sweep
@@ -147,9 +172,12 @@ class ConsumerGroups:
 
     # -- ConsumerGroupHeartbeat -----------------------------------------------------------
 
-    async def heartbeat(self, group_id: str, beat: Beat) -> tuple[ConsumerGroup, ConsumerMember]:
+    async def heartbeat(
+        self, group_id: str, beat: Beat, visible: Visible | None = None
+    ) -> tuple[ConsumerGroup, ConsumerMember]:
         """One heartbeat: the group after it and the member as answered. Raises 25, 42,
-        69, 81, 110, 112 (see :meth:`ConsumerGroup.heartbeat`)."""
+        69, 81, 110, 112 (see :meth:`ConsumerGroup.heartbeat`), 128 for a regex that
+        does not compile."""
         validate_group_id(group_id)
         if not beat.member_id:
             if beat.member_epoch != 0:
@@ -157,11 +185,16 @@ class ConsumerGroups:
             beat = replace(beat, member_id=str(uuid.uuid4()))
         if beat.topics is not None:
             validate_topics(beat.topics)
-        # the partition counts are looked up outside the change (admin calls, cached):
-        # for the topics of the view as it is; a topic subscribed meanwhile keeps the
-        # count the group computed its target with
+        if beat.regex:
+            compile_regex(beat.regex)
+        # the partition counts (and the regexes' topics) are looked up outside the change
+        # (admin calls, cached): for the topics of the view as it is; a topic subscribed
+        # meanwhile keeps the count the group computed its target with
         known = self.group(group_id) or ConsumerGroup.new()
-        counts = await self._counts(known.subscribed_topics(beat.topics or ()))
+        started = now_ms()
+        resolved = await self._resolve(known, beat, visible)
+        matched = {t for ts in (resolved or {}).values() for t in ts}
+        counts = await self._counts(known.subscribed_topics({*(beat.topics or ()), *matched}))
 
         async def change(p: int) -> tuple[ConsumerGroup, ConsumerMember]:
             replace_classic = self._other_kinds(group_id)
@@ -169,8 +202,14 @@ class ConsumerGroups:
             if replace_classic and before.members:
                 replace_classic = False
             now = now_ms()
+            # a resolution another heartbeat stored since this one listed is newer
+            fresh = resolved if before.resolved_ms <= started else None
             after, member = before.heartbeat(
-                beat, {**before.counts, **counts}, now, max_members=self.max_members
+                beat,
+                {**before.counts, **counts},
+                now,
+                max_members=self.max_members,
+                resolved=fresh,
             )
             if member.epoch in LEAVE_EPOCHS:
                 self._seen.pop((group_id, member.member_id), None)
@@ -184,6 +223,29 @@ class ConsumerGroups:
 
         result: tuple[ConsumerGroup, ConsumerMember] = await self.store.owned(group_id, change)
         return result
+
+    async def _resolve(
+        self, known: ConsumerGroup, beat: Beat, visible: Visible | None
+    ) -> dict[str, frozenset[str]] | None:
+        """The group's regexes resolved again when one is new to it or the last
+        resolution is older than REFRESH_MIN_INTERVAL_MS; None: not due."""
+        regexes = known.regexes() | ({beat.regex} if beat.regex else set())
+        if not regexes or beat.member_epoch in LEAVE_EPOCHS:
+            return None
+        new = bool(beat.regex) and beat.regex not in known.resolved
+        if not new and now_ms() - known.resolved_ms < REFRESH_MIN_INTERVAL_MS:
+            return None
+        names = []
+        for name in await self._topics.topics():
+            try:
+                validate_topic(name)
+            except errors.InvalidTopic:
+                continue  # a Pulsar topic Kafka cannot name: not a Kafka topic
+            names.append(name)
+        got = resolve(regexes, names)
+        if visible is not None:
+            got = visible_only(got, await visible(sorted({t for ts in got.values() for t in ts})))
+        return got
 
     # -- sessions -------------------------------------------------------------------------
 

@@ -90,7 +90,7 @@ class GroupCoordinator:
         self._resets = GroupResets(self)
         self.classic = ClassicGroups(store, settings)
         """Kafka classic groups (JoinGroup and the rest): :mod:`.classic`."""
-        self.consumer = ConsumerGroups(store, settings, partitions_of)
+        self.consumer = ConsumerGroups(store, settings, partitions_of, admin)
         """Consumer groups of the consumer protocol (KIP-848): :mod:`.consumer`."""
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False

@@ -82,6 +82,8 @@ class Beat:
     rack_id: str | None = None
     rebalance_timeout_ms: int = -1
     topics: tuple[str, ...] | None = None
+    regex: str | None = None
+    """SubscribedTopicRegex (v1+): None unchanged, "" none."""
     assignor: str | None = None
     owned: Assignment | None = None
     client_id: str = ""
@@ -109,6 +111,9 @@ class ConsumerMember:
     revoke_by_ms: int = 0
     """While ``unrevoked_partitions``: the member is fenced if it has not revoked by then
     (its rebalance timeout, Kafka's revocation timer)."""
+    regex: str | None = None
+    """Its SubscribedTopicRegex (None: none); the group resolves it
+    (:attr:`ConsumerGroup.resolved`)."""
 
     def with_epoch(self, epoch: int) -> ConsumerMember:
         if epoch == self.epoch:
@@ -138,6 +143,7 @@ class ConsumerMember:
             "session": self.session_timeout_ms,
             "seen": self.last_seen_ms,
             "revoke_by": self.revoke_by_ms,
+            "regex": self.regex,
         }
 
     @classmethod
@@ -159,6 +165,7 @@ class ConsumerMember:
             int(d["session"]),
             int(d["seen"]),
             int(d.get("revoke_by", 0)),
+            d.get("regex"),
         )
 
 
@@ -169,12 +176,14 @@ def reconcile(
     owned: Assignment | None,
     held_elsewhere: Callable[[TopicPartition], bool],
     now_ms: int,
+    topics: Iterable[str] | None = None,
 ) -> ConsumerMember:
     """The member's next state towards ``target`` (Kafka's ``CurrentAssignmentBuilder``).
 
     ``owned``: the partitions the member's heartbeat lists (None: not listed, so it may
     still hold any it held); ``held_elsewhere``: whether another member holds a partition
-    (assigned or being revoked)."""
+    (assigned or being revoked); ``topics``: what it subscribes to (default: its topic
+    names)."""
 
     def still_owns(revoking: Assignment) -> bool:
         return owned is None or bool(owned & revoking)
@@ -183,7 +192,7 @@ def reconcile(
         return member
     if member.state == UNREVOKED and still_owns(member.revoking):
         return member
-    subscribed = set(member.topics)
+    subscribed = set(member.topics if topics is None else topics)
     aim = frozenset(tp for tp in target if tp[0] in subscribed)
     kept = member.assigned & aim
     revoking = member.assigned - kept
@@ -215,6 +224,10 @@ class ConsumerGroup:
     target: Mapping[str, Assignment] = field(default_factory=dict)
     counts: Mapping[str, int] = field(default_factory=dict)
     """The partition counts of the subscribed topics the target was computed on."""
+    resolved: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Each member's SubscribedTopicRegex -> the topics it resolved to (Kafka's
+    ``ResolvedRegularExpression``), as of ``resolved_ms``."""
+    resolved_ms: int = 0
 
     @classmethod
     def new(cls) -> ConsumerGroup:
@@ -234,8 +247,17 @@ class ConsumerGroup:
         )
         return STABLE if settled else RECONCILING
 
+    def topics_of(self, member: ConsumerMember) -> frozenset[str]:
+        """What ``member`` subscribes to: its topic names and what its regex resolved to."""
+        matched = self.resolved.get(member.regex, frozenset()) if member.regex else frozenset()
+        return frozenset(member.topics) | matched
+
     def subscribed_topics(self, extra: Iterable[str] = ()) -> set[str]:
-        return {t for m in self.members.values() for t in m.topics} | set(extra)
+        return {t for m in self.members.values() for t in self.topics_of(m)} | set(extra)
+
+    def regexes(self) -> set[str]:
+        """The members' SubscribedTopicRegex."""
+        return {m.regex for m in self.members.values() if m.regex}
 
     def held_by_others(self, member_id: str) -> Callable[[TopicPartition], bool]:
         held = {
@@ -249,11 +271,18 @@ class ConsumerGroup:
     # -- transitions --------------------------------------------------------------------
 
     def heartbeat(
-        self, beat: Beat, counts: Mapping[str, int], now_ms: int, *, max_members: int = 1_000
+        self,
+        beat: Beat,
+        counts: Mapping[str, int],
+        now_ms: int,
+        *,
+        max_members: int = 1_000,
+        resolved: Mapping[str, frozenset[str]] | None = None,
     ) -> tuple[ConsumerGroup, ConsumerMember]:
         """The group after ``beat`` and the member as answered (epoch -1: it left).
         ``counts``: the partition counts of every topic a member subscribes to after
-        the beat (a topic that does not exist: absent). Raises 25, 42, 81, 110, 112."""
+        the beat (a topic that does not exist: absent); ``resolved``: the members'
+        regular expressions resolved again (None: not). Raises 25, 42, 81, 110, 112."""
         if beat.assignor is not None and beat.assignor not in ASSIGNORS:
             raise errors.UnsupportedAssignor(
                 f"assignor {beat.assignor!r} is not served: one of {sorted(ASSIGNORS)}"
@@ -263,9 +292,39 @@ class ConsumerGroup:
             if current is None:
                 raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
             return self.without([beat.member_id], counts), replace(current, epoch=-1)
+        current = self._beating(beat, max_members)
+        joined = beat.member_id not in self.members
+        member = _updated(current, beat, now_ms)
+        group = replace(self, members={**self.members, member.member_id: member})
+        if resolved is not None:
+            group = replace(group, resolved={**group.resolved, **resolved}, resolved_ms=now_ms)
+        changed = (member.topics, member.regex, member.assignor) != (
+            current.topics,
+            current.regex,
+            current.assignor,
+        ) or any(group.topics_of(m) != self.topics_of(m) for m in self.members.values())
+        if joined or changed or group.stale_counts(counts):
+            group = group.assigned(counts, bump=True)
+        member = reconcile(
+            member,
+            group.assignment_epoch,
+            group.target.get(member.member_id, frozenset()),
+            beat.owned if beat.member_epoch != 0 else beat.owned or frozenset(),
+            group.held_by_others(member.member_id),
+            now_ms,
+            group.topics_of(member),
+        )
+        return replace(group, members={**group.members, member.member_id: member}), member
+
+    def _beating(self, beat: Beat, max_members: int) -> ConsumerMember:
+        """The member a heartbeat (not a leave) is of: a new one joining (epoch 0), else
+        the one at a valid epoch. Raises 25, 42, 81, 110."""
+        current = self.members.get(beat.member_id)
         if beat.member_epoch == 0:
-            if beat.topics is None and current is None:
-                raise errors.InvalidRequest("SubscribedTopicNames must be set when joining")
+            if beat.topics is None and not beat.regex and current is None:
+                raise errors.InvalidRequest(
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+                )
             if current is None:
                 if len(self.members) >= max_members:
                     raise errors.GroupMaxSizeReached(
@@ -276,36 +335,7 @@ class ConsumerGroup:
             raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
         else:
             _check_epoch(current, beat)
-        joined = beat.member_id not in self.members
-        member = replace(
-            current,
-            topics=tuple(sorted(set(beat.topics))) if beat.topics is not None else current.topics,
-            assignor=beat.assignor if beat.assignor is not None else current.assignor,
-            instance_id=beat.instance_id or current.instance_id,
-            rack_id=beat.rack_id or current.rack_id,
-            client_id=beat.client_id or current.client_id,
-            client_host=beat.client_host or current.client_host,
-            rebalance_timeout_ms=(
-                beat.rebalance_timeout_ms
-                if beat.rebalance_timeout_ms > 0
-                else current.rebalance_timeout_ms
-            ),
-            session_timeout_ms=beat.session_timeout_ms,
-            last_seen_ms=now_ms,
-        )
-        group = replace(self, members={**self.members, member.member_id: member})
-        changed = member.topics != current.topics or member.assignor != current.assignor
-        if joined or changed or group.stale_counts(counts):
-            group = group.assigned(counts, bump=True)
-        member = reconcile(
-            member,
-            group.assignment_epoch,
-            group.target.get(member.member_id, frozenset()),
-            beat.owned if beat.member_epoch != 0 else beat.owned or frozenset(),
-            group.held_by_others(member.member_id),
-            now_ms,
-        )
-        return replace(group, members={**group.members, member.member_id: member}), member
+        return current
 
     def stale_counts(self, counts: Mapping[str, int]) -> bool:
         topics = self.subscribed_topics()
@@ -318,10 +348,18 @@ class ConsumerGroup:
         name = min(prefs, key=lambda n: (-prefs[n], n)) if prefs else DEFAULT_ASSIGNOR
         topics = self.subscribed_topics()
         kept = {t: counts[t] for t in topics if t in counts}
-        subs = {m.member_id: m.topics for m in self.members.values()}
-        target = ASSIGNORS[name](subs, kept, self.target)
+        subs = {m.member_id: tuple(sorted(self.topics_of(m))) for m in self.members.values()}
+        statics = {m.member_id: m.instance_id for m in self.members.values() if m.instance_id}
+        target = ASSIGNORS[name](subs, kept, self.target, statics)
+        regexes = self.regexes()
         return replace(
-            self, epoch=epoch, assignment_epoch=epoch, assignor=name, target=target, counts=kept
+            self,
+            epoch=epoch,
+            assignment_epoch=epoch,
+            assignor=name,
+            target=target,
+            counts=kept,
+            resolved={r: ts for r, ts in self.resolved.items() if r in regexes},
         )
 
     def without(self, member_ids: Iterable[str], counts: Mapping[str, int]) -> ConsumerGroup:
@@ -364,6 +402,8 @@ class ConsumerGroup:
             "members": [m.to_doc() for m in self.members.values()],
             "target": {k: _doc_tps(a) for k, a in self.target.items()},
             "counts": dict(self.counts),
+            "resolved": {r: sorted(ts) for r, ts in self.resolved.items()},
+            "resolved_ms": self.resolved_ms,
         }
 
     @classmethod
@@ -378,7 +418,30 @@ class ConsumerGroup:
             {m.member_id: m for m in members},
             {k: _tps(v) for k, v in doc["target"].items()},
             {str(k): int(v) for k, v in doc["counts"].items()},
+            {str(r): frozenset(ts) for r, ts in doc.get("resolved", {}).items()},
+            int(doc.get("resolved_ms", 0)),
         )
+
+
+def _updated(current: ConsumerMember, beat: Beat, now_ms: int) -> ConsumerMember:
+    """The member with what ``beat`` changed (None fields: unchanged)."""
+    return replace(
+        current,
+        topics=tuple(sorted(set(beat.topics))) if beat.topics is not None else current.topics,
+        regex=(beat.regex or None) if beat.regex is not None else current.regex,
+        assignor=beat.assignor if beat.assignor is not None else current.assignor,
+        instance_id=beat.instance_id or current.instance_id,
+        rack_id=beat.rack_id or current.rack_id,
+        client_id=beat.client_id or current.client_id,
+        client_host=beat.client_host or current.client_host,
+        rebalance_timeout_ms=(
+            beat.rebalance_timeout_ms
+            if beat.rebalance_timeout_ms > 0
+            else current.rebalance_timeout_ms
+        ),
+        session_timeout_ms=beat.session_timeout_ms,
+        last_seen_ms=now_ms,
+    )
 
 
 def _check_epoch(member: ConsumerMember, beat: Beat) -> None:

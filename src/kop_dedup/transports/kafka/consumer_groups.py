@@ -7,9 +7,12 @@ Metadata v10+ answers too); an owned partition of a topic id no member subscribe
 ignored. The session timeout and heartbeat interval are the server's, as Kafka's
 (``KOP_DEDUP_KAFKA_CONSUMER_SESSION_TIMEOUT_MS``,
 ``KOP_DEDUP_KAFKA_CONSUMER_HEARTBEAT_INTERVAL_MS``). A subscription by regular
-expression (``SubscribedTopicRegex``, ``subscribe(SubscriptionPattern)``) is not served:
-INVALID_REQUEST (42) saying so; ``subscribe(java.util.regex.Pattern)``, resolved by the
-client into names, is.
+expression (``SubscribedTopicRegex``, v1: the Java consumer's
+``subscribe(SubscriptionPattern)``, librdkafka's ``^``-prefixed topics) is resolved by
+the coordinator (:mod:`kop_dedup.protocol.groups.regex`) over the topics the member's
+role may describe: the client's role, or the group's owner for a heartbeat another node
+forwarded (a group is used by one role; :func:`~kop_dedup.transports.kafka.authorize.
+authorize` claimed it for the client's).
 
 ConsumerGroupDescribe answers GROUP_ID_NOT_FOUND (69) for a group that is not a consumer
 group (a classic one included): Kafka's admin client then describes it with
@@ -22,11 +25,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from kop_dedup import errors
-from kop_dedup.coordination.groups.consumer import ConsumerGroups
+from kop_dedup.coordination.groups.consumer import ConsumerGroups, Visible
 from kop_dedup.protocol.groups.assignors import Assignment
 from kop_dedup.protocol.groups.consumer import Beat, ConsumerGroup, ConsumerMember
 from kop_dedup.protocol.topic_ids import by_id, topic_id
 from kop_dedup.pulsar.failures import translate
+from kop_dedup.security.authorizer import DESCRIBE, GROUP
+from kop_dedup.security.identity import Identity
 from kop_dedup.transports.kafka.registry import Api, Session
 from kop_dedup.transports.kafka.routed import group_key
 from kop_dedup.transports.kafka.schemas import (
@@ -60,13 +65,15 @@ def _by_topic(assignment: Assignment) -> dict[str, list[int]]:
 
 
 def _heartbeat_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
+    """An error answer as Kafka's: the code and message, the other fields at their
+    schema defaults (member epoch 0)."""
     return _HB(
         version=version,
         throttle_time_ms=0,
         error_code=error.errno,
         error_message=str(error) or error.name,
         member_id=None,
-        member_epoch=-1,
+        member_epoch=0,
         heartbeat_interval_ms=0,
         assignment=None,
     )
@@ -96,16 +103,26 @@ def _owned(request: Any, topics: Iterable[str]) -> Assignment | None:
     )
 
 
+def _visible(session: Session, group_id: str) -> Visible | None:
+    """Of a regex's topics, those the member's role may describe (None: any)."""
+    if session.identity.superuser and not session.forwarded:
+        return None
+    auth = session.runtime.authorizer
+
+    async def visible(topics: list[str]) -> list[str]:
+        who = session.identity
+        if session.forwarded:
+            owner = await auth.owner(GROUP, group_id)
+            if owner is None:
+                return topics
+            who = Identity(owner)
+        allowed = await auth.may_each(who, DESCRIBE, topics)
+        return [t for t in topics if allowed[t]]
+
+    return visible
+
+
 async def consumer_group_heartbeat(session: Session, request: Any, version: int) -> Any:
-    if getattr(request, "subscribed_topic_regex", None):
-        return _heartbeat_error(
-            request,
-            version,
-            errors.InvalidRequest(
-                "subscriptions by regular expression (SubscribedTopicRegex) are not served: "
-                "subscribe to topic names"
-            ),
-        )
     consumer = _consumer(session)
     s = session.settings
     topics = None if request.subscribed_topic_names is None else request.subscribed_topic_names
@@ -118,13 +135,16 @@ async def consumer_group_heartbeat(session: Session, request: Any, version: int)
             rack_id=request.rack_id,
             rebalance_timeout_ms=request.rebalance_timeout_ms,
             topics=None if topics is None else tuple(str(t) for t in topics),
+            regex=getattr(request, "subscribed_topic_regex", None),
             assignor=request.server_assignor,
             owned=_owned(request, known.subscribed_topics(topics or ())),
             client_id=session.client_id,
             client_host="/" + session.peer.rsplit(":", 1)[0],
             session_timeout_ms=s.kafka_consumer_session_timeout_ms,
         )
-        _, member = await consumer.heartbeat(request.group_id, beat)
+        _, member = await consumer.heartbeat(
+            request.group_id, beat, _visible(session, request.group_id)
+        )
     except Exception as exc:
         error = translate(exc, f"heartbeat in consumer group {request.group_id!r}")
         return _heartbeat_error(request, version, _retried(error))
@@ -204,7 +224,7 @@ def _described(group_id: str, group: ConsumerGroup) -> Any:
                 client_id=m.client_id,
                 client_host=m.client_host,
                 subscribed_topic_names=list(m.topics),
-                subscribed_topic_regex=None,
+                subscribed_topic_regex=m.regex,
                 assignment=_assignment(m.assigned),
                 target_assignment=_assignment(group.target.get(m.member_id, frozenset())),
                 member_type=_CONSUMER_MEMBER,

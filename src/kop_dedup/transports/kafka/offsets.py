@@ -15,7 +15,11 @@ topic that does not exist included, as Kafka); ``require_stable`` (v7+) answers 
 UNSTABLE_OFFSET_COMMIT for partitions with offsets pending in a transaction; a null
 topic list (v2+) answers every partition the group has an offset for, of the topics
 the caller may consume (Kafka leaves out the topics a caller is not authorized on;
-named topics were authorized before, 29); v8+ asks for several groups at once.
+named topics were authorized before, 29); v8+ asks for several groups at once. An error
+of the whole group (a member's stale epoch, 113; an unknown member, 25; a coordinator
+error) is the group's (v8+) or the answer's (v2-7) code with no topic listed, as Kafka's
+``OffsetFetchResponse.groupError``; v1 has no such code and answers each partition asked
+at -1 with it.
 """
 
 from __future__ import annotations
@@ -166,6 +170,14 @@ def _fetched(
     return out
 
 
+def _errored(
+    wanted: list[tuple[str, list[int]]] | None, version: int
+) -> dict[str, list[tuple[int, CommittedOffset]]]:
+    """What a group-level error lists: nothing from v2 (the code says it), the partitions
+    asked at -1 before."""
+    return {} if version >= _TOP_LEVEL_ERROR_FROM else _fetched([], wanted or [])
+
+
 def _fetch_partition(cls: Any, index: int, answer: CommittedOffset | None, error: Any) -> Any:
     failed = error if error is not None else (answer.error if answer is not None else None)
     return cls(
@@ -216,7 +228,7 @@ async def offset_fetch(session: Session, request: Any, version: int) -> Any:
             check_offset_fetch(session, request, version, group)  # KIP-848: 25, 113
         except Exception as exc:
             error, answers = translate(exc, f"fetching offsets of group {group!r}"), []
-        found = _fetched(answers, wanted if wanted is not None or error is None else [])
+        found = _fetched(answers, wanted) if error is None else _errored(wanted, version)
         groups.append((group, found, error))
     if version >= _GROUPS_FROM:
         answer = OffsetFetchResponse(
@@ -252,7 +264,7 @@ async def _readable_only(session: Session, answer: Any) -> None:
 
 def _fetch_error(request: Any, version: int, error: errors.KafkaError) -> Any:
     asked = _asked(request, version)
-    found = [(g, _fetched([], wanted or []), error) for g, wanted in asked]
+    found = [(g, _errored(wanted, version), error) for g, wanted in asked]
     if version >= _GROUPS_FROM:
         return OffsetFetchResponse(
             version=version,
