@@ -171,8 +171,13 @@ class StoreApp:
     def changelog(self) -> str:
         return f"{self.application_id}-store-changelog"
 
-    def start(self) -> Self:
+    def start(self, *, new_state: bool = False) -> Self:
+        """Start (again) with the same state directory, or with ``new_state`` an empty
+        one (as on another machine: every store restored from its changelog's start)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
+        if new_state:
+            self.state = self.workdir / f"state-{self.runs + 1}"
+            self.args[3] = str(self.state)
         cmd = kafka_jars.java_command(
             _MAIN,
             *self.args,

@@ -14,21 +14,24 @@ cache off). Once it has processed every record (a progress line every 10 s):
 
 1. **clean**: SIGTERM (a last commit, the checkpoints written, the group left), then the
    same application id and state directory started again;
-2. **killed**: once that run is RUNNING, a twentieth more input, and SIGKILL when it
-   has processed half of it (a transaction open, the store ahead of any checkpoint; an
-   idle application killed keeps its checkpoints and restores nothing), then started
-   again.
+2. **killed**: once that run is RUNNING, a tenth more input, and SIGKILL as soon as
+   it says it processes it (a transaction open), then started again;
+3. **new dir**: SIGTERM, then started with an empty state directory (as on another
+   machine): every store restored from its changelog's start. This is what every start
+   cost through the listener before its transactional Produce answers carried offsets
+   (``KAFKA_TRANSACTION_PRODUCE_OFFSETS=none``: no checkpoint, the store wiped).
 
 Each restart reports the seconds from the JVM's start to RUNNING and from its first
 restore to its last (the restore listener), the records restored (bytes: records x value
 bytes), the checkpoint offsets found in the state directory before it, and the
 changelog's ends (the share restored is of the ends, which on Kafka count the
-transaction markers too); each figure carries the load average at its start. On Kafka a clean
-restart restores nothing (the checkpoint is the changelog's end); through the listener
+transaction markers too); each figure carries the load average at its start. On Kafka
+a clean restart restores nothing (the checkpoint is the changelog's end); through the listener
 a Produce in a transaction is answered with a floor of its offset
 (``KAFKA_TRANSACTION_PRODUCE_OFFSETS=floor``), so the checkpoint lies a little behind
-the end and the restart replays that suffix. After a SIGKILL while processing,
-exactly_once_v2 wipes the store on either side: the whole changelog is restored.
+the end and the restart replays that suffix. After a SIGKILL, Streams 4.1 restores from
+the checkpoint it wrote when the killed run finished its own restore (taken from the
+restore consumer's position, so exact on both sides): what was written since.
 
 Results: ``<out>/streams-restart.json`` and the table printed. Not run in CI (minutes
 to an hour at 1 GiB):
@@ -178,13 +181,16 @@ def _fill(side: str, app: StoreApp, fill: Plan, timeout_s: float) -> dict[str, A
     }
 
 
-def _restart(side: str, how: str, app: StoreApp, bootstrap: str, fill: Plan) -> Restart:
-    """Start ``app`` again after its stop or kill; what the restart restored and took."""
-    found = checkpoints(app.state / app.application_id, app.changelog)
+def _restart(
+    side: str, how: str, app: StoreApp, bootstrap: str, fill: Plan, *, new_state: bool = False
+) -> Restart:
+    """Start ``app`` again after its stop or kill (``new_state``: with an empty state
+    directory); what the restart restored and took."""
+    found = {} if new_state else checkpoints(app.state / app.application_id, app.changelog)
     ends = _ends(bootstrap, app.changelog, fill.partitions)
     load = _load()
     say(f"bench: streams-restart: {side}: {how} restart, checkpoints {found}, ends {ends}")
-    app.start()
+    app.start(new_state=new_state)
     to_running = app.wait_running(3600)
     restore = restore_of(app.lines())
     out = Restart(
@@ -216,22 +222,23 @@ def _delete(bootstrap: str, topics: list[str]) -> None:
             say(f"bench: streams-restart: a topic was not deleted: {exc}")
 
 
-def _kill_while_processing(side: str, app: StoreApp, bootstrap: str, topic: str, fill: Plan) -> int:
-    """More input (a twentieth of the fill), and SIGKILL once the application has
-    processed half of it: a transaction open, the store ahead of any checkpoint (an
-    idle application killed keeps its checkpoints and restores nothing). The records
-    it processed before the kill."""
-    more = replace(fill, records=max(2, fill.records // 20))
+def _kill_while_processing(
+    side: str, app: StoreApp, bootstrap: str, topic: str, fill: Plan
+) -> dict[str, int]:
+    """More input (a tenth of the fill, 2,000 records at least), and SIGKILL at the first
+    sign that the application processes it (it says so each second): a transaction
+    open, the store ahead of its checkpoints. What it had processed of how many."""
+    more = replace(fill, records=max(2_000, fill.records // 10))
     _produce_input(bootstrap, topic, more)
     deadline = time.monotonic() + 600
-    while (done := processed_of(app.lines())) < more.records // 2:
+    while (done := processed_of(app.lines())) == 0:
         app.check()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{side}: {done} of {more.records} more records in 600s")
+            raise RuntimeError(f"{side}: none of {more.records} more records in 600s")
         time.sleep(0.05)
     app.kill()
     say(f"bench: streams-restart: {side}: SIGKILL after {done:,} of {more.records:,} more records")
-    return done
+    return {"processed_before_kill": done, "more_records": more.records}
 
 
 def measure_side(
@@ -258,15 +265,17 @@ def measure_side(
                 raise RuntimeError(f"{side}: Streams did not close within its grace")
             clean = _restart(side, "clean", app, bootstrap, fill)
         with step(f"{side}: a SIGKILL while processing, and restart"):
-            figures["processed_before_kill"] = _kill_while_processing(
-                side, app, bootstrap, topic, fill
-            )
+            figures.update(_kill_while_processing(side, app, bootstrap, topic, fill))
             killed = _restart(side, "killed", app, bootstrap, fill)
+        with step(f"{side}: a clean stop and a start with a new state directory"):
+            if not app.stop():
+                raise RuntimeError(f"{side}: Streams did not close within its grace")
+            fresh = _restart(side, "new dir", app, bootstrap, fill, new_state=True)
         app.stop()
     finally:
         app.kill()
         _delete(bootstrap, [topic, app.changelog])
-    return {**figures, "restarts": [asdict(clean), asdict(killed)]}
+    return {**figures, "restarts": [asdict(r) for r in (clean, killed, fresh)]}
 
 
 def render(fill: Plan, sides: dict[str, dict[str, Any]]) -> str:
