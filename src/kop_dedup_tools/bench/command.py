@@ -32,6 +32,8 @@ from kop_dedup_tools.bench.memory import run as run_memory
 from kop_dedup_tools.bench.plot import plot
 from kop_dedup_tools.bench.produce import run as run_produce
 from kop_dedup_tools.bench.results import Results
+from kop_dedup_tools.bench.streams_restart import add_cli as add_streams_restart_cli
+from kop_dedup_tools.bench.streams_restart import run as run_streams_restart
 from kop_dedup_tools.bench.support import BenchError, say
 from kop_dedup_tools.bench.table import render
 from kop_dedup_tools.bench.txn import run as run_txn
@@ -84,9 +86,12 @@ def _broker(args: argparse.Namespace, out: Path) -> Iterator[dict[str, Any]]:
 
 
 def chosen(args: argparse.Namespace) -> Run:
-    """The mode the flags choose (``--wide-produce`` first; ``--against-kafka`` implies
-    ``--kafka``; ``--groups`` with either is the Kafka groups mode)."""
+    """The mode the flags choose (``--streams-restart`` first, then ``--wide-produce``;
+    ``--against-kafka`` implies ``--kafka``; ``--groups`` with either is the Kafka groups
+    mode)."""
     with_kafka = args.kafka or args.against_kafka
+    if args.streams_restart:
+        return run_streams_restart
     if args.wide_produce:
         return run_wide
     if args.groups:
@@ -242,4 +247,5 @@ def add_cli(subparsers: Any) -> None:
         "beside it; nothing is measured",
     )
     add_wide_cli(p)
+    add_streams_restart_cli(p)
     p.set_defaults(func=_handler)
