@@ -197,6 +197,8 @@ async def _pass(pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int
             part.batches.clear()
             part.size = 0
         added += got
+        if not how.ask:  # read on the loop's thread: let other requests in between
+            await asyncio.sleep(0)
     return added
 
 
