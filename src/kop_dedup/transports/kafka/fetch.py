@@ -10,7 +10,10 @@ As Kafka's ``ReplicaManager.fetchMessages`` answers a consumer:
 - The answer goes once ``min_bytes`` are there, a partition has an error, or
   ``max_wait_ms`` (at most ``MAX_PULL_WAIT_MS``) has passed; meanwhile the fetch
   waits for a record to arrive on any of its partitions (pushed by Pulsar, not
-  polled).
+  polled). A fetch of more than 16 partitions takes what each reader's client holds
+  without asking the broker, then asks whether more is there for all its emptied
+  partitions at once (:func:`_probe`); one the broker said drained within
+  ``end_ttl_s`` is not asked again (what comes later is pushed).
 - An offset before the earliest still stored or after the end is
   OFFSET_OUT_OF_RANGE (1); a topic that does not exist or a partition out of range
   UNKNOWN_TOPIC_OR_PARTITION (3); an error partition reports -1 watermarks.
