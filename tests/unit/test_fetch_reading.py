@@ -494,4 +494,3 @@ def test_a_spilled_reader_that_handed_out_what_it_kept_says_it_stands_where_it_s
         assert reader.next_offset == sum(len(e.records) for e in got)
     finally:
         fetching._AHEAD_BYTES, fetching._AHEAD_CHUNK = saved
-
