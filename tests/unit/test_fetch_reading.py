@@ -425,14 +425,17 @@ def _copy_log(plain_before: int, copy_batches: int, per_batch: int, plain_after:
     st.integers(0, 3),
     st.integers(1, 6),
     st.integers(1, 400),
+    st.booleans(),
 )
 def test_a_read_committed_reader_reads_a_copy_larger_than_its_read_ahead_once_in_order(
-    before, batches, per_batch, after_, ahead_records, fetch_bytes
+    before, batches, per_batch, after_, ahead_records, fetch_bytes, ask
 ):
     """A copy larger than what a reader may keep back: on the build before, the reader
     stopped reading once it kept ``_AHEAD_BYTES`` and never saw the copy whole (a
     read_committed consumer got nothing, for good). Every record comes once, in order,
-    at its offset, and no more than the bound (and one read's chunk) is ever kept."""
+    at its offset, and no more than the bound (and one read's chunk) is ever kept; also
+    when the reads take only what the client holds and the broker is asked apart
+    (``ask=False`` and :meth:`EntryReader.probe`, as a fetch of many partitions does)."""
     from kop_dedup.pulsar import fetching
 
     messages = _copy_log(before, batches, per_batch, after_)
@@ -449,8 +452,10 @@ def test_a_read_committed_reader_reads_a_copy_larger_than_its_read_ahead_once_in
         for _ in range(4 * total + 10):
             if len(got) == total:
                 break
-            for entry in asyncio.run(reader.read(fetch_bytes, committed=True)):
+            for entry in asyncio.run(reader.read(fetch_bytes, committed=True, ask=ask)):
                 got.extend(range(entry.base_offset, entry.next_offset))
+            if reader.unasked:
+                asyncio.run(reader.probe())
             kept = sum(e.size for e in reader._unread)
             assert kept <= bound + chunk + per_batch * per_record + fetch_bytes
     finally:

@@ -16,7 +16,7 @@ from kop_dedup.coordination.groups.simple import Route, route
 from kop_dedup.protocol.groups import Group, GroupConfig, Member
 from kop_dedup.protocol.records import rec
 from kop_dedup.pulsar.fetching import StoredEntry
-from kop_dedup.transports.kafka.fetch import _Part, _pass
+from kop_dedup.transports.kafka.fetch import _How, _Part, _pass
 from kop_dedup.transports.kafka.fetched import encode_entry
 
 # -- KIP-74 -------------------------------------------------------------------------------------
@@ -30,7 +30,9 @@ class _Reader:
     skipped_from: int | None = None
     handed: list[StoredEntry] = field(default_factory=list)
 
-    async def read(self, max_bytes: int, *, committed: bool = False) -> list[StoredEntry]:
+    async def read(
+        self, max_bytes: int, *, committed: bool = False, ask: bool = True, fresh_s: float = 0.0
+    ) -> list[StoredEntry]:
         out, size = [], 0
         while self.entries and (size < max_bytes or not out):
             entry = self.entries.pop(0)
@@ -60,7 +62,7 @@ partitions = st.lists(
 def test_limits_are_exceeded_only_by_the_first_batch_of_the_answer(parts, part_max, max_bytes):
     readers = [_Reader(_entries(counts, value)) for counts, value in parts]
     fetched = [_Part("t", i, 0, part_max, reader=r) for i, r in enumerate(readers)]  # type: ignore[arg-type]
-    total = asyncio.run(_pass(None, fetched, max_bytes, 0, False))  # type: ignore[arg-type]
+    total = asyncio.run(_pass(None, fetched, max_bytes, 0, _How(False)))  # type: ignore[arg-type]
     sizes = [[len(b) for b in p.batches] for p in fetched]
     assert total == sum(map(sum, sizes))
     first = next((i for i, s in enumerate(sizes) if s), None)
@@ -82,7 +84,7 @@ def test_limits_are_exceeded_only_by_the_first_batch_of_the_answer(parts, part_m
 def test_the_first_batch_comes_whole_even_over_both_limits():
     reader = _Reader(_entries([10, 10], 100))
     part = _Part("t", 0, 0, 1, reader=reader)  # type: ignore[arg-type]
-    asyncio.run(_pass(None, [part], 1, 0, False))  # type: ignore[arg-type]
+    asyncio.run(_pass(None, [part], 1, 0, _How(False)))  # type: ignore[arg-type]
     assert [len(b) for b in part.batches] == [len(encode_entry(_entries([10], 100)[0]))]
     assert [e.base_offset for e in reader.entries] == [10]
 

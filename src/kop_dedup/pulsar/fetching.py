@@ -43,11 +43,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import time
 from typing import Any
 
-import _pulsar
 import pulsar
 
 from kop_dedup.protocol.stable import CopyMark, EntryId, StableTracker
@@ -59,6 +57,7 @@ from kop_dedup.pulsar.stored import (
     RECORD_OVERHEAD,
     RawEntry,
     StoredEntry,
+    arriving,
     position_of,
     read_available,
 )
@@ -116,6 +115,14 @@ class EntryReader:
         self._closed = False
         self.drained = False
         """The last read found nothing more in the topic: its end is :attr:`read_offset`."""
+        self._drained_at = 0.0
+        """When the broker last said it had nothing more for this reader."""
+        self.unasked = False
+        """The last read took all the client held without asking the broker whether it
+        has more (``read(ask=False)``): :meth:`probe` asks."""
+        self._coming = False
+        """The broker said it has more than the client handed out (:meth:`probe`): on
+        its way, so :meth:`arrival` waits for it."""
         self.skipped_from: int | None = None
         """Set when a message came later than counted (records deleted by retention):
         the offset the reader was at."""
@@ -207,20 +214,12 @@ class EntryReader:
         unread = self._stable_unread() if committed else len(self._unread)
         if self._spill is not None and not self._unread:
             return None  # the part not kept is there to read again
-        if self._closed or unread or self._held is not None or not self.drained:
+        if self._closed or unread or self._held is not None or self.unasked:
+            return None
+        if not self.drained and not self._coming:
             return None
         if self._arriving is None:
-            reader = (await self._open())._reader
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[Any] = loop.create_future()
-            future.add_done_callback(_retrieve)
-
-            def arrived(result: Any, msg: Any) -> None:  # the client's thread: never raise
-                with contextlib.suppress(RuntimeError):  # the loop is closed
-                    loop.call_soon_threadsafe(_settle, future, result, msg)
-
-            reader.read_next_async(arrived)
-            self._arriving = future
+            self._arriving = arriving((await self._open())._reader)
         return self._arriving
 
     def _take_arrival(self) -> bool:
@@ -237,27 +236,65 @@ class EntryReader:
         self._held = future.result()
         return True
 
-    async def read(self, max_bytes: int, *, committed: bool = False) -> list[StoredEntry]:
+    async def read(
+        self,
+        max_bytes: int,
+        *,
+        committed: bool = False,
+        ask: bool = True,
+        fresh_s: float = 0.0,
+    ) -> list[StoredEntry]:
         """Entries available now from :attr:`next_offset`, about ``max_bytes`` of them
         (whole entries; at least one when any is there). [] when nothing is there yet,
         the reader is closed, or records were skipped (see :attr:`skipped_from`).
 
         ``committed`` (read_committed): only entries below the last stable offset; while
         a copy holds it, the reader reads on (up to ``_AHEAD_BYTES`` kept back, then
-        spilling) to see the copy whole, and keeps what lies beyond for a later read."""
+        spilling) to see the copy whole, and keeps what lies beyond for a later read.
+
+        ``ask=False``: only what the client holds now, taken on the loop's thread (no
+        worker hop, no broker round trip); a read that empties it sets :attr:`unasked`
+        (:meth:`probe` asks the broker), unless it took nothing and the broker said it
+        had nothing more less than ``fresh_s`` ago (the reader stays :attr:`drained`:
+        what comes later is pushed, and :meth:`arrival` waits for it)."""
         if self._closed or self._reading or self.skipped_from is not None:
             return []
         self.last_used = time.monotonic()
         if committed:
-            await self._read_ahead(max_bytes)
+            await self._read_ahead(max_bytes, ask, fresh_s)
             return self._pop(max_bytes, self._stable_unread())
         await self._rewind_spent()
         out = self._pop(max_bytes, len(self._unread))
         budget = max_bytes - sum(e.size for e in out)
         if (budget <= 0 and out) or self._spill is not None:
             return out  # what was not kept comes next, read again
-        out.extend(await self._pull(max(budget, 1)))
+        out.extend(await self._pull(max(budget, 1), ask, fresh_s))
         return out
+
+    async def probe(self) -> None:
+        """After a read that emptied the client's queue without asking
+        (:attr:`unasked`): ask the broker whether it has more (GetLastMessageId, async:
+        a fetch asks for all its partitions at once). Nothing more: :attr:`drained`, and
+        a copy the log settled is let go; more: :meth:`arrival` waits for it."""
+        if not self.unasked or self._closed or self._reading or self._held is not None:
+            return
+        if self._arriving is not None:
+            return
+        self.unasked = False
+        self._reading = True
+        try:
+            token = self.stable.reading()
+            more = await (await self._open()).has_message_available()
+        finally:
+            self._reading = False
+            if self._closed:
+                await self._discard()
+        if self._closed:
+            return
+        self._coming = more
+        if not more:
+            self.drained, self._drained_at = True, time.monotonic()
+            self.stable.drained(token)
 
     def _pop(self, max_bytes: int, available: int) -> list[StoredEntry]:
         """Up to ``max_bytes`` of the first ``available`` entries handed back (at least
@@ -274,7 +311,7 @@ class EntryReader:
     def _ahead(self) -> int:
         return sum(e.size for e in self._unread)
 
-    async def _read_ahead(self, max_bytes: int) -> None:
+    async def _read_ahead(self, max_bytes: int, ask: bool = True, fresh_s: float = 0.0) -> None:
         """Read into the entries handed back until ``max_bytes`` of them are stable, or,
         while a copy holds the last stable offset, until it is whole or nothing more
         is there now (at most ``_AHEAD_BYTES`` kept back: past it, what is read is fed
@@ -291,7 +328,7 @@ class EntryReader:
             full = holding and self._ahead() >= _AHEAD_BYTES
             if full and self._spill is None:
                 self._spill = (self._read_offset, self._pulsar_next())
-            got = await self._pull(_AHEAD_CHUNK if holding else max_bytes - stable)
+            got = await self._pull(_AHEAD_CHUNK if holding else max_bytes - stable, ask, fresh_s)
             if self._spill is None:
                 self._unread.extend(got)
             if not got or self.drained:  # nothing more now
@@ -317,32 +354,61 @@ class EntryReader:
         self._read_offset, self._held, self._last, self._whole = offset, None, None, None
         self.drained = False
 
-    async def _pull(self, max_bytes: int) -> list[StoredEntry]:
-        """What Pulsar has now from where the reader stands (about ``max_bytes``)."""
+    async def _pull(
+        self, max_bytes: int, ask: bool = True, fresh_s: float = 0.0
+    ) -> list[StoredEntry]:
+        """What Pulsar has now from where the reader stands (about ``max_bytes``;
+        ``ask``, ``fresh_s``: see :meth:`read`)."""
         if not self._take_arrival():  # still waiting for the next message: nothing more now
             if self.stable.settling:  # unless the broker has more, a settled copy is read
                 token = self.stable.reading()
                 if not await (await self._open()).has_message_available():
                     self.stable.drained(token)
             return []
-        self._reading = True
+        self._reading, self._coming, was = True, False, self._held
         try:
             reader = await self._open()
             token = self.stable.reading()
-            raw, held, drained = await asyncio.get_running_loop().run_in_executor(
-                None, read_available, reader._reader, self._held, max(max_bytes, 1), self._last
-            )
+            raw, held, drained = await self._take(reader._reader, max(max_bytes, 1), ask)
         finally:
             self._reading = False
             if self._closed:
                 await self._discard()
         if self._closed:
             return []
+        if not ask and held is None:  # the client's queue ran out, the broker not asked
+            if not raw and was is None and self._still_drained(fresh_s):
+                return []
+            self.unasked = True
+        else:
+            self.unasked = False
         self._held, self.drained = held, drained
+        if drained:
+            self._drained_at = time.monotonic()
         out = await self._counted(raw)
         if drained and self.skipped_from is None:
             self.stable.drained(token)
         return out
+
+    async def _take(self, reader: Any, max_bytes: int, ask: bool) -> tuple[Any, Any, bool]:
+        """:func:`read_available` from where the reader stands: on a worker thread when
+        the broker may be asked (it blocks), else (only what the client holds) here."""
+        if not ask:
+            return read_available(reader, self._held, max_bytes, self._last, ask=False)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, read_available, reader, self._held, max_bytes, self._last
+        )
+
+    def _still_drained(self, fresh_s: float) -> bool:
+        """Whether a read that found the client's queue empty, without asking, may take
+        the broker's last "nothing more" as still true: said less than ``fresh_s`` ago
+        and nothing came since (what comes later is pushed: :meth:`arrival` sees it), and
+        no copy the log settled waits for the broker's word."""
+        return (
+            self.drained
+            and time.monotonic() - self._drained_at < fresh_s
+            and not self.stable.settling
+        )
 
     def _continues(self, position: MessagePosition) -> bool:
         """Whether the message at ``position`` is the one counted next, without asking:
@@ -425,18 +491,3 @@ class EntryReader:
         reader, self._reader = self._reader, None
         if reader is not None:
             await discard(reader)
-
-
-def _settle(future: asyncio.Future[Any], result: Any, msg: Any) -> None:
-    if future.done():
-        return
-    if result == _pulsar.Result.Ok:
-        future.set_result(msg)
-    else:
-        future.set_exception(pulsar.asyncio.PulsarException(result))
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark a failed arrival's exception seen (a reader closed while it waited)."""
-    if not future.cancelled():
-        future.exception()

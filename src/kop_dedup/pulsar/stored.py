@@ -7,10 +7,13 @@ entries within a byte budget, on a worker thread.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
 
+import _pulsar
 import pulsar
 
 from kop_dedup.protocol.records import SEQ_MODULUS, KafkaRecord
@@ -30,6 +33,7 @@ __all__ = [
     "RECORD_OVERHEAD",
     "RawEntry",
     "StoredEntry",
+    "arriving",
     "next_message",
     "position_of",
     "read_available",
@@ -114,13 +118,16 @@ def position_of(msg: Any) -> MessagePosition:
     return mid.ledger_id(), mid.entry_id(), mid.batch_index()
 
 
-def next_message(reader: Any) -> tuple[Any, bool]:
+def next_message(reader: Any, ask: bool = True) -> tuple[Any, bool]:
     """The next message the client has (None: none now), and whether the topic had
     nothing more. What the client holds already is taken with no round trip and no
-    wait; the broker is asked only once that is empty."""
+    wait; the broker is asked only once that is empty (``ask``; else None, False: not
+    known whether the broker has more)."""
     try:
         return reader.read_next(0), False
     except pulsar.Timeout:
+        if not ask:
+            return None, False
         try:
             available = reader.has_message_available()  # asks the broker when need be
         except pulsar.Timeout:
@@ -158,7 +165,11 @@ def _record(msg: Any, props: dict[str, str]) -> tuple[KafkaRecord, int]:
 
 
 def read_available(
-    reader: Any, held: Any, max_bytes: int, last: MessagePosition | None = None
+    reader: Any,
+    held: Any,
+    max_bytes: int,
+    last: MessagePosition | None = None,
+    ask: bool = True,
 ) -> tuple[list[RawEntry], Any, bool]:
     """Entries available now, starting with the message ``held`` back, until ``max_bytes``
     (estimated) are read and an entry is complete: (entries, the first message of the
@@ -170,14 +181,15 @@ def read_available(
     A message that is not after the one taken before it (the first: not after ``last``,
     the last the caller counted) is one the client hands out again after a reconnection
     (:func:`~kop_dedup.pulsar.message_ids.handed_out_already`): dropped, never counted
-    twice."""
+    twice. ``ask=False``: only what the client holds, the broker never asked (nothing
+    blocks: the event loop's thread may call it), and "nothing more" never said."""
     out: list[RawEntry] = []
     size = 0
     current: RawEntry | None = None
     msg = held
     while True:
         if msg is None:
-            msg, drained = next_message(reader)
+            msg, drained = next_message(reader, ask)
             if msg is None:
                 return out, None, drained
         at = position_of(msg)
@@ -211,3 +223,33 @@ def read_available(
         current.size += n
         size += n
         msg = None
+
+
+def arriving(reader: Any) -> asyncio.Future[Any]:
+    """The next message of a client's reader, asked asynchronously: a future that
+    completes when it comes (never cancel it: the message would be lost with it; a
+    failure, a reader closed while it waited, is marked seen)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    future.add_done_callback(_retrieve)
+
+    def arrived(result: Any, msg: Any) -> None:  # the client's thread: never raise
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(_settle, future, result, msg)
+
+    reader.read_next_async(arrived)
+    return future
+
+
+def _settle(future: asyncio.Future[Any], result: Any, msg: Any) -> None:
+    if future.done():
+        return
+    if result == _pulsar.Result.Ok:
+        future.set_result(msg)
+    else:
+        future.set_exception(pulsar.asyncio.PulsarException(result))
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -10,7 +10,10 @@ As Kafka's ``ReplicaManager.fetchMessages`` answers a consumer:
 - The answer goes once ``min_bytes`` are there, a partition has an error, or
   ``max_wait_ms`` (at most ``MAX_PULL_WAIT_MS``) has passed; meanwhile the fetch
   waits for a record to arrive on any of its partitions (pushed by Pulsar, not
-  polled).
+  polled). A fetch of more than 16 partitions takes what each reader's client holds
+  without asking the broker, then asks whether more is there for all its emptied
+  partitions at once (:func:`_probe`); one the broker said drained within
+  ``end_ttl_s`` is not asked again (what comes later is pushed).
 - An offset before the earliest still stored or after the end is
   OFFSET_OUT_OF_RANGE (1); a topic that does not exist or a partition out of range
   UNKNOWN_TOPIC_OR_PARTITION (3); an error partition reports -1 watermarks.
@@ -64,7 +67,12 @@ _READ_COMMITTED = 1
 _POLL_S = 0.01
 _MANY_PARTITIONS = 16
 """A fetch of more partitions answers watermarks as known while they are asked again in
-the background (:meth:`ReaderPool.watermarks`); a smaller one waits for them."""
+the background (:meth:`ReaderPool.watermarks`); a smaller one waits for them. It also
+reads only what each reader's client holds, and asks the broker whether more is there
+for all its emptied partitions at once (:func:`_probe`), not one after another."""
+_PROBES_IN_FLIGHT = 64
+_probing: set[asyncio.Future[None]] = set()
+"""Probes a fetch stopped waiting for (its deadline passed): kept until they end."""
 
 
 @dataclass(slots=True)
@@ -134,13 +142,26 @@ async def _open(session: Session, pool: ReaderPool, part: _Part) -> None:
             part.reader = None
 
 
-async def _read(pool: ReaderPool, part: _Part, room: int, first: bool, committed: bool) -> int:
-    """Read into ``part`` up to ``room`` bytes (a whole first batch when ``first``;
-    ``committed``: below the last stable offset); the bytes added."""
+@dataclass(frozen=True, slots=True)
+class _How:
+    """How a fetch reads: ``committed`` (below the last stable offset); ``ask`` the
+    broker whether more is there when a client's queue runs out (else :func:`_probe`
+    asks for all at once), ``fresh_s``: a "nothing more" that recent still holds."""
+
+    committed: bool
+    ask: bool = True
+    fresh_s: float = 0.0
+
+
+async def _read(pool: ReaderPool, part: _Part, room: int, first: bool, how: _How) -> int:
+    """Read into ``part`` up to ``room`` bytes (a whole first batch when ``first``);
+    the bytes added."""
     reader = part.reader
     assert reader is not None
     try:
-        entries = await reader.read(max(room, 1), committed=committed)
+        entries = await reader.read(
+            max(room, 1), committed=how.committed, ask=how.ask, fresh_s=how.fresh_s
+        )
     except Exception as exc:
         part.error = translate(exc, f"reading {part.topic}-{part.index}")
         part.reader = None
@@ -165,9 +186,7 @@ async def _read(pool: ReaderPool, part: _Part, room: int, first: bool, committed
     return added
 
 
-async def _pass(
-    pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int, committed: bool
-) -> int:
+async def _pass(pool: ReaderPool, parts: list[_Part], max_bytes: int, total: int, how: _How) -> int:
     """One read of every partition in order, within the limits; the bytes added."""
     added = 0
     for part in parts:
@@ -176,11 +195,13 @@ async def _pass(
         room = min(part.max_bytes - part.size, max_bytes - total - added)
         if room <= 0 and total + added > 0:
             continue
-        got = await _read(pool, part, room, total + added == 0, committed)
+        got = await _read(pool, part, room, total + added == 0, how)
         if part.error is not None:
             part.batches.clear()
             part.size = 0
         added += got
+        if not how.ask:  # read on the loop's thread: let other requests in between
+            await asyncio.sleep(0)
     return added
 
 
@@ -218,16 +239,47 @@ async def _fill(
     read_committed, with the log to settle the copies the data cannot)."""
     total = 0
     committed = stable is not None
+    many = len(parts) > _MANY_PARTITIONS
+    how = _How(committed, not many, pool.limits.end_ttl_s if many else 0.0)
     while True:
-        added = await _pass(pool, parts, max_bytes, total, committed)
+        added = await _pass(pool, parts, max_bytes, total, how)
         total += added
         if total >= min(min_bytes, max_bytes) or any(p.error is not None for p in parts):
             return  # enough, or all there is room for (a min_bytes over max_bytes), or an error
+        if many:
+            await _probe(parts, deadline)
         if stable is not None and await _settle(stable, parts):
             continue  # a copy the log settled: read on at once
         left = deadline - time.monotonic()
         if left <= 0 or not await _wait(parts, left, added > 0, committed):
             return
+
+
+async def _probe(parts: list[_Part], deadline: float) -> None:
+    """Ask the broker, for every partition whose client's queue ran out unasked, whether
+    it has more (GetLastMessageId; ``_PROBES_IN_FLIGHT`` at a time, until the deadline):
+    a fetch of 512 caught-up partitions waits for one round trip, not 512 in a row."""
+    readers = [
+        p.reader
+        for p in parts
+        if p.reader is not None and p.error is None and p.reader.unasked and p.size < p.max_bytes
+    ]
+    if not readers:
+        return
+    slots = asyncio.Semaphore(_PROBES_IN_FLIGHT)
+
+    async def probe(reader: EntryReader) -> None:
+        async with slots:
+            try:
+                await reader.probe()
+            except Exception as exc:  # the next read of the partition asks again
+                log.debug("kafka fetch: probing %s: %r", reader.topic, exc)
+
+    tasks = [asyncio.ensure_future(probe(r)) for r in readers]
+    _, late = await asyncio.wait(tasks, timeout=max(deadline - time.monotonic(), _POLL_S))
+    for task in late:  # never cancelled under the client's call: ends on its own
+        _probing.add(task)
+        task.add_done_callback(_probing.discard)
 
 
 async def _settle(stable: StableOffsets, parts: list[_Part]) -> bool:
