@@ -20,37 +20,21 @@ from kafka.protocol.admin import (
     DescribeAclsRequest,
     DescribeLogDirsRequest,
 )
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from tests.helpers import delete_namespace, uniq, wait_until
 from tests.kafka_cli import ACLS, LOG_DIRS, ToolResult, run_tools
 from tests.kafka_wire import WireClient
 from tests.pulsar_grants import KafkaRoles
+from tests.roles import kafka_roles, logged_in
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
-ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\n"
-
 
 @pytest.fixture(scope="module")
 def roles(pulsar: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaRoles]:
-    path: Path = tmp_path_factory.mktemp("acl-roles") / "roles"
-    path.write_text(ROLES)
-    namespace = uniq("kacl")
-    with (
-        httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin,
-        ThreadSidecar(
-            pulsar,
-            namespace=namespace,
-            system_namespace=uniq("sys"),
-            auth_roles_file=path,
-            superuser_roles="root",
-            auth_permissions_ttl_ms=500,
-        ) as sc,
-    ):
-        yield KafkaRoles(sc, f"public/{namespace}", admin)
-    delete_namespace(pulsar.admin_url, f"public/{namespace}")
+    with kafka_roles(pulsar, tmp_path_factory, "kacl", auth_permissions_ttl_ms=500) as env:
+        yield env
 
 
 def _login(tmp_path: Path, token: str) -> list[str]:
@@ -305,10 +289,7 @@ def test_kafka_log_dirs_answers_each_partitions_size(pulsar, kafka_reference, tm
 
 
 def _wire(env: KafkaRoles, token: str) -> WireClient:
-    c = WireClient(env.sc.kafka_bootstrap)
-    assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
-    assert c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1).error_code == 0
-    return c
+    return logged_in(env.sc.kafka_bootstrap, token)
 
 
 _ANY = {"resource_name_filter": None, "principal_filter": None, "host_filter": None}

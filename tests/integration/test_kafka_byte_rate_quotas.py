@@ -7,50 +7,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from kafka.protocol.admin import AlterClientQuotasRequest as Alter
 from kafka.protocol.metadata import ApiVersionsRequest
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.protocol.records import rec
-from tests.helpers import delete_namespace, uniq
+from tests.helpers import uniq
 from tests.integration.kafka_consume import fetch_request
 from tests.kafka_wire import WireClient, produce_request
+from tests.roles import logged_in, roles_sidecar
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
-ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\n"
 RATE = 1_000  # bytes a second: 12,000 bytes over Kafka's 10 s window is 20% over
 _E = Alter.EntryData
 
 
 @pytest.fixture(scope="module")
 def sc(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadSidecar]:
-    roles: Path = tmp_path_factory.mktemp("rate-roles") / "roles"
-    roles.write_text(ROLES)
-    namespace = uniq("rate")
-    with ThreadSidecar(
-        pulsar,
-        namespace=namespace,
-        system_namespace=uniq("sys"),
-        auth_roles_file=roles,
-        superuser_roles="root",
-    ) as s:
+    with roles_sidecar(pulsar, tmp_path_factory, "rate") as s:
         yield s
-    delete_namespace(pulsar.admin_url, f"public/{namespace}")
 
 
 def _login(sc: ThreadSidecar, token: str) -> WireClient:
-    c = WireClient(sc.kafka_bootstrap)
-    assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
-    auth = c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1)
-    assert auth.error_code == 0, auth.error_message
-    return c
+    return logged_in(sc.kafka_bootstrap, token)
 
 
 def _set(c: WireClient, user: str, key: str, value: float) -> None:

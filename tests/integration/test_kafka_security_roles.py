@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,19 +17,20 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin import ListTransactionsRequest
 from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest, InitProducerIdRequest
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.protocol.records import rec
-from tests.helpers import delete_namespace, uniq, wait_until
+from tests.helpers import uniq, wait_until
 from tests.kafka_admin_wire import list_transactions
 from tests.kafka_wire import WireClient, produce_request
 from tests.pulsar_grants import KafkaRoles
+from tests.roles import ROLES as BASE_ROLES
+from tests.roles import kafka_roles, logged_in
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
 TTL_MS = 1_000
-ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\nkop-test-ops:tok-ops\n"
+ROLES = BASE_ROLES + "kop-test-ops:tok-ops\n"
 
 
 Env = KafkaRoles
@@ -38,25 +38,12 @@ Env = KafkaRoles
 
 @pytest.fixture(scope="module")
 def env(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    roles: Path = tmp_path_factory.mktemp("kroles") / "roles"
-    roles.write_text(ROLES)
-    namespace = uniq("ksec")
-    with (
-        httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin,
-        ThreadSidecar(
-            pulsar,
-            namespace=namespace,
-            system_namespace=uniq("sys"),
-            auth_roles_file=roles,
-            superuser_roles="root",
-            auth_permissions_ttl_ms=TTL_MS,
-        ) as sc,
-    ):
-        e = Env(sc, f"public/{namespace}", admin)
+    with kafka_roles(
+        pulsar, tmp_path_factory, "ksec", roles=ROLES, auth_permissions_ttl_ms=TTL_MS
+    ) as e:
         e.grant("alice", ["produce", "consume"])
         e.grant("bob", ["consume"])
         yield e
-    delete_namespace(pulsar.admin_url, f"public/{namespace}")
 
 
 def _deliver(producer: Producer, topic: str, value: bytes = b"v") -> KafkaError | None:
@@ -109,11 +96,7 @@ def alice_pid(env: Env, tid: str, url: str | None = None) -> int:
 
 
 def _wire(env: Env, token: str, bootstrap: str | None = None) -> WireClient:
-    c = WireClient(bootstrap or env.sc.kafka_bootstrap)
-    assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
-    auth = c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1)
-    assert auth.error_code == 0
-    return c
+    return logged_in(bootstrap or env.sc.kafka_bootstrap, token)
 
 
 def test_another_role_cannot_list_stage_into_or_end_an_open_transaction(env):

@@ -8,37 +8,30 @@ Caps of 4 at 50%: a role may hold 2 of each, so both roles fit under the global 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from kafka.protocol.admin import DescribeClientQuotasRequest as Describe
 from kafka.protocol.producer import InitProducerIdRequest
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from tests.helpers import delete_namespace, uniq, wait_until
+from tests.helpers import uniq, wait_until
 from tests.kafka_group_wire import join
 from tests.kafka_wire import WireClient
+from tests.roles import roles_sidecar, sasl_login
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
-ROLES = "alice:tok-alice\nbob:tok-bob\nroot:tok-root\n"
 CAP, PERCENT = 4, 50
 SHARE = CAP * PERCENT // 100
 
 
 @pytest.fixture(scope="module")
 def sc(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadSidecar]:
-    roles: Path = tmp_path_factory.mktemp("quota-roles") / "roles"
-    roles.write_text(ROLES)
-    namespace = uniq("quota")
-    with ThreadSidecar(
+    with roles_sidecar(
         pulsar,
-        namespace=namespace,
-        system_namespace=uniq("sys"),
-        auth_roles_file=roles,
-        superuser_roles="root",
+        tmp_path_factory,
+        "quota",
         role_quota_percent=PERCENT,
         txn_log_partitions=1,
         offsets_partitions=1,
@@ -47,14 +40,10 @@ def sc(pulsar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadSidec
         kafka_max_connections=CAP + 2,  # room for root's connection beside both roles'
     ) as s:
         yield s
-    delete_namespace(pulsar.admin_url, f"public/{namespace}")
 
 
 def _login(sc: ThreadSidecar, token: str) -> tuple[WireClient, int, str | None]:
-    c = WireClient(sc.kafka_bootstrap)
-    assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
-    auth = c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1)
-    return c, auth.error_code, auth.error_message
+    return sasl_login(sc.kafka_bootstrap, token)
 
 
 def _init(c: WireClient, tid: str) -> tuple[int, str | None]:

@@ -145,6 +145,7 @@ class Membership:
         self.listed_at = 0.0
         """When the members were last listed (``time.monotonic()``; 0: never)."""
         self._leaving = False
+        self._begun = self._published = 0  # listings begun; the latest begun of those published
         self._excluded: set[str] = set()
         self.excluded: frozenset[int] = frozenset()
         """The node ids listed last with another security fingerprint (left out)."""
@@ -210,8 +211,16 @@ class Membership:
         """List the members now and hand the view to the listeners. A listing that leaves
         this node out while it is a member (its consumer reconnecting: a broker restart,
         a topic reloaded) keeps the last view for up to ``absent_s``: a node does not give
-        up its partitions for a blip, only once Pulsar has not listed it for that long."""
+        up its partitions for a blip, only once Pulsar has not listed it for that long.
+
+        Listings run side by side (the timer's, and one per forward that failed): one
+        answered after a listing begun later is not published (it could bring back a
+        node that just died, and move partitions back and forth: a load cut short)."""
+        self._begun += 1
+        begun = self._begun
         listed = await self._list()
+        if begun < self._published:
+            return self.view
         if self._me is not None and self.joined and self._me not in listed:
             now = time.monotonic()
             if self._absent_since is None:
@@ -221,6 +230,7 @@ class Membership:
                 return self.view
         else:
             self._absent_since = None
+        self._published = begun
         await self._publish(ClusterView.of(self._agreeing(listed)))
         return self.view
 

@@ -19,7 +19,10 @@ What the owner of a table (a coordinator) gets here::
 
 ``apply`` sees every keyed record in topic order, tombstones included (``value
 is None``), exactly once per table object; a replaced reader restarts after the
-last record applied. Messages without a key are skipped: after compaction, a
+last record applied, and so does the reader of a catch-up cut short (cancelled, so
+that records its worker thread took are read again, never skipped; when ``apply``
+raises anything but ValueError or KeyError, the records of that read before it are
+applied again). Messages without a key are skipped: after compaction, a
 batch keeps the slots of its removed records as empty messages without a key,
 which the C++ client (pulsar-client 3.13) hands out where the Java client skips
 them (``compactedOut``). A coordinator that must be the only writer of its table
@@ -191,6 +194,7 @@ class KeyedTable:
         self._reader: Any = None
         self._last: Any = None
         self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Future[None]] = set()  # readers given up, closing
         self._running: asyncio.Future[None] | None = None
         self._queued: asyncio.Future[None] | None = None
         self.records_read = 0
@@ -211,6 +215,13 @@ class KeyedTable:
         subscription went with the old broker) fails, or does not answer within
         ``_PROBE_WAIT_S``, once and is replaced at once; a second failure is the
         caller's.
+
+        A catch-up cut short in any other way (cancelled: a state partition's load
+        when the partition moves on mid-load; or ``apply`` raising) gives its reader
+        up too: the worker thread may have taken records from it that were never
+        applied, and the same reader would go on after them (a new owner then
+        answered from a view without them). The next catch-up reads from the last
+        record applied.
         """
         async with self._lock:
             before = self.records_read
@@ -226,6 +237,9 @@ class KeyedTable:
                     if not may_retry:
                         raise
                     log.info("replacing the reader of %s after %r", self.topic, exc)
+                except BaseException:
+                    self._abandon_reader()
+                    raise
                 else:
                     self.caught_up_from = max(began, self.caught_up_from or began)
                     self.catch_ups += 1
@@ -332,9 +346,20 @@ class KeyedTable:
         if reader is not None:
             await discard(reader)
 
+    def _abandon_reader(self) -> None:
+        """Give the reader up at once (no await: the catch-up may be cancelled); it is
+        closed in the background."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            closing = asyncio.ensure_future(discard(reader))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
     async def close(self) -> None:
         async with self._lock:
             await self._drop_reader()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 class LatestRecords:
