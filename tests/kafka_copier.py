@@ -11,7 +11,7 @@ from pathlib import Path
 from confluent_kafka import TopicPartition
 
 from tests.kafka_conformance import Target, by_partition, keys_values, records
-from tests.kafka_tools import copier_report, start_transactional_message_copier
+from tests.kafka_perf_copier import copier_report, start_transactional_message_copier
 
 PER_PARTITION = 300
 

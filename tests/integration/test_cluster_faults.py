@@ -437,7 +437,8 @@ def test_kafkas_copier_copies_exactly_once_through_a_cluster_losing_a_node(pulsa
         wait_for_progress,
     )
     from tests.kafka_conformance import Target
-    from tests.kafka_tools import ToolProcess, start_transactional_message_copier
+    from tests.kafka_perf_copier import start_transactional_message_copier
+    from tests.kafka_tools import ToolProcess
 
     members = [1, 2, 3]
     nodes = Nodes(pulsar, tmp_path).start()

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from tests.kafka_conformance import Records, Target, keys_values, records
-from tests.kafka_tools import ToolProcess, copier_report, start_transactional_message_copier
+from tests.kafka_perf_copier import copier_report, start_transactional_message_copier
+from tests.kafka_tools import ToolProcess
 from tests.sidecar import ProcessSidecar
 
 pytestmark = pytest.mark.integration

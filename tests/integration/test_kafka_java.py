@@ -10,7 +10,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers import read_all
-from tests.kafka_tools import run_producer_performance, run_verifiable_producer
+from tests.kafka_perf_copier import run_producer_performance
+from tests.kafka_tools import run_verifiable_producer
 
 pytestmark = pytest.mark.integration
 

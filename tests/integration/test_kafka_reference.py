@@ -21,10 +21,10 @@ from tests.kafka_conformance import (
     records,
 )
 from tests.kafka_copier import copy_exactly_once_through_aborts
+from tests.kafka_perf_copier import run_producer_performance
 from tests.kafka_tools import (
     ToolTimeout,
     producer_report,
-    run_producer_performance,
     run_verifiable_consumer,
     run_verifiable_producer,
     start_verifiable_producer,

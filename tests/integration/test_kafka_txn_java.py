@@ -10,9 +10,7 @@ import pytest
 
 from tests.kafka_conformance import Target
 from tests.kafka_copier import copy_exactly_once_through_aborts
-from tests.kafka_tools import (
-    run_producer_performance,
-)
+from tests.kafka_perf_copier import run_producer_performance
 
 pytestmark = pytest.mark.integration
 

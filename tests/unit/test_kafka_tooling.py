@@ -21,13 +21,8 @@ from kop_dedup_tools.kafka_broker import (
     random_cluster_id,
 )
 from kop_dedup_tools.processes import BrokerError, free_port
-from tests.kafka_tools import (
-    consumer_report,
-    copier_report,
-    parse_lines,
-    perf_report,
-    producer_report,
-)
+from tests.kafka_perf_copier import copier_report, perf_report
+from tests.kafka_tools import consumer_report, parse_lines, producer_report
 
 PRODUCER_OUT = """\
 {"timestamp":1795534747177,"name":"startup_complete"}
