@@ -215,3 +215,13 @@ def delete_namespace(admin_url: str, namespace: str) -> None:
         r = admin.delete(f"/admin/v2/namespaces/{namespace}")
         if r.status_code >= 400:
             print(f"could not delete the namespace {namespace}: {r.status_code} {r.text}")
+
+
+def raw_producer(client: pulsar_client.Client, topic: str, name: str) -> Any:
+    """A Pulsar producer of ``topic``'s partition 0 in ``public/kafka`` that goes around
+    the sidecar (to write what an audit must find)."""
+    return client.create_producer(
+        f"persistent://public/kafka/{topic}-partition-0",
+        producer_name=name,
+        batching_enabled=False,
+    )
