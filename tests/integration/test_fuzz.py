@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -32,18 +31,19 @@ from schemathesis.specs.openapi.checks import (
     use_after_free,
 )
 
-from kop_dedup.errors import BY_CODE, NONE_ERRNO, NONE_NAME
 from kop_dedup.protocol.records import SEQ_MODULUS
+from tests.fuzz_checks import (
+    TIMEOUT,
+    Control,
+    assert_produce_answer,
+    code_name,
+)
 from tests.helpers import b64, batch, new_pid, read_all, uniq
 from tests.sidecar import ThreadSidecar
 
 pytestmark = pytest.mark.integration
 
 FUZZ_NAMESPACE = "kafka-fuzz"
-TIMEOUT = httpx.Timeout(15.0)
-"""No request may take longer: a hang fails the test instead of stalling the suite."""
-PER_BATCH_CODES = {0, 3, 10, 17, 42, 45, 46, 47, 87}
-"""What a produce request with one well-formed-JSON batch may be answered, per batch."""
 
 # -- fixtures --------------------------------------------------------------------------
 
@@ -68,28 +68,6 @@ def fuzz_api(fuzz_sidecar: ThreadSidecar) -> Iterator[httpx.Client]:
         yield client
 
 
-@dataclass(frozen=True)
-class Control:
-    """Five records one producer wrote before the fuzzing; they must stay exactly so."""
-
-    namespace: str
-    topic: str
-    pid: int
-
-    @classmethod
-    def write(cls, url: str, namespace: str) -> Control:
-        with httpx.Client(base_url=url, timeout=TIMEOUT) as api:
-            topic, pid = uniq("control"), new_pid(api)
-            r = api.post("/v1/produce", json={"batches": [batch(topic, pid, 0, 5)]})
-        assert r.json()["results"][0]["errorCode"] == 0, r.text
-        return cls(namespace, topic, pid)
-
-    def assert_intact(self, reader: pulsar_client.Client) -> None:
-        topic = f"persistent://public/{self.namespace}/{self.topic}-partition-0"
-        msgs = read_all(reader, topic, expect=5)
-        assert [m.data().decode() for m in msgs] == [f"{self.pid}:0:{i}" for i in range(5)]
-
-
 @pytest.fixture(scope="module")
 def controls(sidecar: ThreadSidecar, fuzz_sidecar: ThreadSidecar) -> tuple[Control, ...]:
     return (
@@ -104,32 +82,6 @@ def intact(controls: tuple[Control, ...], pulsar_reader_client: pulsar_client.Cl
     yield
     for control in controls:
         control.assert_intact(pulsar_reader_client)
-
-
-def code_name(code: int) -> str:
-    return NONE_NAME if code == NONE_ERRNO else BY_CODE[code].name
-
-
-def assert_produce_answer(
-    r: httpx.Response, batches: int = 1, also: frozenset[int] = frozenset()
-) -> None:
-    """A 200 has one result per batch, a known code and its name; anything else is a 4xx
-    with a reason."""
-    assert r.status_code < 500, r.text
-    if r.status_code != 200:
-        assert r.status_code in (413, 422), r.text
-        assert r.json()["errorMessage"]
-        return
-    results = r.json()["results"]
-    assert len(results) == batches, r.text
-    for result in results:
-        assert result["errorCode"] in PER_BATCH_CODES | also, result
-        assert result["error"] == code_name(result["errorCode"]), result
-        # a stored batch says where; a retry of a recent one (46) may say where it went
-        if result["errorCode"] == 0:
-            assert result["messageId"] is not None, result
-        elif result["messageId"] is not None:
-            assert result["errorCode"] == 46, result
 
 
 # -- schemathesis over the served OpenAPI ----------------------------------------------
