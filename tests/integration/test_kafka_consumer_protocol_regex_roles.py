@@ -9,20 +9,17 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.transports.kafka.schemas import ConsumerGroupHeartbeatRequest
-from tests.helpers import delete_namespace, uniq
+from tests.helpers import uniq
 from tests.kafka_wire import WireClient
 from tests.pulsar_grants import KafkaRoles
-from tests.sidecar import ThreadSidecar
+from tests.roles import kafka_roles, logged_in
 
 pytestmark = pytest.mark.integration
 
@@ -31,29 +28,10 @@ ROLES = "carol:tok-carol\nroot:tok-root\n"
 
 @pytest.fixture(scope="module")
 def env(pulsar: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaRoles]:
-    roles: Path = tmp_path_factory.mktemp("rxroles") / "roles"
-    roles.write_text(ROLES)
-    namespace = uniq("krx")
-    with (
-        httpx.Client(base_url=pulsar.admin_url, timeout=30) as admin,
-        ThreadSidecar(
-            pulsar,
-            namespace=namespace,
-            system_namespace=uniq("sys"),
-            auth_roles_file=roles,
-            superuser_roles="root",
-            auth_permissions_ttl_ms=1_000,
-        ) as sc,
-    ):
-        yield KafkaRoles(sc, f"public/{namespace}", admin)
-    delete_namespace(pulsar.admin_url, f"public/{namespace}")
-
-
-def _login(env: KafkaRoles, token: str) -> WireClient:
-    c = WireClient(env.sc.kafka_bootstrap)
-    assert c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
-    assert c.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0" + token.encode()), 1).error_code == 0
-    return c
+    with kafka_roles(
+        pulsar, tmp_path_factory, "krx", roles=ROLES, auth_permissions_ttl_ms=1_000
+    ) as e:
+        yield e
 
 
 def _joined(c: WireClient, group: str, regex: str, names: dict[Any, str]) -> list[Any]:
@@ -92,7 +70,10 @@ def test_regex_matches_only_the_topics_the_role_may_describe(env: KafkaRoles) ->
         future.result(timeout=30)
     env.grant("carol", ["consume"], topic=f"{prefix}-a1")
     env.grant("carol", ["consume"], topic=f"{prefix}-b1")
-    with _login(env, "tok-root") as root, _login(env, "tok-carol") as carol:
+    with (
+        logged_in(env.sc.kafka_bootstrap, "tok-root") as root,
+        logged_in(env.sc.kafka_bootstrap, "tok-carol") as carol,
+    ):
         t = MetadataRequest.MetadataRequestTopic
         meta = root.call(MetadataRequest(topics=[t(name=n, topic_id=None) for n in topics]), 12)
         names = {m.topic_id: m.name.removeprefix(prefix) for m in meta.topics}
