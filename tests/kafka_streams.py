@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,43 +35,15 @@ __all__ = ["StreamsApp", "counts", "expected_counts"]
 
 _APP = Path(__file__).parent / "java" / "StreamsCount.java"
 
-_LOG4J = """\
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.append = true
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p [%t] %m (%c)%n
-rootLogger.level = warn
-rootLogger.appenderRef.file.ref = file
-logger.streams.name = org.apache.kafka.streams
-logger.streams.level = info
-"""
-
 
 @functools.cache
 def compiled() -> Path | None:
-    """The application compiled once (a source-file launch compiles at every start: seconds
-    on a busy machine, twice per restart test), into a directory named by the source's
-    digest; None where there is no ``javac`` (a JRE): then each start compiles."""
-    digest = hashlib.sha256(_APP.read_bytes()).hexdigest()[:12]
-    target = Path(tempfile.gettempdir()) / f"kop-dedup-streams-{digest}"
-    if (target / "StreamsCount.class").exists():
-        return target
+    """The application compiled once (:func:`kafka_jars.compiled_classes`); None where
+    there is no ``javac`` (a JRE): then each start compiles."""
     try:
-        javac = kafka_jars.java_tool("javac")
+        return kafka_jars.compiled_classes(_APP, "kop-dedup-streams")
     except BrokerError:
         return None
-    tmp = target.with_name(f"{target.name}.{os.getpid()}")
-    subprocess.run(
-        [javac, "-d", str(tmp), "-cp", kafka_jars.classpath(), str(_APP)],
-        check=True,
-        capture_output=True,
-    )
-    with contextlib.suppress(OSError):  # another process got there first: the same classes
-        tmp.rename(target)
-    return target
 
 
 class StreamsApp:
@@ -103,7 +72,7 @@ class StreamsApp:
         self.log = workdir / "streams.log"
         self.out = workdir / "streams.out"
         self.log_config = workdir / "log4j2.properties"
-        self.log_config.write_text(_LOG4J.format(log=self.log))
+        self.log_config.write_text(kafka_jars.STREAMS_LOG4J.format(log=self.log))
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
 

@@ -40,6 +40,8 @@ import hashlib
 import os
 import re
 import shutil
+import subprocess
+import tempfile
 import time
 from importlib import resources as importlib_resources
 from pathlib import Path
@@ -56,10 +58,12 @@ __all__ = [
     "KAFKA_VERSION",
     "PRODUCER_PERFORMANCE",
     "STORAGE_TOOL",
+    "STREAMS_LOG4J",
     "TRANSACTIONAL_MESSAGE_COPIER",
     "VERIFIABLE_CONSUMER",
     "VERIFIABLE_PRODUCER",
     "classpath",
+    "compiled_classes",
     "java_command",
     "java_tool",
     "kafka_jars",
@@ -76,6 +80,22 @@ VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
 PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
 TRANSACTIONAL_MESSAGE_COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+
+STREAMS_LOG4J = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p [%t] %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+logger.streams.name = org.apache.kafka.streams
+logger.streams.level = info
+"""
+"""The log4j2 configuration of a Kafka Streams application (``{log}``: its file):
+warnings, and Streams' own state changes and restores."""
 
 
 def pom() -> Path:
@@ -222,3 +242,24 @@ def java_command(
         main_class,
         *args,
     ]
+
+
+def compiled_classes(source: Path, name: str) -> Path:
+    """``source`` (one Java file against the Kafka jars) compiled once, into a directory
+    of the temporary dir named ``name``-<the source's digest>: a source-file launch
+    compiles at every start, seconds on a busy machine. Needs ``javac`` (a JDK):
+    :class:`BrokerError` without one."""
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    target = Path(tempfile.gettempdir()) / f"{name}-{digest}"
+    if (target / f"{source.stem}.class").exists():
+        return target
+    javac = java_tool("javac")
+    tmp = target.with_name(f"{target.name}.{os.getpid()}")
+    subprocess.run(  # noqa: S603 - the JDK's javac on our own source
+        [javac, "-d", str(tmp), "-cp", classpath(), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    with contextlib.suppress(OSError):  # another process got there first: the same classes
+        tmp.rename(target)
+    return target

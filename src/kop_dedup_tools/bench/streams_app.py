@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,38 +35,12 @@ __all__ = ["Restore", "StoreApp", "checkpoints", "processed_of", "restore_of"]
 
 _APP = Path(__file__).with_name("StreamsStore.java")
 _MAIN = "StreamsStore"
-_LOG4J = """\
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.append = true
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p [%t] %m (%c)%n
-rootLogger.level = warn
-rootLogger.appenderRef.file.ref = file
-logger.streams.name = org.apache.kafka.streams
-logger.streams.level = info
-"""
 
 
 @functools.cache
 def compiled() -> Path:
-    """The application's classes, compiled once into a directory named by the source's
-    digest (``javac`` from the JDK that runs Kafka)."""
-    digest = hashlib.sha256(_APP.read_bytes()).hexdigest()[:12]
-    target = Path(tempfile.gettempdir()) / f"kop-dedup-streams-store-{digest}"
-    if (target / f"{_MAIN}.class").exists():
-        return target
-    tmp = target.with_name(f"{target.name}.{os.getpid()}")
-    subprocess.run(  # noqa: S603 - the JDK's javac on our own source
-        [kafka_jars.java_tool("javac"), "-d", str(tmp), "-cp", kafka_jars.classpath(), str(_APP)],
-        check=True,
-        capture_output=True,
-    )
-    with contextlib.suppress(OSError):  # another process got there first: the same classes
-        tmp.rename(target)
-    return target
+    """The application's classes, compiled once (``javac`` from the JDK that runs Kafka)."""
+    return kafka_jars.compiled_classes(_APP, "kop-dedup-streams-store")
 
 
 @dataclass
@@ -159,7 +131,7 @@ class StoreApp:
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "streams.log"
         self.log_config = workdir / "log4j2.properties"
-        self.log_config.write_text(_LOG4J.format(log=self.log))
+        self.log_config.write_text(kafka_jars.STREAMS_LOG4J.format(log=self.log))
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.started = 0.0
