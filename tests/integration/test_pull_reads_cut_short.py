@@ -23,11 +23,13 @@ import pulsar
 import pulsar.asyncio as pulsar_async
 import pytest
 
-from kop_dedup.pulsar import reading
+from kop_dedup.pulsar import fetching, reading
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.positions import Positions
+from kop_dedup.pulsar.reader_pool import PoolLimits, ReaderPool
 from kop_dedup.pulsar.reading import PartitionReader
+from kop_dedup.pulsar.stored import StoredEntry
 from tests.integration.kafka_consume import create, produce
 
 pytestmark = pytest.mark.integration
@@ -116,3 +118,80 @@ def test_a_pull_read_failing_after_its_thread_took_records_loses_none(
     """The HTTP pull answers the failure and keeps the member's reader: the next pull
     starts at the same offset, with the same reader."""
     _scenario(pulsar, sidecar_kafka, monkeypatch, "fails")
+
+
+def _fetch_scenario(
+    pulsar_env: Any, bootstrap: str, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A Kafka fetch reader (kept in the pool at its next offset) whose read is cut short
+    after its thread took entries: the pool's next reader at that offset reads them."""
+    topic = create(bootstrap, 1)
+    ptopic = f"persistent://public/kafka/{topic}-partition-0"
+    produce(bootstrap, topic, _values(0, 10), **{"batch.num.messages": 1})
+    taken, released = threading.Event(), threading.Event()
+    read = fetching.read_available
+
+    def held(*args: Any) -> Any:
+        raw, at, drained = read(*args)
+        if not taken.is_set() and any(r.value == b"v-003" for e in raw for r in e.records):
+            taken.set()
+            released.wait(30)
+            if how == "fails":
+                raise pulsar.Timeout("GetLastMessageId not answered (injected)")
+        return raw, at, drained
+
+    monkeypatch.setattr(fetching, "read_available", held)
+
+    async def main() -> None:
+        client = pulsar_async.Client(pulsar_env.service_url)
+        admin = PulsarAdmin(pulsar_env.admin_url, Naming("public", "kafka", "kop"))
+        pool = ReaderPool(client, admin, PoolLimits(max_readers=4, idle_s=60))
+        try:
+            reader = await pool.take(ptopic, 0)
+            got = await reader.read(1)
+            while reader.next_offset < 3:
+                got += await reader.read(1)
+            assert [r.value for e in got for r in e.records] == [v for *_, v in _values(0, 3)]
+            pool.give(reader)
+            reader = await pool.take(ptopic, 3)
+            pulling = asyncio.ensure_future(reader.read(1 << 20))
+            assert await asyncio.to_thread(taken.wait, 30), "no read took v-003"
+            if how == "cancelled":
+                pulling.cancel()
+            released.set()
+            with pytest.raises(asyncio.CancelledError if how == "cancelled" else pulsar.Timeout):
+                await pulling
+            pool.give(reader)
+            reader = await pool.take(ptopic, 3)
+            rest: list[StoredEntry] = []
+            for _ in range(100):
+                rest += await reader.read(1 << 20)
+                if sum(len(e.records) for e in rest) >= 7 or reader.skipped_from is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert reader.skipped_from is None
+            assert [
+                (e.base_offset + i, r.value) for e in rest for i, r in enumerate(e.records)
+            ] == [(3 + i, v) for i, (*_, v) in enumerate(_values(3, 7))]
+            pool.give(reader)
+        finally:
+            await pool.close()
+            await admin.close()
+            await client.close()
+
+    asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_a_fetch_read_cancelled_after_its_thread_took_entries_loses_none(
+    pulsar, sidecar_kafka, monkeypatch
+):
+    """Cancelled: a Kafka listener's shutdown cancels the fetches still running."""
+    _fetch_scenario(pulsar, sidecar_kafka, monkeypatch, "cancelled")
+
+
+def test_a_fetch_read_failing_after_its_thread_took_entries_loses_none(
+    pulsar, sidecar_kafka, monkeypatch
+):
+    """The fetch discards a reader that failed; the tails of the last stable offset
+    (``StableOffsets``) kept it, so a failed read's reader read on after its entries."""
+    _fetch_scenario(pulsar, sidecar_kafka, monkeypatch, "fails")
