@@ -392,12 +392,18 @@ class EntryReader:
 
     async def _take(self, reader: Any, max_bytes: int, ask: bool) -> tuple[Any, Any, bool]:
         """:func:`read_available` from where the reader stands: on a worker thread when
-        the broker may be asked (it blocks), else (only what the client holds) here."""
-        if not ask:
-            return read_available(reader, self._held, max_bytes, self._last, ask=False)
-        return await asyncio.get_running_loop().run_in_executor(
-            None, read_available, reader, self._held, max_bytes, self._last
-        )
+        the broker may be asked (it blocks), else (only what the client holds) here.
+        Cut short (cancelled, or failing after it took messages), it closes the reader:
+        what it took is never counted, so nothing reads on after it."""
+        try:
+            if not ask:
+                return read_available(reader, self._held, max_bytes, self._last, ask=False)
+            return await asyncio.get_running_loop().run_in_executor(
+                None, read_available, reader, self._held, max_bytes, self._last
+            )
+        except BaseException:
+            self._closed = True  # the Pulsar reader goes as the read ends (see _pull)
+            raise
 
     def _still_drained(self, fresh_s: float) -> bool:
         """Whether a read that found the client's queue empty, without asking, may take

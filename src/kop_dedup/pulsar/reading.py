@@ -11,7 +11,11 @@ Messages are read with the client's blocking calls on a worker thread, in chunks
 what is already available (the asyncio API costs a future and two loop hops per
 message). :meth:`PartitionReader.close` may be called while a read runs on that thread
 (a rebalance, a member that left): the Pulsar reader is closed when the read returns,
-never under it, and a closed reader reads nothing more.
+never under it, and a closed reader reads nothing more. A read that ends any way but
+done (cancelled, or a Pulsar call failing after the thread took messages) gives its
+Pulsar reader up: what the thread took was never counted, and the next read starts a
+new reader at the next offset's position, so a member's reader kept for its next pull
+never goes on past records nobody was handed.
 
 A pull never hands out part of a transaction that is not complete in the partition:
 every record read is fed to the reader's :class:`~kop_dedup.protocol.stable.StableTracker`
@@ -137,6 +141,7 @@ class PartitionReader:
         self._checked = False
         self._reading = False
         self._closed = False
+        self._closing: set[asyncio.Future[None]] = set()  # readers given up, closing
         self._ahead: collections.deque[Pulled] = collections.deque()
         """Records read and not returned yet: beyond the last stable offset, or beyond
         what the last read asked for."""
@@ -235,28 +240,24 @@ class PartitionReader:
     async def _pull(self, limit: int, max_bytes: int | None) -> tuple[list[Pulled], bool]:
         """Records Pulsar has now after what was read, and whether it had nothing more."""
         self._reading = True
+        thread: asyncio.Future[tuple[list[_Raw], bool]] | None = None
         try:
             reader = await self._open()
             token = self.stable.reading()
-            loop = asyncio.get_running_loop()
-            raw, drained = await loop.run_in_executor(
+            thread = asyncio.get_running_loop().run_in_executor(
                 None, _read_available, reader._reader, limit, max_bytes, self._taken
             )
+            raw, drained = await asyncio.shield(thread)  # cancelled: the thread reads on
+        except BaseException:
+            self._abandon(thread)  # what the thread took is not counted: read it again
+            raise
         finally:
             self._reading = False
             if self._closed:
                 await self._discard()
         if self._closed:
             return [], False
-        offset = self._read_offset
-        if raw and not self._checked:
-            self._checked = True
-            if raw[0].position != self._read_position:
-                found = await self._positions.offset_of(self.topic, raw[0].position)
-                if found > offset:
-                    self.clamped_from = offset
-                    self.stable = StableTracker(found)
-                offset = found
+        offset = await self._first_offset(raw)
         out = []
         now = time.monotonic()
         for r in raw:
@@ -272,14 +273,54 @@ class PartitionReader:
             self.stable.drained(token)
         return out, drained
 
+    async def _first_offset(self, raw: list[_Raw]) -> int:
+        """The offset of the first message read: counted, except for the reader's first
+        (looked up when not at the position asked for)."""
+        offset = self._read_offset
+        if raw and not self._checked:
+            if raw[0].position != self._read_position:
+                try:
+                    found = await self._positions.offset_of(self.topic, raw[0].position)
+                except BaseException:
+                    self._abandon(None)  # nothing of the read is counted: read it again
+                    raise
+                if found > offset:
+                    self.clamped_from = offset
+                    self.stable = StableTracker(found)
+                offset = found
+            self._checked = True
+        return offset
+
     async def close(self) -> None:
         """Close now, or when the read running meanwhile returns (what it read is not
         returned: the caller answers nothing from a closed reader)."""
         self._closed = True
         if not self._reading:
             await self._discard()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def _discard(self) -> None:
         reader, self._reader = self._reader, None
         if reader is not None:
             await discard(reader)
+
+    def _abandon(self, thread: asyncio.Future[Any] | None) -> None:
+        """Give the Pulsar reader up (no await: the read may be cancelled) after a read
+        that took messages from it and ended without counting them (cancelled, or a
+        Pulsar call failing after the client's queue was taken); the next read opens
+        another at the next position. Closed in the background once ``thread`` (the read
+        still running on it, if any) is done with it."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            closing = asyncio.ensure_future(_discard_after(reader, thread))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+
+async def _discard_after(reader: Any, thread: asyncio.Future[Any] | None) -> None:
+    if thread is not None:
+        await asyncio.wait([thread])
+        if not thread.cancelled():
+            thread.exception()  # seen: the read that awaited it failed or went
+    await discard(reader)
