@@ -70,6 +70,7 @@ The tree::
     +-- ProducerFenced (90)
     +-- ResourceNotFound (91)
     +-- DuplicateResource (92)
+    +-- UnknownTopicId (100, retriable)
     +-- TransactionalIdNotFound (105)
     +-- FencedMemberEpoch (110)
     +-- UnsupportedAssignor (112)
@@ -154,6 +155,7 @@ __all__ = [
     "UnknownLeaderEpoch",
     "UnknownMemberId",
     "UnknownProducerId",
+    "UnknownTopicId",
     "UnknownTopicOrPartition",
     "UnstableOffsetCommit",
     "UnsupportedCompressionType",
@@ -425,6 +427,10 @@ class ResourceNotFound(KafkaError):
 
 class DuplicateResource(KafkaError):
     errno, name = 92, "DUPLICATE_RESOURCE"
+
+
+class UnknownTopicId(KafkaError):
+    errno, name, retriable = 100, "UNKNOWN_TOPIC_ID", True
 
 
 class TransactionalIdNotFound(KafkaError):

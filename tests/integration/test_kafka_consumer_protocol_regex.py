@@ -5,12 +5,18 @@ subscribing ``<prefix>-a.*`` gets a1 and a2 whole; a topic ``a3`` created later 
 assignment within the refresh (Kafka's 10 s, then a heartbeat); an expression that does
 not compile is INVALID_REGULAR_EXPRESSION (128); ConsumerGroupDescribe shows the
 expression. Heartbeats by hand first, then librdkafka (confluent-kafka 2.16, a
-``^``-prefixed topic with ``group.protocol=consumer``) as the judge."""
+``^``-prefixed topic with ``group.protocol=consumer``) and Kafka's Java consumer
+(``subscribe(SubscriptionPattern)``, ``tests/java/PatternConsumer.java``) as judges."""
 
 from __future__ import annotations
 
+import queue
+import subprocess
+import tempfile
+import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +28,7 @@ from kop_dedup.transports.kafka.schemas import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
+from kop_dedup_tools import kafka_jars
 from tests.kafka_wire import WireClient
 
 pytestmark = [pytest.mark.integration]
@@ -178,6 +185,70 @@ def test_confluent_kafka_regex_subscription_gets_topics_created_later_as_on_kafk
     sidecar_kafka: str, kafka_reference: Any
 ) -> None:
     ours, theirs = client_scenario(sidecar_kafka), client_scenario(kafka_reference.bootstrap)
+    print(f"\nlistener: {ours}\nkafka:    {theirs}")
+    assert theirs["first"] == [("-a1", 0), ("-a1", 1), ("-a2", 0)]
+    assert theirs["later"] == [*theirs["first"], ("-a3", 0)]
+    assert (ours["first"], ours["later"]) == (theirs["first"], theirs["later"])
+
+
+_PATTERN_CONSUMER = Path(__file__).parent.parent / "java" / "PatternConsumer.java"
+
+
+def java_scenario(bootstrap: str) -> dict[str, Any]:
+    """Kafka's Java consumer, ``subscribe(SubscriptionPattern)``: a1 and a2, then a3."""
+    prefix = f"rxj{uuid.uuid4().hex[:8]}"
+    _create(bootstrap, {f"{prefix}-a1": 2, f"{prefix}-a2": 1, f"{prefix}-b1": 1})
+    args = [bootstrap, f"{prefix}-g", f"{prefix}-a.*", "150"]
+    java = kafka_jars.java_tool("java")
+    logs = f"-Dlog4j2.configurationFile={kafka_jars.tools_log_config()}"
+    err = tempfile.TemporaryFile()  # noqa: SIM115 - read at the end, closed with the process
+    proc = subprocess.Popen(
+        [java, logs, "-cp", kafka_jars.classpath(), str(_PATTERN_CONSUMER), *args],
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or ()], daemon=True)
+    reader.start()
+
+    def until(want: int, timeout: float) -> tuple[list[tuple[str, int]], float]:
+        started, held = time.monotonic(), []
+        while len(held) < want and time.monotonic() - started < timeout:
+            try:
+                line = lines.get(timeout=1).rstrip("\n")
+            except queue.Empty:
+                continue
+            tps = [x.rsplit(":", 1) for x in line.removeprefix("assigned ").split(",") if x]
+            held = sorted((t.removeprefix(prefix), int(p)) for t, p in tps)
+        return held, time.monotonic() - started
+
+    try:
+        first, first_s = until(3, 120)
+        _create(bootstrap, {f"{prefix}-a3": 1})
+        later, later_s = until(4, 90)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        reader.join(timeout=30)  # at the end of its output once the process is gone
+        if proc.stdout is not None:
+            proc.stdout.close()
+        err.seek(0)
+        errors = err.read().decode(errors="replace").splitlines()[-20:]
+        err.close()
+    return {
+        "first": first,
+        "later": later,
+        "first_s": first_s,
+        "later_s": later_s,
+        "stderr": errors,
+    }
+
+
+def test_java_consumer_subscription_pattern_gets_topics_created_later_as_on_kafka(
+    sidecar_kafka: str, kafka_reference: Any
+) -> None:
+    ours, theirs = java_scenario(sidecar_kafka), java_scenario(kafka_reference.bootstrap)
     print(f"\nlistener: {ours}\nkafka:    {theirs}")
     assert theirs["first"] == [("-a1", 0), ("-a1", 1), ("-a2", 0)]
     assert theirs["later"] == [*theirs["first"], ("-a3", 0)]

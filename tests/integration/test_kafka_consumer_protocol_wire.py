@@ -229,17 +229,25 @@ def test_one_group_id_one_protocol_and_both_listed(sidecar_kafka: str, tmp_path:
         assert member(c, consumer_group).error_code == 0
 
 
-def test_metadata_names_a_topic_asked_by_its_id(sidecar_kafka: str) -> None:
-    """librdkafka's KIP-848 consumer asks Metadata for its assignment's topics by id."""
+@pytest.mark.parametrize("name", [None, ""], ids=["librdkafka", "java"])
+def test_metadata_names_a_topic_asked_by_its_id(sidecar_kafka: str, name: str | None) -> None:
+    """The KIP-848 consumers ask Metadata for their assignment's topics by id, librdkafka
+    with null names, Kafka's Java consumer (``MetadataRequest.Builder.forTopicIds``) with
+    empty ones: any nonzero id makes it a request by id, names ignored, as Kafka serves
+    it; an unknown id is 100 UNKNOWN_TOPIC_ID with the id."""
     topic = create(sidecar_kafka, 2, "kip848id")
     t = MetadataRequest.MetadataRequestTopic
     with WireClient(sidecar_kafka) as c:
         by_name = c.call(MetadataRequest(topics=[t(name=topic, topic_id=None)]), 12).topics[0]
-        asked = [t(name=None, topic_id=by_name.topic_id), t(name=None, topic_id=uuid.uuid4())]
+        nobody = uuid.uuid4()
+        asked = [t(name=name, topic_id=by_name.topic_id), t(name=name, topic_id=nobody)]
         got = c.call(MetadataRequest(topics=asked, allow_auto_topic_creation=False), 12).topics
     assert by_name.topic_id.int != 0
-    assert (got[0].name, got[0].topic_id, len(got[0].partitions)) == (topic, by_name.topic_id, 2)
-    assert got[1].error_code == 3  # no topic has that id
+    answered = {x.topic_id: x for x in got}
+    assert len(got) == 2, got
+    mine = answered[by_name.topic_id]
+    assert (mine.error_code, mine.name, len(mine.partitions)) == (0, topic, 2)
+    assert (answered[nobody].error_code, answered[nobody].name) == (100, None)
 
 
 def test_confluent_kafka_consumers_of_the_consumer_protocol_share_a_topic(

@@ -10,16 +10,20 @@ does not exist creates it with ``KAFKA_DEFAULT_PARTITIONS`` when
 ``KAFKA_MAX_AUTO_CREATE_TOPICS`` per request (the others: 3), and answers it at
 once (Kafka answers LEADER_NOT_AVAILABLE first and lets the client ask again); otherwise
 UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a name Kafka (or the
-mapping to Pulsar) refuses. Topic ids are not served: they are zero, so clients keep
-to names (Produce and Fetch are capped at v12). Leader epochs are 0: leadership is
-recomputed, not elected, so there is no epoch every node would agree on.
+mapping to Pulsar) refuses. Each topic has a stable id (:mod:`kop_dedup.protocol.topic_ids`,
+answered from v10; Produce and Fetch are capped at v12, so only Metadata and the consumer
+protocol use it). A request naming any nonzero topic id is a request by id, as Kafka's:
+the names are ignored (the Java consumer's ``forTopicIds`` sends ``""``, librdkafka
+null), a known id is answered with its topic and an unknown one UNKNOWN_TOPIC_ID (100)
+with the id. Leader epochs are 0: leadership is recomputed, not elected, so there is no
+epoch every node would agree on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import uuid
 from typing import Any
 
 from kafka.protocol.metadata import (
@@ -48,12 +52,17 @@ _ASK_EACH_UP_TO = 32  # more topics named in one request: the namespace is liste
 
 
 def _topic(
-    name: str | None, error: errors.KafkaError | None, leaders: dict[int, int] | None = None
+    name: str | None,
+    error: errors.KafkaError | None,
+    leaders: dict[int, int] | None = None,
+    *,
+    tid: uuid.UUID | None = None,
 ) -> Any:
+    """A topic's answer; its id when it is answered (or ``tid``: an error by id)."""
     return _Topic(
         error_code=errors.NONE_ERRNO if error is None else error.errno,
         name=name,
-        topic_id=topic_id(name) if name and error is None else None,
+        topic_id=topic_id(name) if name and error is None else tid,
         is_internal=False,
         partitions=[
             _Partition(
@@ -71,9 +80,7 @@ def _topic(
     )
 
 
-async def _describe(session: Session, name: str | None, create: bool) -> Any:
-    if name is None:  # asked for by an id no topic has
-        return _topic(None, errors.UnknownTopicOrPartition("no topic has this topic id"))
+async def _describe(session: Session, name: str, create: bool) -> Any:
     try:
         validate_topic(name)
     except errors.InvalidTopic as exc:
@@ -130,8 +137,9 @@ async def metadata(session: Session, request: Any, version: int) -> Any:
 
 async def _metadata(session: Session, request: Any, version: int) -> Any:
     everything = request.topics is None or (version == 0 and not request.topics)
+    unknown: list[uuid.UUID] | None = None  # asked by id: the ids no topic has
     if everything:
-        names: list[str | None] = []
+        names: list[str] = []
         for name in await session.runtime.admin.topics():
             try:
                 validate_topic(name)
@@ -140,11 +148,17 @@ async def _metadata(session: Session, request: Any, version: int) -> Any:
             names.append(name)
         create = False
     else:
-        names = list(dict.fromkeys(await _named(session, request.topics)))
-        create = session.settings.kafka_auto_create_topics and (
-            version < 4 or bool(request.allow_auto_topic_creation)
+        names, unknown = await _named(session, request.topics)
+        create = (
+            unknown is None
+            and session.settings.kafka_auto_create_topics
+            and (version < 4 or bool(request.allow_auto_topic_creation))
         )
     hidden = await _not_describable(session, names)
+    refused = _refused_by_id if unknown is not None else _refused
+    first = [
+        _topic(None, errors.UnknownTopicId("no topic has this id"), tid=i) for i in unknown or ()
+    ]
     if everything:
         names = [n for n in names if n not in hidden]
     elif len(names) > _ASK_EACH_UP_TO or (
@@ -155,10 +169,11 @@ async def _metadata(session: Session, request: Any, version: int) -> Any:
         return _answer(
             session,
             version,
-            [
+            first
+            + [
                 many[n]
                 if n not in hidden
-                else _topic(n, errors.TopicAuthorizationFailed(hidden[n]))
+                else await refused(n, errors.TopicAuthorizationFailed(hidden[n]))
                 for n in names
             ],
         )
@@ -166,38 +181,38 @@ async def _metadata(session: Session, request: Any, version: int) -> Any:
         *(
             _describe(session, n, create)
             if n not in hidden
-            else _refused(n, errors.TopicAuthorizationFailed(hidden[n]))
+            else refused(n, errors.TopicAuthorizationFailed(hidden[n]))
             for n in names
         )
     )
     if everything:  # a topic deleted between the listing and now is just gone
         described = [t for t in described if t.error_code != errors.UnknownTopicOrPartition.errno]
-    return _answer(session, version, list(described))
+    return _answer(session, version, first + list(described))
 
 
-async def _named(session: Session, topics: list[Any]) -> list[str | None]:
-    """The names asked; a topic asked by id (v10+, librdkafka's KIP-848 consumer) is
-    named from the namespace's listing (None: no topic has that id)."""
-    ids = [getattr(t, "topic_id", None) for t in topics if t.name is None]
-    known: Mapping[Any, str] = {}
-    if any(i and i.int for i in ids):
-        known = by_id(await session.runtime.admin.topics())
-    return [
-        t.name if t.name is not None else known.get(getattr(t, "topic_id", None)) for t in topics
-    ]
+async def _named(session: Session, topics: list[Any]) -> tuple[list[str], list[uuid.UUID] | None]:
+    """The names asked, once each, and None; or, for a request naming any nonzero topic
+    id (v12: librdkafka's and the Java consumer's KIP-848 assignment, which Kafka serves
+    by id whatever the names), the topics of the known ids and the unknown ids."""
+    ids = [i for t in topics if (i := getattr(t, "topic_id", None)) is not None and i.int]
+    if not ids:
+        return list(dict.fromkeys(str(t.name or "") for t in topics)), None
+    known = by_id(await session.runtime.admin.topics())
+    ids = list(dict.fromkeys(ids))
+    return [known[i] for i in ids if i in known], [i for i in ids if i not in known]
 
 
-async def _many(session: Session, names: list[str | None], create: bool) -> list[Any]:
+async def _many(session: Session, names: list[str], create: bool) -> list[Any]:
     """Many topics named at once: the namespace is listed once, a topic not in it is
     answered 3 without a lookup, and at most ``KAFKA_MAX_AUTO_CREATE_TOPICS`` of them are
     created (the others are answered 3: a later request may create them)."""
     existing = set(await session.runtime.admin.topics())
     cap = session.settings.kafka_max_auto_create_topics if create else 0
     answers: list[Any] = []
-    lookups: dict[int, tuple[str | None, bool]] = {}  # answer index -> (name, create)
+    lookups: dict[int, tuple[str, bool]] = {}  # answer index -> (name, create)
     missing = 0
     for name in names:
-        if name is None or name in existing:
+        if name in existing:
             lookups[len(answers)] = (name, False)
             answers.append(None)
             continue
@@ -226,23 +241,27 @@ async def _many(session: Session, names: list[str | None], create: bool) -> list
     return answers
 
 
-async def _not_describable(session: Session, names: list[str | None]) -> dict[str | None, str]:
+async def _not_describable(session: Session, names: list[str]) -> dict[str, str]:
     """Of ``names``, those the caller's role may neither produce nor consume (nor create),
     with why: listed as 29 TOPIC_AUTHORIZATION_FAILED, or left out of a full listing."""
     who = session.identity
     if who.superuser:
         return {}
-    named = [n for n in names if n is not None]
-    allowed = await session.runtime.authorizer.may_each(who, DESCRIBE, named)
+    allowed = await session.runtime.authorizer.may_each(who, DESCRIBE, names)
     return {
         n: f"role {who.role!r} has neither produce nor consume permission on topic {n!r}"
-        for n in named
+        for n in names
         if not allowed[n]
     }
 
 
-async def _refused(name: str | None, error: errors.KafkaError) -> Any:
+async def _refused(name: str, error: errors.KafkaError) -> Any:
     return _topic(name, error)
+
+
+async def _refused_by_id(name: str, error: errors.KafkaError) -> Any:
+    """Asked by id: Kafka answers the id, not the name (an id is not sensitive)."""
+    return _topic(None, error, tid=topic_id(name))
 
 
 def _metadata_error(request: Any, version: int, error: errors.KafkaError) -> Any:
