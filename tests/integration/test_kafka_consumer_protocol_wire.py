@@ -117,6 +117,19 @@ def _settled(c: WireClient, group: str, member_id: str, epoch: int) -> int:
     raise AssertionError(f"{group}: the member's epoch kept moving ({epoch})")
 
 
+def _assigned(c: WireClient, group: str, member_id: str, epoch: int) -> tuple[int, Any]:
+    """The member's settled epoch and its assignment once the assignment holds something
+    (30 s at most): a loaded reference broker answered a settled epoch with an empty
+    assignment, the new topic not yet in its metadata image, and assigned it later."""
+    deadline = time.monotonic() + 30
+    while True:
+        epoch = _settled(c, group, member_id, epoch)
+        settled = _describe(c, group).groups[0].members[0].assignment.topic_partitions
+        if settled or time.monotonic() > deadline:
+            return epoch, settled
+        time.sleep(0.2)
+
+
 def scenario(bootstrap: str) -> dict[str, Any]:
     topic = create(bootstrap, 2, "kip848w")
     group = f"kip848w-{uuid.uuid4().hex[:8]}"
@@ -129,8 +142,7 @@ def scenario(bootstrap: str) -> dict[str, Any]:
         tid = meta.topics[0].topic_id
         joined = _beat(c, group, mid, 0, topics=[topic], owned=[])
         out["join"] = (joined.error_code, joined.member_id, joined.member_epoch > 0)
-        epoch = _settled(c, group, mid, joined.member_epoch)
-        settled = _describe(c, group).groups[0].members[0].assignment.topic_partitions
+        epoch, settled = _assigned(c, group, mid, joined.member_epoch)
         out["assigned"] = sorted((tp.topic_id == tid, p) for tp in settled for p in tp.partitions)
         out["beat"] = _beat(c, group, mid, epoch).error_code
         out["beat_ahead"] = _beat(c, group, mid, epoch + 1).error_code
