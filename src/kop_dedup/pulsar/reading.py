@@ -42,7 +42,7 @@ from kop_dedup.protocol.stable import CopyMark, StableTracker
 from kop_dedup.pulsar.message_ids import MessagePosition, handed_out_already
 from kop_dedup.pulsar.positions import Positions
 from kop_dedup.pulsar.stored import next_message, position_of
-from kop_dedup.pulsar.tables import PulsarClient, discard
+from kop_dedup.pulsar.tables import Discards, PulsarClient, discard
 from kop_dedup.pulsar.wire import DecodedRecord, copy_mark
 
 __all__ = ["PartitionReader", "Pulled", "after"]
@@ -141,7 +141,7 @@ class PartitionReader:
         self._checked = False
         self._reading = False
         self._closed = False
-        self._closing: set[asyncio.Future[None]] = set()  # readers given up, closing
+        self._given_up = Discards()
         self._ahead: collections.deque[Pulled] = collections.deque()
         """Records read and not returned yet: beyond the last stable offset, or beyond
         what the last read asked for."""
@@ -297,8 +297,7 @@ class PartitionReader:
         self._closed = True
         if not self._reading:
             await self._discard()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._given_up.wait()
 
     async def _discard(self) -> None:
         reader, self._reader = self._reader, None
@@ -313,14 +312,4 @@ class PartitionReader:
         still running on it, if any) is done with it."""
         reader, self._reader = self._reader, None
         if reader is not None:
-            closing = asyncio.ensure_future(_discard_after(reader, thread))
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
-
-
-async def _discard_after(reader: Any, thread: asyncio.Future[Any] | None) -> None:
-    if thread is not None:
-        await asyncio.wait([thread])
-        if not thread.cancelled():
-            thread.exception()  # seen: the read that awaited it failed or went
-    await discard(reader)
+            self._given_up.later(reader, thread)

@@ -50,6 +50,7 @@ import pulsar.asyncio as pulsar_async
 
 __all__ = [
     "CompactTopic",
+    "Discards",
     "KeyedTable",
     "KeyedWriter",
     "LatestRecords",
@@ -101,6 +102,32 @@ async def discard(handle: Any) -> None:
     """Close a reader or producer we stop using, without waiting on a dead broker."""
     with contextlib.suppress(Exception):
         await asyncio.wait_for(handle.close(), _DISCARD_WAIT_S)
+
+
+class Discards:
+    """Readers given up mid-read (no await: the read may be cancelled), each closed in
+    the background (:func:`discard`) once the read still running on it on a worker
+    thread, if any, is done with it; :meth:`wait` at close."""
+
+    def __init__(self) -> None:
+        self._closing: set[asyncio.Future[None]] = set()
+
+    def later(self, handle: Any, after: asyncio.Future[Any] | None = None) -> None:
+        closing = asyncio.ensure_future(_discard_after(handle, after))
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+
+    async def wait(self) -> None:
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+async def _discard_after(handle: Any, after: asyncio.Future[Any] | None) -> None:
+    if after is not None:
+        await asyncio.wait([after])
+        if not after.cancelled():
+            after.exception()  # seen: the read that awaited it failed or went
+    await discard(handle)
 
 
 async def read_last(client: PulsarClient, topic: str) -> TableRecord | None:
@@ -194,7 +221,7 @@ class KeyedTable:
         self._reader: Any = None
         self._last: Any = None
         self._lock = asyncio.Lock()
-        self._closing: set[asyncio.Future[None]] = set()  # readers given up, closing
+        self._given_up = Discards()
         self._running: asyncio.Future[None] | None = None
         self._queued: asyncio.Future[None] | None = None
         self.records_read = 0
@@ -351,15 +378,12 @@ class KeyedTable:
         closed in the background."""
         reader, self._reader = self._reader, None
         if reader is not None:
-            closing = asyncio.ensure_future(discard(reader))
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
+            self._given_up.later(reader)
 
     async def close(self) -> None:
         async with self._lock:
             await self._drop_reader()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._given_up.wait()
 
 
 class LatestRecords:
