@@ -17,8 +17,8 @@ import pulsar as pulsar_client
 import pytest
 
 from kop_dedup_tools.topics import create_topic
+from tests.audit_copies import send_copy
 from tests.helpers import batch, delete_namespace, init_txn, new_pid, uniq, wait_until
-from tests.integration.test_audit import send_copy
 from tests.sidecar import ThreadSidecar
 
 pytestmark = [

@@ -13,16 +13,8 @@ import httpx
 import pulsar as pulsar_client
 import pytest
 
-from kop_dedup.coordination.transactions.copier import PROP_TXN_BATCH
-from kop_dedup.coordination.transactions.journal import (
-    PROP_TXN_ID,
-    PROP_TXN_ORDINAL,
-    PROP_TXN_PARTITIONS,
-    PROP_TXN_RECORDS,
-)
-from kop_dedup.protocol.records import KafkaRecord
-from kop_dedup.pulsar.wire import encode_key, encode_properties
 from kop_dedup_tools.topics import create_topic
+from tests.audit_copies import send_copy
 from tests.helpers import (
     batch,
     delete_namespace,
@@ -102,33 +94,6 @@ def transaction(
     assert post(api, "/v1/end-txn", body)["errorCode"] == 0
     done = "CompleteCommit" if commit else "CompleteAbort"
     wait_until(done, lambda: api.get(f"/v1/transactions/{tid}").json()["state"] == done, 30)
-
-
-def send_copy(
-    producer: Any,
-    *,
-    pid: int,
-    seq: int,
-    partition: int,
-    tid: str,
-    ordinal: int,
-    records: int,
-    partitions: int,
-) -> None:
-    """A record shaped like the coordinator's copy of a committed transactional record."""
-    record = KafkaRecord(key=f"k{seq}".encode(), value=f"{tid}:{seq}".encode())
-    key, enc = encode_key(record.key)
-    props = encode_properties(
-        record, producer_id=pid, epoch=0, sequence=seq, partition=partition, key_encoding=enc
-    )
-    props |= {
-        PROP_TXN_ID: tid,
-        PROP_TXN_ORDINAL: str(ordinal),
-        PROP_TXN_BATCH: "0",
-        PROP_TXN_RECORDS: str(records),
-        PROP_TXN_PARTITIONS: str(partitions),
-    }
-    producer.send(record.value, properties=props, partition_key=key)
 
 
 def test_audit_proves_committed_transactions_whole_and_aborted_ones_invisible(
