@@ -62,9 +62,19 @@ def test_retried_batch_is_duplicate_with_its_original_position_and_stored_once(
     assert [m.properties()[PROP_SEQUENCE] for m in msgs] == ["0", "1", "2"]
 
 
-def test_five_shuffled_pipelined_batches_over_separate_connections(
-    sidecar, api, pulsar_reader_client
-):
+def test_five_shuffled_pipelined_batches_over_separate_connections(pulsar, pulsar_reader_client):
+    """A sidecar of its own with a reorder window far longer than the test's steps: on
+    the session sidecar's 1.5 s, batch 3 (the first to arrive) expired with 45 whenever
+    the four later arrivals, each awaited by a poll, took longer than that (a loaded
+    machine), and the poll for the next waiting count never saw it."""
+    with (
+        ThreadSidecar(pulsar, reorder_window_ms=30_000, system_namespace=uniq("sys")) as sc,
+        httpx.Client(base_url=sc.url, timeout=30) as api,
+    ):
+        _five_shuffled(sc, api, pulsar_reader_client)
+
+
+def _five_shuffled(sidecar: ThreadSidecar, api: httpx.Client, pulsar_reader_client: Any) -> None:
     topic, pid = uniq(), new_pid(api)
     batches = [batch(topic, pid, i * 4, 4) for i in range(5)]
     # arrival order 3, 1, 4, 0, 2: each is sent once the one before is seen inside the
@@ -358,7 +368,7 @@ def test_requests_over_the_in_flight_byte_budget_wait_for_earlier_ones(pulsar):
     flight waits (and is counted as waiting) until they are answered, then is served."""
     topic = uniq("budget")
     with (
-        ThreadSidecar(pulsar, reorder_window_ms=1500, max_inflight_bytes=1024) as sc,
+        ThreadSidecar(pulsar, reorder_window_ms=5_000, max_inflight_bytes=1024) as sc,
         httpx.Client(base_url=sc.url, timeout=30) as api,
     ):
         held_pid, other_pid = new_pid(api), new_pid(api)

@@ -193,7 +193,7 @@ def test_end_txn_waits_for_a_batch_of_its_transaction_still_in_flight(pulsar, pu
     before the decision is taken: it is in the commit if it was stored, refused if not."""
     tid, topic = uniq("tx"), uniq("a")
     with (
-        ThreadSidecar(pulsar, reorder_window_ms=1500) as sc,
+        ThreadSidecar(pulsar, reorder_window_ms=5_000) as sc,
         httpx.Client(base_url=sc.url, timeout=60) as api,
     ):
         pid, epoch = init_txn(api, tid)
