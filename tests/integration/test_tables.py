@@ -14,12 +14,13 @@ import pulsar as pulsar_client
 import pulsar.asyncio as pulsar_async
 import pytest
 
+from kop_dedup.pulsar import tables
 from kop_dedup.pulsar.admin import PulsarAdmin
 from kop_dedup.pulsar.exclusive import FencedWriter, MutexBusy, NameMutex, OwnershipLost
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.pulsar.tables import KeyedTable, KeyedWriter, LatestRecords
 from kop_dedup_tools.registry_startup import delete_namespace
-from tests.held_reads import HeldRead
+from tests.held_reads import HeldRead, InsideRead
 
 pytestmark = pytest.mark.integration
 
@@ -210,5 +211,80 @@ def test_a_catch_up_cancelled_while_its_reader_reads_loses_no_record(pulsar, top
             held.release()
             await table.close()
             await writer.close()
+
+    run(pulsar, scenario)
+
+
+def test_a_catch_up_cancelled_mid_read_closes_its_reader_only_once_the_read_returned(
+    pulsar, topic, monkeypatch
+):
+    """Cancelled while its worker thread is inside ``read_next`` (a slow read), a catch-up
+    gives its reader up; the reader is closed once that read returned, never under it (a
+    close while another thread is inside a read on the same reader races in the C++
+    client). Before, it was closed at once, the thread still inside. The records the
+    thread took are applied by the next catch-up all the same."""
+    held = InsideRead(monkeypatch, topic, key="x")
+
+    async def scenario(a: Any, b: Any) -> None:
+        writer = KeyedWriter(a, topic)
+        state = LatestRecords()
+        table = KeyedTable(b, topic, state.apply)
+        try:
+            await writer.send("w", b"0")
+            assert await table.catch_up() == 1  # its reader is at the end
+            await writer.send("x", b"1")
+            await writer.send("y", b"1")
+            loading = asyncio.ensure_future(table.catch_up())
+            await held.inside()
+            loading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await loading
+            # a close that does not wait for the read comes now: give it the time to
+            assert not await held.closed(2.0), held.closes
+            held.release()
+            await writer.send("z", b"1")
+            await table.catch_up()
+            assert sorted(k for k, _ in state.items()) == ["w", "x", "y", "z"]
+        finally:
+            held.release()
+            await table.close()
+            await writer.close()
+        assert len(held.closes) == 2, held.closes  # the reader given up, then the next
+        assert held.closes == [0, 0], "a reader was closed while a read was inside it"
+
+    run(pulsar, scenario)
+
+
+def test_a_chunk_read_past_its_wait_is_replaced_and_closed_once_the_read_returned(
+    pulsar, topic, monkeypatch
+):
+    """A chunk read that does not return within ``_CHUNK_WAIT_S`` (one past it: its
+    ``read_next`` is slow) fails the catch-up's first attempt, whose retry reads the
+    chunk again with a new reader; the old reader is closed once the slow read returned,
+    never under it. Before, the retry closed it at once, the thread still inside."""
+    monkeypatch.setattr(tables, "_CHUNK_WAIT_S", 3.0)
+    held = InsideRead(monkeypatch, topic, key="x")
+
+    async def scenario(a: Any, b: Any) -> None:
+        writer = KeyedWriter(a, topic)
+        state = LatestRecords()
+        table = KeyedTable(b, topic, state.apply)
+        try:
+            await writer.send("w", b"0")
+            assert await table.catch_up() == 1
+            await writer.send("x", b"1")
+            await writer.send("y", b"1")
+            catching = asyncio.ensure_future(table.catch_up())
+            await held.inside()
+            assert await catching == 2  # past the wait: the retry read x and y
+            assert sorted(k for k, _ in state.items()) == ["w", "x", "y"]
+            assert not await held.closed(1.0), held.closes
+            held.release()
+        finally:
+            held.release()
+            await table.close()
+            await writer.close()
+        assert len(held.closes) == 2, held.closes  # the reader replaced, then the retry's
+        assert held.closes == [0, 0], "a reader was closed while a read was inside it"
 
     run(pulsar, scenario)

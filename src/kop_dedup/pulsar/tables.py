@@ -22,7 +22,9 @@ is None``), exactly once per table object; a replaced reader restarts after the
 last record applied, and so does the reader of a catch-up cut short (cancelled, so
 that records its worker thread took are read again, never skipped; when ``apply``
 raises anything but ValueError or KeyError, the records of that read before it are
-applied again). Messages without a key are skipped: after compaction, a
+applied again). A reader given up while its worker thread still reads on it (the
+catch-up cancelled, or its chunk not read within ``_CHUNK_WAIT_S``) is closed once that
+thread returns, never under it. Messages without a key are skipped: after compaction, a
 batch keeps the slots of its removed records as empty messages without a key,
 which the C++ client (pulsar-client 3.13) hands out where the Java client skips
 them (``compactedOut``). A coordinator that must be the only writer of its table
@@ -73,6 +75,9 @@ _DISCARD_WAIT_S = 5.0
 _PROBE_WAIT_S = 5.0
 _CHUNK_MESSAGES = 10_000
 _CHUNK_WAIT_S = 10.0
+"""How long a catch-up waits for one chunk read on a worker thread; past it the reader
+is replaced (the chunk is read again by the next one) and closed once the thread,
+which reads on, returns."""
 _SEND_TIMEOUT_MS = 30_000
 
 
@@ -222,6 +227,8 @@ class KeyedTable:
         self._last: Any = None
         self._lock = asyncio.Lock()
         self._given_up = Discards()
+        self._thread: asyncio.Future[_Chunk] | None = None
+        """The chunk read running on a worker thread, on :attr:`_reader`."""
         self._running: asyncio.Future[None] | None = None
         self._queued: asyncio.Future[None] | None = None
         self.records_read = 0
@@ -260,7 +267,7 @@ class KeyedTable:
                 try:
                     await self._read_to_end()
                 except (pulsar_async.PulsarException, pulsar.PulsarException, TimeoutError) as exc:
-                    await self._drop_reader()  # the retry, or the next catch-up, starts afresh
+                    self._abandon_reader()  # the retry, or the next catch-up, starts afresh
                     if not may_retry:
                         raise
                     log.info("replacing the reader of %s after %r", self.topic, exc)
@@ -355,10 +362,13 @@ class KeyedTable:
         more = await asyncio.wait_for(self._reader.has_message_available(), _PROBE_WAIT_S)
         loop = asyncio.get_running_loop()
         while more:
-            chunk = await asyncio.wait_for(
-                loop.run_in_executor(None, _read_chunk, self._reader._reader, _CHUNK_MESSAGES),
-                _CHUNK_WAIT_S,
+            self._thread = loop.run_in_executor(
+                None, _read_chunk, self._reader._reader, _CHUNK_MESSAGES
             )
+            # shielded: cut short (cancelled, or past _CHUNK_WAIT_S), the thread reads on,
+            # and the reader is closed once it returns (_abandon_reader)
+            chunk = await asyncio.wait_for(asyncio.shield(self._thread), _CHUNK_WAIT_S)
+            self._thread = None
             for record in chunk.records:
                 try:
                     self._apply(record)
@@ -375,10 +385,13 @@ class KeyedTable:
 
     def _abandon_reader(self) -> None:
         """Give the reader up at once (no await: the catch-up may be cancelled); it is
-        closed in the background."""
+        closed in the background once the chunk read still running on it on a worker
+        thread, if any, returns: a close while another thread is inside ``read_next`` or
+        ``has_message_available`` on the same reader races in the C++ client."""
         reader, self._reader = self._reader, None
+        thread, self._thread = self._thread, None
         if reader is not None:
-            self._given_up.later(reader)
+            self._given_up.later(reader, thread)
 
     async def close(self) -> None:
         async with self._lock:
