@@ -1,0 +1,107 @@
+"""Produce while Pulsar's admin API stops answering (a stalled broker's REST, its calls
+held until httpx gives up): every answer is a code clients retry, given by the
+request's deadline, never UNKNOWN_SERVER_ERROR or a 500; and a batch that was stored
+while its offset could not be had is answered, when retried, as the duplicate it is,
+with the offset it went to, and stored once.
+
+The admin URL goes through :class:`tests.tcp_proxy.StallingProxy`; the Pulsar client
+(publishing, deduplication) is not stalled."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from kafka.protocol.producer import InitProducerIdRequest
+
+from kop_dedup.protocol.records import rec
+from tests.helpers import batch, new_pid, read_all, uniq
+from tests.kafka_wire import WireClient, produce_request
+from tests.sidecar import ThreadSidecar
+from tests.tcp_proxy import StallingProxy
+
+pytestmark = pytest.mark.integration
+
+NS = "persistent://public/kafka"
+RETRIABLE = {6, 7, 19, 56}
+_DEADLINE_MS = 3000
+_ANSWERED_WITHIN_S = 8.0
+"""Well under the admin client's own timeout (10 s): the answer follows the request's
+deadline, not how long a stalled admin call takes to fail."""
+
+
+@pytest.fixture(scope="module")
+def stalling(pulsar) -> Iterator[tuple[ThreadSidecar, StallingProxy]]:
+    upstream = pulsar.admin_url.removeprefix("http://").rstrip("/")
+    with StallingProxy(upstream) as proxy:
+        broker = SimpleNamespace(service_url=pulsar.service_url, admin_url=proxy.url)
+        with ThreadSidecar(broker, system_namespace=uniq("sys")) as sc:
+            try:
+                yield sc, proxy
+            finally:
+                proxy.flow()
+
+
+def _produce(c: WireClient, topic: str, pid: int, seq: int, values: list[bytes]) -> tuple:
+    request = produce_request(
+        topic, 0, [rec(v) for v in values], producer_id=pid, epoch=0, base_sequence=seq
+    )
+    request.timeout_ms = _DEADLINE_MS
+    started = time.monotonic()
+    answer = c.call(request, 9).responses[0].partition_responses[0]
+    return answer.error_code, answer.base_offset, time.monotonic() - started
+
+
+def test_a_batch_stored_while_its_offset_is_late_is_retriable_then_duplicate(
+    stalling, pulsar_reader_client
+):
+    sc, proxy = stalling
+    topic = uniq()
+    with httpx.Client(base_url=sc.url, timeout=60) as api:
+        # entry 0 by another writer (HTTP): the Kafka batch after it must ask the broker
+        # for its entry's index; the topic's partition count is known from here on
+        first = api.post("/v1/produce", json={"batches": [batch(topic, new_pid(api), 0, 1)]})
+        assert first.json()["results"][0]["errorCode"] == 0
+    with WireClient(sc.kafka_bootstrap) as c:
+        pid = c.call(
+            InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4
+        ).producer_id
+        proxy.stall()
+        try:
+            code, _offset, took = _produce(c, topic, pid, 0, [b"a", b"b"])
+        finally:
+            proxy.flow()
+        assert code == 7, code  # REQUEST_TIMED_OUT: stored, its answer late; retried
+        assert took < _ANSWERED_WITHIN_S
+        code, offset, _ = _produce(c, topic, pid, 0, [b"a", b"b"])
+    assert (code, offset) == (46, 1)  # the retry: the duplicate it is, where it went
+    stored = read_all(pulsar_reader_client, f"{NS}/{topic}-partition-0", expect=3)
+    assert [m.data() for m in stored][1:] == [b"a", b"b"]
+
+
+def test_a_produce_whose_partitions_cannot_be_read_is_retriable(stalling):
+    sc, proxy = stalling
+    topic = uniq()  # never seen: its partition count must be asked of the admin API
+    with httpx.Client(base_url=sc.url, timeout=60) as api:
+        pid = new_pid(api)
+        proxy.stall()
+        try:
+            with WireClient(sc.kafka_bootstrap) as c:
+                code, _, took = _produce(c, topic, pid, 0, [b"x"])
+            assert code in RETRIABLE, code
+            assert took < _ANSWERED_WITHIN_S
+            started = time.monotonic()
+            r = api.post(
+                "/v1/produce",
+                json={"batches": [batch(topic, pid, 0, 1)], "timeoutMs": _DEADLINE_MS},
+            )
+            took = time.monotonic() - started
+        finally:
+            proxy.flow()
+    assert r.status_code < 500, r.text
+    if r.status_code == 200:
+        assert r.json()["results"][0]["errorCode"] in RETRIABLE, r.text
+    assert took < _ANSWERED_WITHIN_S
