@@ -315,12 +315,12 @@ async def _sort(
     batches produced here; transactional ones; plain ones led by other nodes, sidecar
     mode only: in cluster mode those are answered 6)."""
     datas = [p.records or b"" for _, p in parts]
-    decoded = await asyncio.gather(
-        *(
-            _decoded(session, version, t, p.index, d, budget, deadline)
-            for (t, p), d in zip(parts, datas, strict=True)
-        )
-    )
+    decoding = [
+        _decoded(session, version, t, p.index, d, budget, deadline)
+        for (t, p), d in zip(parts, datas, strict=True)
+    ]
+    # one partition (a producer's usual request): awaited here, no task to gather
+    decoded = [await decoding[0]] if len(decoding) == 1 else await asyncio.gather(*decoding)
     budget.settle()
     results: dict[int, Answer] = {}
     plain: dict[int, KafkaBatch] = {}
@@ -374,6 +374,10 @@ async def _all(
         for (_, ix), answered in zip(led.values(), answers, strict=True):
             results.update(zip(ix, answered, strict=True))
 
+    if len(plain) == 1 and not txn and not led:  # the usual request: no task to gather
+        ((i, only),) = plain.items()
+        results[i] = await _one(session, only, deadline)
+        return [results[i] for i in range(len(parts))]
     journaled, stored, _ = await asyncio.gather(
         transactional(),
         asyncio.gather(*(_one(session, b, deadline) for b in plain.values())),
