@@ -101,7 +101,6 @@ def test_a_produce_whose_partitions_cannot_be_read_is_retriable(stalling):
             took = time.monotonic() - started
         finally:
             proxy.flow()
-    assert r.status_code < 500, r.text
-    if r.status_code == 200:
-        assert r.json()["results"][0]["errorCode"] in RETRIABLE, r.text
+    assert r.status_code == 200, r.text  # not a 500: the batch's answer says what to do
+    assert r.json()["results"][0]["errorCode"] in RETRIABLE, r.text
     assert took < _ANSWERED_WITHIN_S
