@@ -60,15 +60,15 @@ def test_a_batch_stored_while_its_offset_is_late_is_retriable_then_duplicate(
 ):
     sc, proxy = stalling
     topic = uniq()
-    with httpx.Client(base_url=sc.url, timeout=60) as api:
-        # entry 0 by another writer (HTTP): the Kafka batch after it must ask the broker
-        # for its entry's index; the topic's partition count is known from here on
-        first = api.post("/v1/produce", json={"batches": [batch(topic, new_pid(api), 0, 1)]})
-        assert first.json()["results"][0]["errorCode"] == 0
-    with WireClient(sc.kafka_bootstrap) as c:
+    with WireClient(sc.kafka_bootstrap) as c, httpx.Client(base_url=sc.url, timeout=60) as api:
         pid = c.call(
             InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4
         ).producer_id
+        other = new_pid(api)
+        # entry 0 by another writer (HTTP): the Kafka batch after it must ask the broker
+        # for its entry's index; the topic's partition count is known for a while (5 s)
+        first = api.post("/v1/produce", json={"batches": [batch(topic, other, 0, 1)]})
+        assert first.json()["results"][0]["errorCode"] == 0
         proxy.stall()
         try:
             code, _offset, took = _produce(c, topic, pid, 0, [b"a", b"b"])
