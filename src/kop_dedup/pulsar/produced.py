@@ -20,12 +20,7 @@ index(E)``. A send receipt carries the ledger and entry, not the index, so:
 - ``none``: answer -1, as a Kafka broker never does for a stored batch (Java clients
   then report -1 for every record, librdkafka -1, 0, 1, ...).
 
-A failed lookup never fails the produce: the batch is stored; the answer says -1. A
-lookup still under way at the request's deadline (the admin API stalled) raises
-TimeoutError to the caller (the Kafka listener answers an idempotent batch
-REQUEST_TIMED_OUT then, as Kafka's leader answers a write whose acknowledgement is late:
-the client retries, and the retry is answered as the duplicate it is, with the offset,
-which went on being looked up meanwhile).
+A failed lookup never fails the produce: the batch is stored; the answer says -1.
 
 A batch produced in a transaction is journaled, and copied into its partition once the
 transaction commits: its offsets are not known when it is answered. What is known is a
@@ -68,18 +63,6 @@ resolved (a lookup under way): entries answered together (20 producers' first ba
 on a fresh partition) take one lookup between them, not one each."""
 
 
-async def _within(future: asyncio.Future[int | None], deadline: float | None) -> None:
-    """Wait for ``future`` until ``deadline`` (monotonic; None: for as long as it takes),
-    then TimeoutError; never cancels it (others may wait on it)."""
-    if deadline is None:
-        await asyncio.shield(future)
-        return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.shield(future), max(deadline - time.monotonic(), 0.001))
-    if not future.done():
-        raise TimeoutError
-
-
 class ProducedOffsets:
     def __init__(
         self,
@@ -99,16 +82,9 @@ class ProducedOffsets:
         self._ends: OrderedDict[str, tuple[int, float]] = OrderedDict()
         """Partition topic -> (an end offset it reached, when the broker was last asked)."""
         self._ending: dict[str, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
 
-    async def base_offset(
-        self, ptopic: str, message_id: str | None, records: int, deadline: float | None = None
-    ) -> int:
-        """The offset of the batch's first record; -1 when it cannot be known.
-
-        ``deadline`` (monotonic): wait for it no longer, and raise TimeoutError then. The
-        entry's index goes on being resolved: a retry of the batch, answered as the
-        duplicate it is, finds it."""
+    async def base_offset(self, ptopic: str, message_id: str | None, records: int) -> int:
+        """The offset of the batch's first record; -1 when it cannot be known."""
         if message_id is None or self.mode == "none":
             return -1
         try:
@@ -118,41 +94,19 @@ class ProducedOffsets:
         key = (ptopic, ledger, entry)
         known = self._future(key)
         if not known.done() and key not in self._resolving:  # else: another call resolves it
-            before = self._indexes.get((ptopic, ledger, entry - 1))
-            if (
-                self.mode == "derive"
-                and entry > 0
-                and before is not None
-                and before.done()
-                and (previous := before.result()) is not None
-            ):  # the common case: the entry before is known; no task, no wait
-                self.derived += 1
-                known.set_result(previous + records)
-            else:
-                self._resolving.add(key)
-                task = asyncio.get_running_loop().create_task(self._settle(known, key, records))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-        if not known.done():
-            await _within(known, deadline)
-        index = known.result()
+            self._resolving.add(key)
+            try:
+                index = await self._resolve(ptopic, ledger, entry, records)
+            finally:
+                self._resolving.discard(key)
+            if not known.done():
+                known.set_result(index)
+        index = known.result() if known.done() else await asyncio.shield(known)
         if index is None:
             self.unknown += 1
             return -1
         self._reached(ptopic, index + 1)
         return index - records + 1
-
-    async def _settle(
-        self, known: asyncio.Future[int | None], key: tuple[str, int, int], records: int
-    ) -> None:
-        """Resolve ``key``'s index into ``known``, whoever still waits for it."""
-        index: int | None = None
-        try:
-            index = await self._resolve(*key, records)
-        finally:
-            self._resolving.discard(key)
-            if not known.done():
-                known.set_result(index)
 
     def floor(self, ptopic: str) -> int:
         """An offset at or below where a record written to ``ptopic`` from now on lands:

@@ -188,29 +188,15 @@ async def _decoded(
 
 
 async def _one(session: Session, batch: KafkaBatch, deadline: float) -> Answer:
-    """An idempotent (or plain) batch through the produce path.
-
-    Its offset not known by ``deadline`` (the admin API asked and stalled): a stored
-    idempotent batch is answered REQUEST_TIMED_OUT, as Kafka's leader answers a write
-    whose acknowledgement came too late; the client retries it, and the retry is answered
-    as the duplicate it is, with its offset. A plain batch, which a retry would store
-    twice, and a duplicate are answered with -1 then."""
+    """An idempotent (or plain) batch through the produce path."""
     runtime = session.runtime
     result = await runtime.service.produce(batch, deadline)
     offset = -1
     if result.message_id is not None:
         ptopic = runtime.service.naming.partition_topic(batch.topic, batch.partition)
-        try:
-            offset = await session.shared.offsets.base_offset(
-                ptopic, result.message_id, len(batch.records), deadline
-            )
-        except TimeoutError:
-            if result.error is None and batch.idempotent:
-                late = errors.RequestTimedOut(
-                    "the batch is stored, its offset was not known in time; retry it (the "
-                    "retry is answered as the duplicate it is)"
-                )
-                return batch.partition, late, -1
+        offset = await session.shared.offsets.base_offset(
+            ptopic, result.message_id, len(batch.records)
+        )
     return batch.partition, result.error, offset
 
 
