@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Self
 
-__all__ = ["RecordingProxy", "RoundRobinProxy"]
+__all__ = ["RecordingProxy", "RoundRobinProxy", "StallingProxy"]
 
 
 class RoundRobinProxy:
@@ -121,14 +121,63 @@ class RecordingProxy(RoundRobinProxy):
         return buf[end:][-8192:]
 
 
+class StallingProxy(RoundRobinProxy):
+    """One upstream (Pulsar's admin API, say) that can be made to stall: while
+    :meth:`stall` holds, what clients send is kept back (on connections open already and
+    new ones alike), so their calls time out as against a broker that stopped answering;
+    :meth:`flow` lets it through again.
+
+    >>> with StallingProxy("127.0.0.1:8080") as proxy:
+    ...     proxy.stall()        # admin calls through proxy.url hang from now on
+    ...     proxy.flow()
+    """
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__([upstream])
+        self._flowing: asyncio.Event | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def _set(self, flowing: bool) -> None:
+        async def change() -> None:
+            if self._flowing is None:
+                self._flowing = asyncio.Event()
+            (self._flowing.set if flowing else self._flowing.clear)()
+
+        asyncio.run_coroutine_threadsafe(change(), self._loop).result(10)
+
+    def stall(self) -> None:
+        self._set(False)
+
+    def flow(self) -> None:
+        self._set(True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._flowing is None:
+            self._flowing = asyncio.Event()
+            self._flowing.set()
+        host, _, port = self.upstreams[0].rpartition(":")
+        try:
+            up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, up_writer, gate=self._flowing), _pipe(up_reader, writer))
+
+
 async def _pipe(
     source: asyncio.StreamReader,
     sink: asyncio.StreamWriter,
     tap: Callable[[bytes, bytes], bytes] | None = None,
+    gate: asyncio.Event | None = None,
 ) -> None:
     pending = b""
     try:
         while data := await source.read(1 << 16):
+            if gate is not None:
+                await gate.wait()
             if tap is not None:
                 pending = tap(data, pending)
             sink.write(data)

@@ -16,9 +16,10 @@ from typing import Any
 import _pulsar
 import pytest
 
-from kop_dedup.protocol.records import KafkaBatch, KafkaRecord
+from kop_dedup.protocol.records import SEQ_MODULUS, Header, KafkaBatch, KafkaRecord
 from kop_dedup.pulsar.failures import SendFailed, translate
 from kop_dedup.pulsar.producers import PartialBatch, PulsarProducer
+from kop_dedup.pulsar.wire import encode_key, encode_properties
 
 OK = _pulsar.Result.Ok
 
@@ -59,8 +60,11 @@ class FakeRawProducer:
     """Every callback given, in order (None included)."""
     flushes: int = 0
     sent: int = 0
+    messages: list[Any] = field(default_factory=list)
+    """Every message given, in order."""
 
-    def send_async(self, _msg: Any, callback: Any) -> None:
+    def send_async(self, msg: Any, callback: Any) -> None:
+        self.messages.append(msg)
         self.callbacks.append(callback)
         if self.refuse_at is not None and self.sent >= self.refuse_at:
             if callback is not None:
@@ -221,3 +225,47 @@ def test_a_batch_split_across_entries_is_reported(caplog):
     with caplog.at_level(logging.ERROR):
         run(go())
     assert "split across Pulsar entries" in caplog.text
+
+
+_MIXED = (
+    KafkaRecord(None, b"plain", (), 1_700_000_000_000),
+    KafkaRecord(None, b"same ms", (), 1_700_000_000_000),
+    KafkaRecord(b"k", b"utf-8 key", (), 1_700_000_000_001),
+    KafkaRecord(b"\xff\x00", b"binary key"),
+    KafkaRecord(b"", None, (), 0),
+    KafkaRecord(None, b"h", (Header("a", b"1"), Header("b", None)), 5),
+    KafkaRecord(None, None),
+)
+
+
+@pytest.mark.parametrize(("pid", "base"), [(7, 0), (7, SEQ_MODULUS - 3), (-1, -1)])
+def test_every_record_carries_what_encode_properties_says(pid, base):
+    """The hot loop's shortcuts (shared properties copied, a batch's repeated timestamp
+    encoded once, sequences listed up front) build what the wire module specifies, key,
+    event time and sequence id included, across a sequence wrap and without a producer."""
+    n = len(_MIXED)
+    last = (base + n - 1) % SEQ_MODULUS if pid != -1 else -1
+    batch = KafkaBatch("t", 3, pid, 0 if pid != -1 else -1, base, last, _MIXED)
+
+    async def go() -> FakeRawProducer:
+        raw = FakeRawProducer()
+        await producer(raw).send_batch(batch, 41, {"x.extra": "1"})
+        return raw
+
+    raw = run(go())
+    assert len(raw.messages) == n
+    for i, (record, msg) in enumerate(zip(_MIXED, raw.messages, strict=True)):
+        key, encoding = encode_key(record.key)
+        want = encode_properties(
+            record,
+            producer_id=pid,
+            epoch=batch.producer_epoch,
+            sequence=(base + i) % SEQ_MODULUS if pid != -1 else None,
+            partition=3,
+            key_encoding=encoding,
+        )
+        assert msg.properties() == {**want, "x.extra": "1"}, i
+        assert msg.data() == (record.value or b"")
+        assert msg.partition_key() == (key or "")
+        stamp = record.timestamp if record.timestamp and record.timestamp > 0 else 0
+        assert msg.event_timestamp() == stamp

@@ -31,6 +31,9 @@ class StubAdmin:
     def __init__(self) -> None:
         self.topics_ = {"slow": 1, "orders": 2}
 
+    def known_partitions(self, topic: str) -> int | None:
+        return None  # asked every time
+
     async def partitions(self, topic: str, *, create_with: int | None) -> int:
         if topic not in self.topics_:
             if create_with is None:

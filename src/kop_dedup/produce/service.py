@@ -189,9 +189,15 @@ class ProduceService:
                 f"the batch's Pulsar entry could reach {size} bytes; the broker takes at most "
                 f"{s.pulsar_max_message_bytes} (KOP_DEDUP_PULSAR_MAX_MESSAGE_BYTES): split it"
             )
-        count = await self.admin.partitions(
-            batch.topic, create_with=s.default_partitions if s.auto_create_topics else None
-        )
+        count = self.admin.known_partitions(batch.topic)
+        if count is None:  # asked of the admin API: no longer than the batch may take
+            count = await self._bounded(
+                self.admin.partitions(
+                    batch.topic, create_with=s.default_partitions if s.auto_create_topics else None
+                ),
+                deadline,
+                "reading the topic's partitions",
+            )
         if not 0 <= batch.partition < count:
             raise errors.UnknownTopicOrPartition(
                 f"topic {batch.topic!r} has partitions 0..{count - 1}; got {batch.partition}"
@@ -426,10 +432,10 @@ class ProduceService:
         return errors.KafkaError(f"{exc}: the batch may be stored in part; do not retry it as is")
 
     @staticmethod
-    async def _bounded(awaitable: Awaitable[object], deadline: float, what: str) -> None:
+    async def _bounded(awaitable: Awaitable[_T], deadline: float, what: str) -> _T:
         """Await a shared or durable operation until ``deadline`` without cancelling it."""
         try:
-            await asyncio.wait_for(
+            return await asyncio.wait_for(
                 asyncio.shield(awaitable), max(deadline - time.monotonic(), 0.001)
             )
         except TimeoutError as exc:

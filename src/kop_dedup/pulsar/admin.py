@@ -222,6 +222,13 @@ class PulsarAdmin(EntryLookups):
 
     # -- partitioned topics ------------------------------------------------------
 
+    def known_partitions(self, topic: str) -> int | None:
+        """The partition count :meth:`partitions` would answer without a call, or None."""
+        cached = self._partitions.get(topic)
+        if cached is not None and time.monotonic() - cached[1] < _PARTITIONS_TTL_S:
+            return cached[0]
+        return None
+
     async def partitions(self, topic: str, *, create_with: int | None) -> int:
         """Partition count of a Kafka topic; create it with ``create_with`` when missing.
 

@@ -64,6 +64,7 @@ from kop_dedup.pulsar.wire import (
     PROP_KEY_ENCODING,
     PROP_PRODUCER_ID,
     PROP_SEQUENCE,
+    PROP_TIMESTAMP,
     WHOLE_BATCH,
     encode_key,
     encode_properties,
@@ -190,6 +191,13 @@ class BatchWaiter:
         return self._future
 
 
+def _sequences(base: int, count: int) -> list[str]:
+    """The ``kafka.sequence`` property of each of ``count`` records from ``base``."""
+    if base + count <= SEQ_MODULUS:
+        return [str(seq) for seq in range(base, base + count)]
+    return [str((base + i) % SEQ_MODULUS) for i in range(count)]
+
+
 class PulsarProducer:
     """One Pulsar producer (one name on one partition topic) with a bounded queue."""
 
@@ -214,7 +222,7 @@ class PulsarProducer:
         """The broker's highest sequence id for this name when the producer connected."""
         return int(self._producer.last_sequence_id())
 
-    def send_batch(  # noqa: C901, PLR0912 - one loop on the hot path: no call per record
+    def send_batch(  # noqa: C901, PLR0912, PLR0915 - one loop on the hot path: no call per record
         self,
         batch: KafkaBatch,
         sequence_id: int,
@@ -251,26 +259,35 @@ class PulsarProducer:
         )
         if extra:
             common.update(extra)
+        keyless = {**common, PROP_KEY_ENCODING: "null"}  # most Kafka records have no key
         send, build, own = self._raw.send_async, _pulsar.MessageBuilder, record_properties
-        base, last = batch.base_sequence, count - 1
+        last = count - 1
+        sequences = _sequences(batch.base_sequence, count) if idempotent else ()
         callback: Callable[[Any, Any], Any] | None = waiter.results.__setitem__
+        stamp, stamped = None, ""  # the last timestamp seen and its text: a batch's repeat
         for i, record in enumerate(records):
             builder = build()
-            value = record.value
-            builder.content(b"" if value is None else value)
-            if value is None or record.headers or record.timestamp is not None:
-                props = own(common, record)  # every Kafka-wire record has a timestamp
-                if record.timestamp is not None and record.timestamp > 0:
-                    builder.event_timestamp(record.timestamp)
+            value, key, timestamp = record.value, record.key, record.timestamp
+            if value is not None and not record.headers:  # the usual record: no copy of
+                builder.content(value)  # what record_properties would answer
+                props = (keyless if key is None else common).copy()
+                if timestamp is not None:
+                    if timestamp != stamp:
+                        stamp, stamped = timestamp, str(timestamp)
+                    props[PROP_TIMESTAMP] = stamped
             else:
-                props = common.copy()
-            key, key_encoding = encode_key(record.key)
+                builder.content(b"" if value is None else value)
+                props = own(keyless if key is None else common, record)
+            if timestamp is not None and timestamp > 0:
+                builder.event_timestamp(timestamp)
             if key is not None:
-                builder.partition_key(key)
-            if key_encoding is not None:
-                props[PROP_KEY_ENCODING] = key_encoding
+                text, key_encoding = encode_key(key)
+                if text is not None:
+                    builder.partition_key(text)
+                if key_encoding is not None:
+                    props[PROP_KEY_ENCODING] = key_encoding
             if idempotent:
-                props[PROP_SEQUENCE] = str((base + i) % SEQ_MODULUS)
+                props[PROP_SEQUENCE] = sequences[i]
                 builder.sequence_id(sequence_id)
             if i == 0 and head:
                 props.update(head)

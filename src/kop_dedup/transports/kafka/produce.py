@@ -54,6 +54,7 @@ from kop_dedup.admission import ByteBudget
 from kop_dedup.cluster.peers import PeerUnavailable
 from kop_dedup.cluster.placement import Member
 from kop_dedup.protocol.records import KafkaBatch
+from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.transports.kafka import topology, txn_codes
 from kop_dedup.transports.kafka.batches import decode_batch, is_compressed, is_transactional
@@ -126,6 +127,30 @@ def _partitions(request: Any) -> list[tuple[str, Any]]:
     return [(name, p) for (name, _), p in parts.items()]
 
 
+async def _count(session: Session, topic: str, deadline: float) -> int | errors.KafkaError:
+    """The topic's partition count, or the error its batch is answered: the count not
+    read by ``deadline`` or the admin API failing give a retriable code."""
+    admin = session.runtime.admin
+    what = "reading the topic's partitions"
+    try:
+        validate_topic(topic)
+        count = admin.known_partitions(topic)
+        if count is None:  # asked of the admin API: no longer than the request may take
+            count = await asyncio.wait_for(
+                asyncio.shield(admin.partitions(topic, create_with=None)),
+                max(deadline - time.monotonic(), 0.001),
+            )
+    except (errors.InvalidTopic, errors.UnknownTopicOrPartition):
+        return errors.UnknownTopicOrPartition(f"topic {topic!r} does not exist")
+    except errors.KafkaError as exc:
+        return exc
+    except TimeoutError:
+        return errors.RequestTimedOut(f"{what} timed out; retry (nothing was stored)")
+    except Exception as exc:  # the admin API unreachable, or failing: retriable
+        return translate(exc, what)
+    return count
+
+
 async def _decoded(
     session: Session,
     version: int,
@@ -133,16 +158,12 @@ async def _decoded(
     index: int,
     data: bytes,
     budget: InflateBudget,
+    deadline: float,
 ) -> KafkaBatch | errors.KafkaError:
     """One partition's batch, checked; or the error it is answered."""
-    runtime = session.runtime
-    try:
-        validate_topic(topic)
-        count = await runtime.admin.partitions(topic, create_with=None)
-    except (errors.InvalidTopic, errors.UnknownTopicOrPartition):
-        return errors.UnknownTopicOrPartition(f"topic {topic!r} does not exist")
-    except errors.KafkaError as exc:
-        return exc
+    count = await _count(session, topic, deadline)
+    if isinstance(count, errors.KafkaError):
+        return count
     if not 0 <= index < count:
         return errors.UnknownTopicOrPartition(
             f"topic {topic!r} has partitions 0..{count - 1}; got {index}"
@@ -270,18 +291,22 @@ Led = dict[int, tuple[Member, list[int]]]
 
 
 async def _sort(
-    session: Session, version: int, parts: list[tuple[str, Any]], budget: _Inflating
+    session: Session,
+    version: int,
+    parts: list[tuple[str, Any]],
+    budget: _Inflating,
+    deadline: float,
 ) -> tuple[dict[int, Answer], dict[int, KafkaBatch], dict[int, KafkaBatch], Led]:
     """The request's partitions by where they go: (answered already: refused; plain
     batches produced here; transactional ones; plain ones led by other nodes, sidecar
     mode only: in cluster mode those are answered 6)."""
     datas = [p.records or b"" for _, p in parts]
-    decoded = await asyncio.gather(
-        *(
-            _decoded(session, version, t, p.index, d, budget)
-            for (t, p), d in zip(parts, datas, strict=True)
-        )
-    )
+    decoding = [
+        _decoded(session, version, t, p.index, d, budget, deadline)
+        for (t, p), d in zip(parts, datas, strict=True)
+    ]
+    # one partition (a producer's usual request): awaited here, no task to gather
+    decoded = [await decoding[0]] if len(decoding) == 1 else await asyncio.gather(*decoding)
     budget.settle()
     results: dict[int, Answer] = {}
     plain: dict[int, KafkaBatch] = {}
@@ -315,7 +340,7 @@ async def _all(
     """Every partition's answer, in request order: idempotent batches side by side (6
     for a partition another node leads), the transactional ones together through the
     coordinator (here, or forwarded to it)."""
-    results, plain, txn, led = await _sort(session, version, parts, budget)
+    results, plain, txn, led = await _sort(session, version, parts, budget, deadline)
     tid = request.transactional_id
     owner = None
     if txn and not session.forwarded and tid is not None:
@@ -335,6 +360,10 @@ async def _all(
         for (_, ix), answered in zip(led.values(), answers, strict=True):
             results.update(zip(ix, answered, strict=True))
 
+    if len(plain) == 1 and not txn and not led:  # the usual request: no task to gather
+        ((i, only),) = plain.items()
+        results[i] = await _one(session, only, deadline)
+        return [results[i] for i in range(len(parts))]
     journaled, stored, _ = await asyncio.gather(
         transactional(),
         asyncio.gather(*(_one(session, b, deadline) for b in plain.values())),
