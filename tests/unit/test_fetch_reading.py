@@ -202,7 +202,7 @@ def test_a_reader_counts_the_offsets_the_index_gives_asking_only_at_ledger_chang
     start = index[keys[k]][0] + b
     positions = _Positions(index)
     reader = EntryReader(None, positions, "t", start, (*keys[k], b))  # type: ignore[arg-type]
-    got = asyncio.run(reader._counted(_raws(index, keys[k:], b)))
+    got = asyncio.run(reader._count.counted(_raws(index, keys[k:], b)))
     assert [g.base_offset for g in got] == [start] + [index[key][0] for key in keys[k + 1 :]]
     assert reader.next_offset == sum(sum(ledger) for ledger in layout)
     assert reader.skipped_from is None
@@ -242,7 +242,7 @@ def test_every_entry_read_whole_is_learnt_as_the_broker_indexes_it(layout, data,
     )
     bounds = sorted(data.draw(cuts))
     for lo, hi in zip([0, *bounds], [*bounds, len(raws)], strict=True):
-        asyncio.run(reader._counted(raws[lo:hi]))
+        asyncio.run(reader._count.counted(raws[lo:hi]))
     whole = [key for key in keys[k:-1] if key != keys[k] or b == 0]
     assert positions.learnt == {
         key: (index[key][0] + index[key][1] - 1, index[key][1]) for key in whole
@@ -256,7 +256,7 @@ def test_a_ledger_deleted_under_a_reader_is_noticed_and_nothing_after_it_counted
     gone = data.draw(st.integers(2, len(layout) - 1)) * 10  # neither the first nor the last
     reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
     read = [key for key in keys if key[0] != gone]
-    got = asyncio.run(reader._counted(_raws(index, read, 0)))
+    got = asyncio.run(reader._count.counted(_raws(index, read, 0)))
     before = [key for key in read if key[0] < gone]
     assert [g.base_offset for g in got] == [index[key][0] for key in before]
     assert reader.skipped_from == index[(gone, 0)][0]
@@ -265,7 +265,7 @@ def test_a_ledger_deleted_under_a_reader_is_noticed_and_nothing_after_it_counted
 def test_a_reader_that_starts_before_the_offset_asked_hands_out_nothing_before_it():
     index = _index([[4, 4]])
     reader = EntryReader(None, _Positions(index), "t", 6, None)  # type: ignore[arg-type]
-    got = asyncio.run(reader._counted(_raws(index, [(10, 0), (10, 1)], 0)))
+    got = asyncio.run(reader._count.counted(_raws(index, [(10, 0), (10, 1)], 0)))
     assert [(g.base_offset, len(g.records)) for g in got] == [(6, 2)]
     assert got[0].position == (10, 1, 2)
 
@@ -273,11 +273,11 @@ def test_a_reader_that_starts_before_the_offset_asked_hands_out_nothing_before_i
 def test_a_reader_whose_topic_was_created_again_under_it_stops_counting():
     old = _index([[3, 3]])
     reader = EntryReader(None, _Positions(old), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
-    got = asyncio.run(reader._counted(_raws(old, [(10, 0), (10, 1)], 0)))
+    got = asyncio.run(reader._count.counted(_raws(old, [(10, 0), (10, 1)], 0)))
     assert [g.base_offset for g in got] == [0, 3]
     new = {(20, 0): (0, 2)}  # the new topic's first ledger: offset 0 again
-    reader._positions = _Positions(new)  # type: ignore[assignment]
-    assert asyncio.run(reader._counted(_raws(new, [(20, 0)], 0))) == []
+    reader._count._positions = _Positions(new)  # type: ignore[assignment]
+    assert asyncio.run(reader._count.counted(_raws(new, [(20, 0)], 0))) == []
     assert reader.skipped_from == 6
 
 
@@ -295,8 +295,8 @@ def _sent(
 
 def _read(reader: EntryReader, messages: list[_Msg]) -> list[StoredEntry]:
     """What ``reader`` counts of the messages the client hands it (as its pull does)."""
-    raw, _, _ = read_available(_Reader(list(messages)), None, 1 << 20, last=reader._last)
-    return asyncio.run(reader._counted(raw))
+    raw, _, _ = read_available(_Reader(list(messages)), None, 1 << 20, last=reader._count.last)
+    return asyncio.run(reader._count.counted(raw))
 
 
 def test_an_entry_sent_again_after_a_reconnection_is_not_taken_for_a_new_topic():
@@ -341,7 +341,7 @@ def test_a_read_committed_reader_hands_out_only_what_lies_before_a_copy_not_whol
     reader = EntryReader(None, _Positions(index), "t", 0, (10, 0, 0))  # type: ignore[arg-type]
     copy = lambda batch: CopyMark(7, 1, CopyHead("app", batch, 2))  # noqa: E731
     got = asyncio.run(
-        reader._counted(
+        reader._count.counted(
             [
                 _marked(10, 0, 0, 2, None),  # plain
                 _marked(10, 1, 0, 1, copy(0)),  # the copy's first batch of two
@@ -353,7 +353,7 @@ def test_a_read_committed_reader_hands_out_only_what_lies_before_a_copy_not_whol
     assert reader.stable.lso == 2
     assert [e.base_offset for e in reader._pop(1 << 20, reader._stable_unread())] == [0]
     assert reader.next_offset == 2  # kept for the next fetch at the copy's first record
-    reader._unread.extend(asyncio.run(reader._counted([_marked(10, 3, 0, 1, copy(1))])))
+    reader._unread.extend(asyncio.run(reader._count.counted([_marked(10, 3, 0, 1, copy(1))])))
     assert [e.base_offset for e in reader._pop(1 << 20, reader._stable_unread())] == [2, 3, 4]
 
 

@@ -7,12 +7,10 @@ entry, in order, with the offset of the first, the producer id, epoch and sequen
 they were written with and the entry's publish time. A read may end inside an entry
 (the rest comes first in the next read, as a batch of its own, at the right offsets).
 
-Offsets are counted, not looked up: the index has no gaps, so the message after one of
-known offset has the next. The count is checked against the broker where it could be
-wrong: the first message a reader gets, and the first of every ledger (entries
-deleted by retention under a reader are skipped by the broker). A message found
-later than counted (or, after the first, earlier: the topic was deleted and created
-again) sets :attr:`EntryReader.skipped_from`: the records asked for are gone, Kafka's
+Offsets are counted, not looked up (:mod:`.counting`: the index has no gaps, so the
+message after one of known offset has the next; checked against the broker where the
+count could be wrong). A message found later than counted sets
+:attr:`EntryReader.skipped_from`: the records asked for are gone, Kafka's
 OFFSET_OUT_OF_RANGE.
 
 Every piece a reader takes from Pulsar is fed to its
@@ -48,14 +46,13 @@ from typing import Any
 
 import pulsar
 
-from kop_dedup.protocol.stable import CopyMark, EntryId, StableTracker
+from kop_dedup.protocol.stable import StableTracker
+from kop_dedup.pulsar.counting import Count
 from kop_dedup.pulsar.message_ids import MessagePosition
 from kop_dedup.pulsar.positions import Positions
-from kop_dedup.pulsar.reading import after
 from kop_dedup.pulsar.stored import (
     ENTRY_OVERHEAD,
     RECORD_OVERHEAD,
-    RawEntry,
     StoredEntry,
     arriving,
     position_of,
@@ -73,12 +70,6 @@ without being kept, then read again."""
 _AHEAD_CHUNK = 1 << 20
 
 
-def _same_place(a: MessagePosition, b: MessagePosition) -> bool:
-    """Whether two positions name one message (batch index -1: a message sent without
-    batching, the same as index 0)."""
-    return a[:2] == b[:2] and max(a[2], 0) == max(b[2], 0)
-
-
 class EntryReader:
     """A reader of one partition topic from ``offset`` at ``position`` (None: from the
     earliest message, for a topic that held none when it was opened)."""
@@ -94,21 +85,14 @@ class EntryReader:
         self.topic = topic
         self._client, self._positions = client, positions
         self._start = position
-        self._expected: MessagePosition | None = position
-        """Where the next message from Pulsar should be (None: not known, look it up)."""
-        self._read_offset = offset
-        """The offset of the next message from Pulsar (after ``_unread`` and ``_held``)."""
+        self.stable = StableTracker(offset)
+        """The last stable offset of what this reader has read (every piece it takes
+        from Pulsar is fed to it once, whatever the caller's isolation)."""
+        self._count = Count(positions, topic, offset, position, self.stable)
+        """Where the reader stands in the offsets (after ``_unread`` and ``_held``)."""
         self._unread: collections.deque[StoredEntry] = collections.deque()
         self._held: Any = None
         """A message taken from Pulsar and not counted yet (the next entry's first)."""
-        self._last: MessagePosition | None = None
-        """The position of the last message taken from Pulsar."""
-        self._whole: tuple[int, int, int] | None = None
-        """(ledger, entry, offset of its first message) of the last entry read from its
-        first message: once the next entry comes, its size is known and the positions
-        learn it (a later lookup of an offset in it asks the broker nothing)."""
-        self._floor = offset
-        """Records below the offset asked for are not handed out."""
         self._reader: Any = None
         self._arriving: asyncio.Future[Any] | None = None
         self._reading = False
@@ -123,22 +107,19 @@ class EntryReader:
         self._coming = False
         """The broker said it has more than the client handed out (:meth:`probe`): on
         its way, so :meth:`arrival` waits for it."""
-        self.skipped_from: int | None = None
-        """Set when a message came later than counted (records deleted by retention):
-        the offset the reader was at."""
         self.last_used = time.monotonic()
-        self.stable = StableTracker(offset)
-        """The last stable offset of what this reader has read (every piece it takes
-        from Pulsar is fed to it once, whatever the caller's isolation)."""
         self._spill: tuple[int, MessagePosition] | None = None
         """(offset, position) of the first record read and not kept (the read-ahead was
         full): read again from there once what was kept is handed out."""
-        self._fed_to = 0
-        """Records below this offset were fed to the tracker (a part read again after a
-        spill is not fed twice)."""
         self._front = offset
         """The offset after everything taken from Pulsar before the last spill's
         rewind."""
+
+    @property
+    def skipped_from(self) -> int | None:
+        """Set when a message came later than counted (records deleted by retention):
+        the offset the reader was at."""
+        return self._count.skipped_from
 
     @property
     def next_offset(self) -> int:
@@ -147,7 +128,7 @@ class EntryReader:
             return self._unread[0].base_offset
         if self._spill is not None:  # read again from there
             return self._spill[0]
-        return self._read_offset
+        return self._count.read_offset
 
     @property
     def next_position(self) -> MessagePosition | None:
@@ -158,13 +139,13 @@ class EntryReader:
             return self._spill[1]
         if self._held is not None:
             return position_of(self._held)
-        return self._expected
+        return self._count.expected
 
     @property
     def read_offset(self) -> int:
         """The offset after everything taken from Pulsar so far (read again after a
         spill or not)."""
-        return max(self._read_offset + (1 if self._held is not None else 0), self._front)
+        return max(self._count.read_offset + (1 if self._held is not None else 0), self._front)
 
     @property
     def spilled(self) -> bool:
@@ -327,7 +308,7 @@ class EntryReader:
                 return  # what was kept is stable now: hand it out, then read again
             full = holding and self._ahead() >= _AHEAD_BYTES
             if full and self._spill is None:
-                self._spill = (self._read_offset, self._pulsar_next())
+                self._spill = (self._count.read_offset, self._pulsar_next())
             got = await self._pull(_AHEAD_CHUNK if holding else max_bytes - stable, ask, fresh_s)
             if self._spill is None:
                 self._unread.extend(got)
@@ -338,8 +319,9 @@ class EntryReader:
         """Where the next record to take from Pulsar is (known after a first read)."""
         if self._held is not None:
             return position_of(self._held)
-        assert self._expected is not None, "a reader that has read knows where it stands"
-        return self._expected
+        expected = self._count.expected
+        assert expected is not None, "a reader that has read knows where it stands"
+        return expected
 
     async def _rewind_spent(self) -> None:
         """After a spill, once what was kept is handed out: read again from where the
@@ -350,8 +332,8 @@ class EntryReader:
         self._spill, self._front = None, self.read_offset
         self._arriving = None  # asked of the reader that goes; _retrieve sees its end
         await self._discard()
-        self._start = self._expected = position
-        self._read_offset, self._held, self._last, self._whole = offset, None, None, None
+        self._start, self._held = position, None
+        self._count.restart(offset, position)
         self.drained = False
 
     async def _pull(
@@ -385,7 +367,7 @@ class EntryReader:
         self._held, self.drained = held, drained
         if drained:
             self._drained_at = time.monotonic()
-        out = await self._counted(raw)
+        out = await self._count.counted(raw)
         if drained and self.skipped_from is None:
             self.stable.drained(token)
         return out
@@ -397,9 +379,9 @@ class EntryReader:
         what it took is never counted, so nothing reads on after it."""
         try:
             if not ask:
-                return read_available(reader, self._held, max_bytes, self._last, ask=False)
+                return read_available(reader, self._held, max_bytes, self._count.last, ask=False)
             return await asyncio.get_running_loop().run_in_executor(
-                None, read_available, reader, self._held, max_bytes, self._last
+                None, read_available, reader, self._held, max_bytes, self._count.last
             )
         except BaseException:
             self._closed = True  # the Pulsar reader goes as the read ends (see _pull)
@@ -415,77 +397,6 @@ class EntryReader:
             and time.monotonic() - self._drained_at < fresh_s
             and not self.stable.settling
         )
-
-    def _continues(self, position: MessagePosition) -> bool:
-        """Whether the message at ``position`` is the one counted next, without asking:
-        where the reader was told to start or stopped, or the next entry of the same
-        ledger (entries are dense within a ledger)."""
-        expected, last = self._expected, self._last
-        if expected is not None and _same_place(position, expected):
-            return True
-        return (
-            last is not None
-            and position[0] == last[0]
-            and position[1] == last[1] + 1
-            and position[2] <= 0
-        )
-
-    async def _counted(self, raw: list[RawEntry]) -> list[StoredEntry]:
-        """The entries read, with their offsets (checked against the broker where the
-        count could be wrong: a reader's first message, a new ledger)."""
-        out: list[StoredEntry] = []
-        for entry in raw:  # what the client sent again was dropped (read_available)
-            offset = self._read_offset
-            if not self._continues(entry.position):
-                found = await self._positions.offset_of(self.topic, entry.position)
-                # later than counted: records deleted under the reader; earlier, after the
-                # first message: not the topic it counted (deleted and created again)
-                if found > offset or (found < offset and self._last is not None):
-                    self.skipped_from = offset
-                    return out
-                offset = found
-            self._learn(entry, offset)
-            records = tuple(entry.records)
-            self._feed(offset, len(records), entry.mark, (entry.ledger, entry.entry))
-            self._last, self._expected = entry.last, after(entry.last)
-            self._read_offset = offset + len(records)
-            skip = self._floor - offset  # a reader that started before the offset asked
-            if skip >= len(records):
-                continue
-            stored = StoredEntry(
-                offset,
-                entry.position,
-                entry.producer_id,
-                entry.epoch,
-                entry.sequence,
-                records,
-                entry.publish_time_ms,
-                entry.size,
-            )
-            out.append(stored.starting_at(skip))
-        return out
-
-    def _feed(self, offset: int, count: int, mark: CopyMark | None, entry: EntryId) -> None:
-        """Feed the tracker the records of a piece it was not fed yet (after a spill, the
-        part read again was: a piece across that point gives only its rest, as the rest
-        of a batch whose first record was fed)."""
-        start = max(offset, self._fed_to)
-        if start >= offset + count:
-            return
-        if start > offset and mark is not None:
-            mark = CopyMark(mark.producer_id, mark.ordinal)
-        self.stable.feed(start, offset + count - start, mark, entry, time.monotonic())
-        self._fed_to = offset + count
-
-    def _learn(self, entry: RawEntry, offset: int) -> None:
-        """An entry read whole ends where the next one begins (offsets are dense): the
-        positions keep its index, as the broker would answer it."""
-        whole = self._whole
-        if whole is not None and whole[:2] == (entry.ledger, entry.entry):
-            return  # the rest of an entry a read ended inside
-        if whole is not None and offset > whole[2]:
-            self._positions.learn(self.topic, whole[0], whole[1], offset - 1, offset - whole[2])
-        self._whole = (entry.ledger, entry.entry, offset) if entry.position[2] <= 0 else None
 
     async def close(self) -> None:
         """Close now, or when the read running meanwhile returns."""

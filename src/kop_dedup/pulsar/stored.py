@@ -21,9 +21,12 @@ from kop_dedup.protocol.stable import CopyMark
 from kop_dedup.pulsar.message_ids import MessagePosition, handed_out_already
 from kop_dedup.pulsar.wire import (
     PROP_EPOCH,
+    PROP_HEADERS,
+    PROP_KEY_ENCODING,
     PROP_PRODUCER_ID,
     PROP_SEQUENCE,
     PROP_TIMESTAMP,
+    PROP_VALUE_NULL,
     copy_mark,
     decode_record,
 )
@@ -126,33 +129,58 @@ def next_message(reader: Any, ask: bool = True) -> tuple[Any, bool]:
     try:
         return reader.read_next(0), False
     except pulsar.Timeout:
-        if not ask:
-            return None, False
-        try:
-            available = reader.has_message_available()  # asks the broker when need be
-        except pulsar.Timeout:
-            log.warning(
-                "the broker did not answer GetLastMessageId for %s within the operation "
-                "timeout; with Pulsar's transactions on (transactionCoordinatorEnabled), "
-                "a transaction buffer whose recovery hung holds it until the topic is "
-                "unloaded (pulsar-admin topics unload)",
-                reader.topic(),
-            )
-            raise
-        if not available:
-            return None, True
-        try:
-            return reader.read_next(_READ_WAIT_MS), False
-        except pulsar.Timeout:  # said available, not delivered in time: the next read
-            return None, False
+        return _after_empty(reader, ask)
 
 
-def _record(msg: Any, props: dict[str, str]) -> tuple[KafkaRecord, int]:
-    """A message's record and about the bytes it costs in a RecordBatch."""
+def _after_empty(reader: Any, ask: bool) -> tuple[Any, bool]:
+    """:func:`next_message` once the client's queue is found empty."""
+    if not ask:
+        return None, False
+    try:
+        available = reader.has_message_available()  # asks the broker when need be
+    except pulsar.Timeout:
+        log.warning(
+            "the broker did not answer GetLastMessageId for %s within the operation "
+            "timeout; with Pulsar's transactions on (transactionCoordinatorEnabled), "
+            "a transaction buffer whose recovery hung holds it until the topic is "
+            "unloaded (pulsar-admin topics unload)",
+            reader.topic(),
+        )
+        raise
+    if not available:
+        return None, True
+    try:
+        return reader.read_next(_READ_WAIT_MS), False
+    except pulsar.Timeout:  # said available, not delivered in time: the next read
+        return None, False
+
+
+def _entry(msg: Any, props: dict[str, str], at: MessagePosition) -> RawEntry:
+    """The entry whose first message read is ``msg`` (at ``at``), with no record yet."""
+    seq = props.get(PROP_SEQUENCE)
+    pid = int(props.get(PROP_PRODUCER_ID, "-1"))
+    return RawEntry(
+        at[0],
+        at[1],
+        at[2],
+        pid,
+        int(props.get(PROP_EPOCH, "-1")),
+        -1 if seq is None else int(seq),
+        msg.publish_timestamp(),
+        [],
+        ENTRY_OVERHEAD,
+        copy_mark(props, pid),
+    )
+
+
+def _unusual(msg: Any, props: dict[str, str], key: str) -> tuple[KafkaRecord, int]:
+    """A message's record and about the bytes it costs in a RecordBatch, for a record
+    that is not a plain one (no timestamp property, a key not in UTF-8 or empty or
+    null, headers, a null value): :func:`~kop_dedup.pulsar.wire.decode_record`."""
     payload = msg.data()
     record = decode_record(
         payload,
-        msg.partition_key(),
+        key,
         props,
         None if PROP_TIMESTAMP in props else msg.event_timestamp(),
     )
@@ -164,7 +192,7 @@ def _record(msg: Any, props: dict[str, str]) -> tuple[KafkaRecord, int]:
     return record, n
 
 
-def read_available(
+def read_available(  # noqa: C901 - one loop on the hot path: few calls per message
     reader: Any,
     held: Any,
     max_bytes: int,
@@ -175,8 +203,12 @@ def read_available(
     (estimated) are read and an entry is complete: (entries, the first message of the
     next entry when it was read, whether the topic had nothing more). Blocking calls: a
     worker thread. Per message, only what a record needs is asked of the client; the
-    producer's id, epoch and sequence, the batch index and the publish time only of an
-    entry's first message.
+    producer's id, epoch and sequence and the publish time only of an entry's first
+    message, and the ledger and entry only of a message that is not the one after the
+    last one taken in its batch (the client hands out a batch's messages one after
+    another, and only the entry it starts at, or starts again at after a reconnection,
+    can begin past index 0: its first message is then one already handed out, or the
+    reader's first).
 
     A message that is not after the one taken before it (the first: not after ``last``,
     the last the caller counted) is one the client hands out again after a reconnection
@@ -186,40 +218,57 @@ def read_available(
     out: list[RawEntry] = []
     size = 0
     current: RawEntry | None = None
+    append: Any = None
+    ledger = entry = 0
+    taken = follows = -2  # the batch index of the message taken last; of the one after it
+    read_next, record_overhead, record = reader.read_next, RECORD_OVERHEAD, KafkaRecord
     msg = held
     while True:
         if msg is None:
-            msg, drained = next_message(reader, ask)
-            if msg is None:
-                return out, None, drained
-        at = position_of(msg)
-        ledger, entry, batch = at
-        if handed_out_already(at, last):
-            msg = None
-            continue
-        last = at
-        props = msg.properties()
-        if current is None or entry != current.entry or ledger != current.ledger:
-            if size >= max_bytes:
-                return out, msg, False
-            seq = props.get(PROP_SEQUENCE)
-            pid = int(props.get(PROP_PRODUCER_ID, "-1"))
-            current = RawEntry(
-                ledger,
-                entry,
-                batch,
-                pid,
-                int(props.get(PROP_EPOCH, "-1")),
-                -1 if seq is None else int(seq),
-                msg.publish_timestamp(),
-                [],
-                ENTRY_OVERHEAD,
-                copy_mark(props, pid),
-            )
-            out.append(current)
-            size += ENTRY_OVERHEAD
-        record, n = _record(msg, props)
-        current.records.append(record)
+            try:
+                msg = read_next(0)
+            except pulsar.Timeout:
+                msg, drained = _after_empty(reader, ask)
+                if msg is None:
+                    return out, None, drained
+        mid = msg.message_id()
+        batch = mid.batch_index()
+        if batch != follows:  # not the next message of the batch being read: where is it?
+            at = mid.ledger_id(), mid.entry_id(), batch
+            if current is not None:
+                last = ledger, entry, taken
+            if handed_out_already(at, last):
+                msg, follows = None, -2
+                continue
+            props = msg.properties()
+            if current is None or at[1] != entry or at[0] != ledger:
+                if size >= max_bytes:
+                    return out, msg, False
+                current = _entry(msg, props, at)
+                append = current.records.append
+                ledger, entry = at[0], at[1]
+                out.append(current)
+                size += ENTRY_OVERHEAD
+        else:
+            props = msg.properties()
+        assert current is not None
+        taken, follows = batch, (batch + 1 if batch >= 0 else -2)
+        key = msg.partition_key()
+        ts = props.get(PROP_TIMESTAMP)
+        if (
+            ts is None
+            or not key
+            or PROP_KEY_ENCODING in props
+            or PROP_HEADERS in props
+            or PROP_VALUE_NULL in props
+        ):
+            one, n = _unusual(msg, props, key)
+        else:  # a plain record: a UTF-8 key, a value, a timestamp, no headers
+            payload = msg.data()
+            k = key.encode()
+            one = record(k, payload, (), int(ts))
+            n = len(payload) + len(k) + record_overhead
+        append(one)
         current.size += n
         size += n
         msg = None
