@@ -58,7 +58,7 @@ from kop_dedup.pulsar.stored import (
     position_of,
     read_available,
 )
-from kop_dedup.pulsar.tables import PulsarClient, discard
+from kop_dedup.pulsar.tables import Discards, PulsarClient, discard
 
 __all__ = ["ENTRY_OVERHEAD", "RECORD_OVERHEAD", "EntryReader", "StoredEntry"]
 
@@ -94,6 +94,9 @@ class EntryReader:
         self._held: Any = None
         """A message taken from Pulsar and not counted yet (the next entry's first)."""
         self._reader: Any = None
+        self._thread: asyncio.Future[Any] | None = None
+        """The read running on a worker thread on :attr:`_reader` (:meth:`_take`)."""
+        self._given_up = Discards()
         self._arriving: asyncio.Future[Any] | None = None
         self._reading = False
         self._closed = False
@@ -355,7 +358,7 @@ class EntryReader:
         finally:
             self._reading = False
             if self._closed:
-                await self._discard()
+                self._give_up()
         if self._closed:
             return []
         if not ask and held is None:  # the client's queue ran out, the broker not asked
@@ -376,16 +379,21 @@ class EntryReader:
         """:func:`read_available` from where the reader stands: on a worker thread when
         the broker may be asked (it blocks), else (only what the client holds) here.
         Cut short (cancelled, or failing after it took messages), it closes the reader:
-        what it took is never counted, so nothing reads on after it."""
+        what it took is never counted, so nothing reads on after it. The thread's read is
+        shielded: cut short, the thread reads on, and the reader is closed once it
+        returns (:meth:`_give_up`), never under it (that races in the C++ client)."""
         try:
             if not ask:
                 return read_available(reader, self._held, max_bytes, self._count.last, ask=False)
-            return await asyncio.get_running_loop().run_in_executor(
+            self._thread = asyncio.get_running_loop().run_in_executor(
                 None, read_available, reader, self._held, max_bytes, self._count.last
             )
+            taken: tuple[Any, Any, bool] = await asyncio.shield(self._thread)
         except BaseException:
             self._closed = True  # the Pulsar reader goes as the read ends (see _pull)
             raise
+        self._thread = None
+        return taken
 
     def _still_drained(self, fresh_s: float) -> bool:
         """Whether a read that found the client's queue empty, without asking, may take
@@ -403,6 +411,15 @@ class EntryReader:
         self._closed = True
         if not self._reading:
             await self._discard()
+        await self._given_up.wait()
+
+    def _give_up(self) -> None:
+        """Give the reader of a read cut short up at once (no await: the read may be
+        cancelled); it is closed in the background once its thread's read returns."""
+        reader, self._reader = self._reader, None
+        thread, self._thread = self._thread, None
+        if reader is not None:
+            self._given_up.later(reader, thread)
 
     async def _discard(self) -> None:
         reader, self._reader = self._reader, None
