@@ -21,7 +21,7 @@ import pulsar
 from kop_dedup import errors
 from kop_dedup.protocol.records import KafkaBatch
 from kop_dedup.pulsar.message_ids import EntryPosition
-from kop_dedup.pulsar.tables import PulsarClient, discard
+from kop_dedup.pulsar.tables import Discards, PulsarClient, discard
 from kop_dedup.pulsar.wire import (
     PROP_ENTRY_FORMAT,
     PROP_SEQUENCE,
@@ -38,6 +38,8 @@ value: the sidecar that wrote it). No reader ever takes it for a batch: it carri
 producer id or transaction."""
 
 _READ_WAIT_MS = 10_000
+_GIVEN_UP = Discards()
+"""Range readers whose read was cut short, closed once their thread's read returns."""
 _TAIL_WAIT_MS = 100
 
 
@@ -163,12 +165,16 @@ async def read_batches(
         else pulsar.MessageId(ledger_id=after[0], entry_id=after[1])
     )
     reader = await client.create_reader(topic, start, start_message_id_inclusive=False)
+    thread: asyncio.Future[list[StoredBatch]] | None = None
     try:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
+        thread = asyncio.get_running_loop().run_in_executor(
             None, _scan, reader._reader, after, upto, select, topic_name, partition
         )
+        return await asyncio.shield(thread)
     except pulsar.Timeout as exc:
         raise RangeNotReached(f"{topic} could not be read to {upto[0]}:{upto[1]}") from exc
     finally:
-        await discard(reader)
+        if thread is None or thread.done():
+            await discard(reader)
+        else:  # cut short, the thread reads on: closed once it returns, never under it
+            _GIVEN_UP.later(reader, thread)
