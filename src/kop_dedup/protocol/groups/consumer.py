@@ -42,6 +42,13 @@ from kop_dedup.protocol.groups.assignors import (
     Assignment,
     TopicPartition,
 )
+from kop_dedup.protocol.groups.consumer_static import (
+    LEAVE_STATIC,
+    away,
+    check_request,
+    holder,
+    take_over,
+)
 
 __all__ = [
     "LEAVE_EPOCHS",
@@ -57,9 +64,9 @@ __all__ = [
 MEMBER_STABLE = "stable"
 UNREVOKED = "unrevoked_partitions"
 UNRELEASED = "unreleased_partitions"
-LEAVE_EPOCHS = (-1, -2)
-"""A heartbeat at epoch -1 leaves the group; -2 (a static member's temporary leave) is
-served as a leave too."""
+LEAVE_EPOCHS = (-1, LEAVE_STATIC)
+"""A heartbeat at epoch -1 leaves the group; -2 is a static member's temporary leave
+(:mod:`~kop_dedup.protocol.groups.consumer_static`: kept at -2 until its session ends)."""
 
 EMPTY, ASSIGNING, RECONCILING, STABLE = "Empty", "Assigning", "Reconciling", "Stable"
 
@@ -282,20 +289,20 @@ class ConsumerGroup:
         """The group after ``beat`` and the member as answered (epoch -1: it left).
         ``counts``: the partition counts of every topic a member subscribes to after
         the beat (a topic that does not exist: absent); ``resolved``: the members'
-        regular expressions resolved again (None: not). Raises 25, 42, 81, 110, 112."""
+        regular expressions resolved again (None: not). Raises 25, 42, 81, 82, 110, 111,
+        112; a static member's rules: :mod:`~kop_dedup.protocol.groups.consumer_static`."""
+        check_request(beat)
         if beat.assignor is not None and beat.assignor not in ASSIGNORS:
             raise errors.UnsupportedAssignor(
                 f"assignor {beat.assignor!r} is not served: one of {sorted(ASSIGNORS)}"
             )
-        current = self.members.get(beat.member_id)
         if beat.member_epoch in LEAVE_EPOCHS:
-            if current is None:
-                raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
-            return self.without([beat.member_id], counts), replace(current, epoch=-1)
-        current = self._beating(beat, max_members)
-        joined = beat.member_id not in self.members
+            return self._leave(beat, counts)
+        current, replaced = self._beating(beat, max_members)
+        base = self._replaced(replaced, current.member_id) if replaced else self
+        joined = current.member_id not in self.members and replaced is None
         member = _updated(current, beat, now_ms)
-        group = replace(self, members={**self.members, member.member_id: member})
+        group = replace(base, members={**base.members, member.member_id: member})
         if resolved is not None:
             group = replace(group, resolved={**group.resolved, **resolved}, resolved_ms=now_ms)
         changed = (member.topics, member.regex, member.assignor) != (
@@ -316,26 +323,50 @@ class ConsumerGroup:
         )
         return replace(group, members={**group.members, member.member_id: member}), member
 
-    def _beating(self, beat: Beat, max_members: int) -> ConsumerMember:
-        """The member a heartbeat (not a leave) is of: a new one joining (epoch 0), else
-        the one at a valid epoch. Raises 25, 42, 81, 110."""
+    def _leave(self, beat: Beat, counts: Mapping[str, int]) -> tuple[ConsumerGroup, ConsumerMember]:
+        """A leave: at -1 the member is removed (a new epoch); a static member's at -2
+        keeps it at -2 with its assignment (:func:`away`). Raises 25, 82."""
+        if beat.instance_id is not None:
+            current: ConsumerMember | None = holder(self.members, beat)
+        else:
+            current = self.members.get(beat.member_id)
+        if current is None:
+            raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
+        if beat.member_epoch == LEAVE_STATIC:
+            left = away(current)
+            return replace(self, members={**self.members, left.member_id: left}), left
+        return self.without([current.member_id], counts), replace(current, epoch=-1)
+
+    def _beating(self, beat: Beat, max_members: int) -> tuple[ConsumerMember, str | None]:
+        """The member a heartbeat (not a leave) is of: a new one joining (epoch 0), one
+        taking a static member's place (and the member id it replaces), else the one at
+        a valid epoch. Raises 25, 42, 81, 82, 110, 111."""
         current = self.members.get(beat.member_id)
         if beat.member_epoch == 0:
             if beat.topics is None and not beat.regex and current is None:
                 raise errors.InvalidRequest(
                     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
                 )
-            if current is None:
-                if len(self.members) >= max_members:
-                    raise errors.GroupMaxSizeReached(
-                        f"the group has {len(self.members)} members, the most it may have"
-                    )
-                current = ConsumerMember(beat.member_id, 0)
+            taking = take_over(self.members, beat) if beat.instance_id is not None else None
+            if current is None and len(self.members) >= max_members:
+                raise errors.GroupMaxSizeReached(
+                    f"the group has {len(self.members)} members, the most it may have"
+                )
+            return taking or (current or ConsumerMember(beat.member_id, 0), None)
+        if beat.instance_id is not None:
+            current = holder(self.members, beat)
         elif current is None:
             raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
-        else:
-            _check_epoch(current, beat)
-        return current
+        _check_epoch(current, beat)
+        return current, None
+
+    def _replaced(self, old_id: str, new_id: str) -> ConsumerGroup:
+        """The group with static member ``old_id`` gone and its target moved to ``new_id``
+        (Kafka's ``replaceMember``): no new epoch."""
+        target = {k: a for k, a in self.target.items() if k != old_id}
+        target[new_id] = self.target.get(old_id, frozenset())
+        members = {k: m for k, m in self.members.items() if k != old_id}
+        return replace(self, members=members, target=target)
 
     def stale_counts(self, counts: Mapping[str, int]) -> bool:
         topics = self.subscribed_topics()

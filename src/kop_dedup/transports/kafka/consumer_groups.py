@@ -66,12 +66,14 @@ def _by_topic(assignment: Assignment) -> dict[str, list[int]]:
 
 def _heartbeat_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
     """An error answer as Kafka's: the code and message, the other fields at their
-    schema defaults (member epoch 0)."""
+    schema defaults (member epoch 0). TOPIC_AUTHORIZATION_FAILED (29, a subscribed topic
+    the role may not describe) has no message, as Kafka 4.1's ``KafkaApis`` answers it."""
+    silent = error.errno == errors.TopicAuthorizationFailed.errno
     return _HB(
         version=version,
         throttle_time_ms=0,
         error_code=error.errno,
-        error_message=str(error) or error.name,
+        error_message=None if silent else str(error) or error.name,
         member_id=None,
         member_epoch=0,
         heartbeat_interval_ms=0,
@@ -152,8 +154,12 @@ async def consumer_group_heartbeat(session: Session, request: Any, version: int)
 
 
 def _heartbeat_answer(version: int, member: ConsumerMember, interval_ms: int) -> Any:
+    """A leave (epoch -1, or -2 a static member's) answers no interval and no
+    assignment, as Kafka's ``consumerGroupLeave``."""
     assignment = None
-    if member.epoch >= 0:
+    if member.epoch < 0:
+        interval_ms = 0
+    else:
         assignment = _HB.Assignment(
             topic_partitions=[
                 _HB.Assignment.TopicPartitions(topic_id=topic_id(t), partitions=ps)
