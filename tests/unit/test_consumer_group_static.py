@@ -164,6 +164,10 @@ def test_leave_answers_carry_no_interval_and_no_assignment_as_kafkas() -> None:
     assert (answer.heartbeat_interval_ms, answer.assignment) == (0, None)
     _, a = g.heartbeat(Beat("a", g.members["a"].epoch), T4, 11)
     assert _heartbeat_answer(1, a, 5000).heartbeat_interval_ms == 5000
+    # an unchanged assignment is not sent again (Kafka: only to a join, a full request,
+    # or when it changed)
+    assert _heartbeat_answer(1, a, 5000, given=False).assignment is None
+    assert len(_heartbeat_answer(1, a, 5000).assignment.topic_partitions[0].partitions) == 2
 
 
 def test_a_topic_authorization_failure_answers_without_a_message_as_kafka() -> None:

@@ -175,8 +175,9 @@ class ConsumerGroups:
 
     async def heartbeat(
         self, group_id: str, beat: Beat, visible: Visible | None = None
-    ) -> tuple[ConsumerGroup, ConsumerMember]:
-        """One heartbeat: the group after it and the member as answered. Raises 25, 42,
+    ) -> tuple[ConsumerMember | None, ConsumerMember]:
+        """One heartbeat: the member before it (None: new to the group, a static
+        member's new incarnation too) and as answered. Raises 25, 42,
         69, 81, 110, 112 (see :meth:`ConsumerGroup.heartbeat`), 128 for a regex that
         does not compile."""
         validate_group_id(group_id)
@@ -197,7 +198,7 @@ class ConsumerGroups:
         matched = {t for ts in (resolved or {}).values() for t in ts}
         counts = await self._counts(known.subscribed_topics({*(beat.topics or ()), *matched}))
 
-        async def change(p: int) -> tuple[ConsumerGroup, ConsumerMember]:
+        async def change(p: int) -> tuple[ConsumerMember | None, ConsumerMember]:
             replace_classic = self._other_kinds(group_id)
             before = self.group(group_id) or ConsumerGroup.new()
             if replace_classic and before.members:
@@ -219,9 +220,11 @@ class ConsumerGroups:
                 await self.store.remove(p, key("k", group_id))
             if _worth_storing(before, after, member, now):
                 await self.store.write(p, key("c", group_id), after.to_doc())
-            return after, member
+            return before.members.get(member.member_id), member
 
-        result: tuple[ConsumerGroup, ConsumerMember] = await self.store.owned(group_id, change)
+        result: tuple[ConsumerMember | None, ConsumerMember] = await self.store.owned(
+            group_id, change
+        )
         return result
 
     def _note_seen(

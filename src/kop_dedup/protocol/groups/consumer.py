@@ -475,19 +475,22 @@ def _updated(current: ConsumerMember, beat: Beat, now_ms: int) -> ConsumerMember
     )
 
 
+_FENCED = (
+    "The consumer group member has a {} member epoch ({}) than the one known by the group "
+    "coordinator ({}). The member must abandon all its partitions and rejoin."
+)
+"""Kafka 4.1's words for FENCED_MEMBER_EPOCH."""
+
+
 def _check_epoch(member: ConsumerMember, beat: Beat) -> None:
     """Kafka's ``throwIfMemberEpochIsInvalid``: an epoch above the member's is fenced; one
     below only when it is the previous epoch and the member owns no more than its
     assignment (the answer that bumped it was lost)."""
     if beat.member_epoch > member.epoch:
-        raise errors.FencedMemberEpoch(
-            f"member epoch {beat.member_epoch} is above the member's {member.epoch}: rejoin"
-        )
+        raise errors.FencedMemberEpoch(_FENCED.format("greater", beat.member_epoch, member.epoch))
     if beat.member_epoch < member.epoch and (
         beat.member_epoch != member.previous_epoch
         or beat.owned is None
         or not beat.owned <= member.assigned
     ):
-        raise errors.FencedMemberEpoch(
-            f"member epoch {beat.member_epoch} is stale (the member's is {member.epoch}): rejoin"
-        )
+        raise errors.FencedMemberEpoch(_FENCED.format("smaller", beat.member_epoch, member.epoch))
