@@ -318,3 +318,88 @@ def test_a_static_java_consumer_restarted_within_its_session_keeps_its_partition
     assert theirs["same_group_epoch"] is True
     assert theirs["other_untouched"] == (True, 0)
     assert ours == theirs
+
+
+# -- librdkafka ---------------------------------------------------------------------------
+
+
+class Rd:
+    """A confluent-kafka consumer of the consumer protocol with an instance id, counting
+    the rebalance callbacks that moved partitions."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, instance: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "group.instance.id": instance,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self.moves = 0
+        self.consumer.subscribe([topic], on_assign=self._moved, on_revoke=self._moved)
+
+    def _moved(self, _consumer: Any, partitions: list[Any]) -> None:
+        self.moves += bool(partitions)
+
+    def held(self) -> set[int]:
+        self.consumer.poll(0.1)
+        return {tp.partition for tp in self.consumer.assignment()}
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+
+
+def rdkafka_scenario(bootstrap: str) -> dict[str, Any]:
+    topic = create(bootstrap, PARTITIONS, "kip848sr")
+    group = f"kip848sr-{uuid.uuid4().hex[:8]}"
+    a, b = Rd(bootstrap, topic, group, "rd-a"), Rd(bootstrap, topic, group, "rd-b")
+    opened, closed = [a, b], []
+    try:
+        _until(
+            lambda: (
+                sorted([len(a.held()), len(b.held())]) == [2, 2]
+                and a.held() | b.held() == set(range(PARTITIONS))
+            ),
+            "the two consumers to share the topic",
+            90,
+        )
+        with WireClient(bootstrap) as c:
+            _until(lambda: _describe(c, group).group_state == "Stable", "a stable group", 60)
+            before = _describe(c, group)
+            held, b_held, b_moves = a.held(), b.held(), b.moves
+            a.consumer.close()  # librdkafka's leave: -2 with an instance id
+            closed.append(a)
+            away = [m for m in _describe(c, group).members if m.instance_id == "rd-a"]
+            a2 = Rd(bootstrap, topic, group, "rd-a")
+            opened.append(a2)
+            _until(lambda: a2.held() == held and bool(b.held()), "the restarted consumer", 60)
+            for _ in range(20):  # a rebalance the restart caused would reach b by now
+                b.held()
+            after = _describe(c, group)
+        return {
+            "away": [m.member_epoch for m in away],
+            "same_group_epoch": after.group_epoch == before.group_epoch,
+            "restarted_holds": a2.held() == held,
+            "other_untouched": (b.held() == b_held, b.moves - b_moves),
+        }
+    finally:
+        for rd in opened:
+            if rd not in closed:
+                rd.consumer.close()
+
+
+def test_a_static_librdkafka_consumer_restarted_within_its_session_keeps_its_partitions(
+    sidecar_kafka: str, kafka_reference: Any
+) -> None:
+    theirs = rdkafka_scenario(kafka_reference.bootstrap)
+    ours = rdkafka_scenario(sidecar_kafka)
+    print(f"\nlistener: {ours}\nkafka:    {theirs}")
+    assert theirs["same_group_epoch"] is True
+    assert ours == theirs

@@ -23,7 +23,6 @@ A static member is known by its instance id across restarts:
 - InstanceId "" is INVALID_REQUEST (42), as is epoch -2 without an instance id, or an
   epoch below -2.
 
->>> from kop_dedup.protocol.groups.consumer import Beat, ConsumerMember
 >>> members = {"a": ConsumerMember("a", 3, instance_id="i")}
 >>> holder(members, Beat("b", 5, instance_id="i")).member_id
 Traceback (most recent call last):
@@ -35,12 +34,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from kop_dedup import errors
-
-if TYPE_CHECKING:
-    from kop_dedup.protocol.groups.consumer import Beat, ConsumerMember
+from kop_dedup.protocol.groups.consumer_member import Beat, ConsumerMember
 
 __all__ = ["LEAVE_STATIC", "away", "check_request", "holder", "take_over"]
 
