@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from kop_dedup.transports.kafka.schemas import (
     ConsumerGroupDescribeRequest,
@@ -102,6 +102,18 @@ def _describe(c: WireClient, group: str) -> Any:
     return c.call(request, 1).groups[0]
 
 
+def _ready(c: WireClient, group: str) -> None:
+    """Kafka creates its offsets topic at the first FindCoordinator: until then its
+    heartbeats answer 16."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = c.call(FindCoordinatorRequest(key=group, key_type=0), 2).error_code == 0
+        if found and _describe(c, group).error_code not in (14, 15, 16):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"no coordinator for {group}")
+
+
 def _settle(c: WireClient, group: str, members: list[Wire]) -> Any:
     """Heartbeats until the group is Stable with every partition held, two each."""
     deadline = time.monotonic() + 60
@@ -160,6 +172,7 @@ def wire_scenario(bootstrap: str) -> dict[str, Any]:
         b = Wire(c, group, topic, tid, None)
         newcomer = Wire(c, group, topic, tid, "ia")
         names = {a.member_id: "A", b.member_id: "B", newcomer.member_id: "C"}
+        _ready(c, group)
         a.join()
         b.join()
         before = _settle(c, group, [a, b])
