@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_dedup.transports.kafka.schemas import ConsumerGroupHeartbeatRequest
@@ -168,6 +168,17 @@ def _allow_carol(kafka: AclKafka, prefix: str, topic: str) -> None:
         future.result(timeout=30)
 
 
+def _coordinators(kafka: AclKafka, groups: list[str]) -> None:
+    """Kafka creates its offsets topic at the first FindCoordinator (asked here as the
+    superuser): until then its heartbeats answer 16."""
+    with WireClient(kafka.bootstrap) as c:
+        for group in groups:
+            deadline = time.monotonic() + 60
+            while c.call(FindCoordinatorRequest(key=group, key_type=0), 2).error_code:
+                assert time.monotonic() < deadline, f"no coordinator for {group}"
+                time.sleep(0.3)
+
+
 def _named_beat(
     c: WireClient, group: str, names: list[str], retry: tuple[int, ...] = (14, 15, 16)
 ) -> tuple[Any, ...]:
@@ -227,6 +238,7 @@ def test_subscribed_topic_names_the_role_may_not_describe_are_29(
             future.result(timeout=30)
     env.grant("carol", ["consume"], topic=mine)
     _allow_carol(acl_kafka, prefix, mine)
+    _coordinators(acl_kafka, [f"{prefix}-g{n}" for n in (1, 2, 3)])
     with logged_in(env.sc.kafka_bootstrap, "tok-carol") as carol:
         ours = _names_scenario(carol, prefix, mine, other)
     with _carol_on_kafka(acl_kafka) as carol:
