@@ -73,6 +73,7 @@ The tree::
     +-- UnknownTopicId (100, retriable)
     +-- TransactionalIdNotFound (105)
     +-- FencedMemberEpoch (110)
+    +-- UnreleasedInstanceId (111)
     +-- UnsupportedAssignor (112)
     +-- StaleMemberEpoch (113)
     +-- MismatchedEndpointType (114)
@@ -157,6 +158,7 @@ __all__ = [
     "UnknownProducerId",
     "UnknownTopicId",
     "UnknownTopicOrPartition",
+    "UnreleasedInstanceId",
     "UnstableOffsetCommit",
     "UnsupportedCompressionType",
     "UnsupportedSaslMechanism",
@@ -439,6 +441,10 @@ class TransactionalIdNotFound(KafkaError):
 
 class FencedMemberEpoch(KafkaError):
     errno, name = 110, "FENCED_MEMBER_EPOCH"
+
+
+class UnreleasedInstanceId(KafkaError):
+    errno, name = 111, "UNRELEASED_INSTANCE_ID"
 
 
 class UnsupportedAssignor(KafkaError):

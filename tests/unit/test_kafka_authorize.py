@@ -16,6 +16,7 @@ from kop_dedup import errors
 from kop_dedup.protocol.records import rec
 from kop_dedup.security.identity import ANONYMOUS, Identity
 from kop_dedup.transports.kafka.authorize import authorize
+from kop_dedup.transports.kafka.schemas import ConsumerGroupHeartbeatRequest
 from tests.kafka_wire import produce_request
 
 ALICE = Identity("alice")
@@ -33,6 +34,11 @@ class Recorder:
         self.asked.append(("topics", action, topics))
         if self.refuse in topics:
             raise errors.TopicAuthorizationFailed(self.refuse)
+
+    async def may_each(self, who, action, topics):
+        topics = list(topics)
+        self.asked.append(("each", action, topics))
+        return {t: t != self.refuse for t in topics}
 
     async def require_txn(self, who, tid, *, claim=True):
         self.asked.append(("txn", tid, claim))
@@ -131,3 +137,34 @@ def test_describe_configs_needs_to_see_the_topic_not_the_broker():
 def test_a_superuser_or_a_forwarded_request_is_not_asked():
     request = FetchRequest(topics=[FetchRequest.FetchTopic(topic="t", partitions=[])])
     assert check(1, request, 12, who=ANONYMOUS).asked == []
+
+
+def _heartbeat(names: list[str] | None, regex: str | None = None) -> Any:
+    return ConsumerGroupHeartbeatRequest(
+        group_id="g",
+        member_id="m",
+        member_epoch=0,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout_ms=30_000,
+        subscribed_topic_names=names,
+        subscribed_topic_regex=regex,
+        server_assignor=None,
+        topic_partitions=[],
+    )
+
+
+def test_consumer_group_heartbeat_needs_describe_on_each_subscribed_name():
+    """Kafka 4.1's ``handleConsumerGroupHeartbeat``: the group first, then DESCRIBE on
+    the set of a non-empty SubscribedTopicNames, one refused: 29 for the heartbeat."""
+    assert check(68, _heartbeat(["b", "a", "b"])).asked == [
+        ("group", "g", True),
+        ("each", "describe", ["a", "b"]),
+    ]
+    with pytest.raises(errors.TopicAuthorizationFailed):
+        check(68, _heartbeat(["a", "secret"]), refuse="secret")
+
+
+def test_consumer_group_heartbeat_without_names_asks_only_for_the_group():
+    for request in (_heartbeat(None), _heartbeat([]), _heartbeat([], regex="s.*")):
+        assert check(68, request).asked == [("group", "g", True)]

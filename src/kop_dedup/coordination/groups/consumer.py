@@ -44,6 +44,7 @@ from kop_dedup.protocol.groups.consumer import (
     ConsumerGroup,
     ConsumerMember,
 )
+from kop_dedup.protocol.groups.consumer_static import LEAVE_STATIC
 from kop_dedup.protocol.groups.regex import (
     REFRESH_MIN_INTERVAL_MS,
     compile_regex,
@@ -174,8 +175,9 @@ class ConsumerGroups:
 
     async def heartbeat(
         self, group_id: str, beat: Beat, visible: Visible | None = None
-    ) -> tuple[ConsumerGroup, ConsumerMember]:
-        """One heartbeat: the group after it and the member as answered. Raises 25, 42,
+    ) -> tuple[ConsumerMember | None, ConsumerMember]:
+        """One heartbeat: the member before it (None: new to the group, a static
+        member's new incarnation too) and as answered. Raises 25, 42,
         69, 81, 110, 112 (see :meth:`ConsumerGroup.heartbeat`), 128 for a regex that
         does not compile."""
         validate_group_id(group_id)
@@ -196,7 +198,7 @@ class ConsumerGroups:
         matched = {t for ts in (resolved or {}).values() for t in ts}
         counts = await self._counts(known.subscribed_topics({*(beat.topics or ()), *matched}))
 
-        async def change(p: int) -> tuple[ConsumerGroup, ConsumerMember]:
+        async def change(p: int) -> tuple[ConsumerMember | None, ConsumerMember]:
             replace_classic = self._other_kinds(group_id)
             before = self.group(group_id) or ConsumerGroup.new()
             if replace_classic and before.members:
@@ -204,6 +206,8 @@ class ConsumerGroups:
             now = now_ms()
             # a resolution another heartbeat stored since this one listed is newer
             fresh = resolved if before.resolved_ms <= started else None
+            if beat.member_epoch == LEAVE_STATIC:
+                before = self._last_seen(group_id, before, beat.member_id)
             after, member = before.heartbeat(
                 beat,
                 {**before.counts, **counts},
@@ -211,18 +215,42 @@ class ConsumerGroups:
                 max_members=self.max_members,
                 resolved=fresh,
             )
-            if member.epoch in LEAVE_EPOCHS:
-                self._seen.pop((group_id, member.member_id), None)
-            else:
-                self._seen[(group_id, member.member_id)] = now
+            self._note_seen(group_id, before, after, member, now)
             if replace_classic:
                 await self.store.remove(p, key("k", group_id))
             if _worth_storing(before, after, member, now):
                 await self.store.write(p, key("c", group_id), after.to_doc())
-            return after, member
+            return before.members.get(member.member_id), member
 
-        result: tuple[ConsumerGroup, ConsumerMember] = await self.store.owned(group_id, change)
+        result: tuple[ConsumerMember | None, ConsumerMember] = await self.store.owned(
+            group_id, change
+        )
         return result
+
+    def _note_seen(
+        self,
+        group_id: str,
+        before: ConsumerGroup,
+        after: ConsumerGroup,
+        member: ConsumerMember,
+        now: int,
+    ) -> None:
+        for gone in before.members.keys() - after.members.keys():
+            self._seen.pop((group_id, gone), None)  # left, or a static member replaced
+        if member.epoch not in LEAVE_EPOCHS:
+            self._seen[(group_id, member.member_id)] = now
+
+    def _last_seen(self, group_id: str, group: ConsumerGroup, member_id: str) -> ConsumerGroup:
+        """The group with ``member_id``'s last heartbeat answered here stored: a static
+        member left at -2 stays for a session from it (Kafka's session timer, which the
+        leave does not restart), whichever sidecar owns the group then."""
+        member = group.members.get(member_id)
+        seen = self._seen.get((group_id, member_id), 0)
+        if member is None or seen <= member.last_seen_ms:
+            return group
+        return replace(
+            group, members={**group.members, member_id: replace(member, last_seen_ms=seen)}
+        )
 
     async def _resolve(
         self, known: ConsumerGroup, beat: Beat, visible: Visible | None

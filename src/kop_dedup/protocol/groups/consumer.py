@@ -42,6 +42,25 @@ from kop_dedup.protocol.groups.assignors import (
     Assignment,
     TopicPartition,
 )
+from kop_dedup.protocol.groups.consumer_member import (
+    MEMBER_STABLE,
+    UNRELEASED,
+    UNREVOKED,
+    Beat,
+    ConsumerMember,
+    check_epoch,
+    doc_tps,
+    reconcile,
+    tps,
+    updated,
+)
+from kop_dedup.protocol.groups.consumer_static import (
+    LEAVE_STATIC,
+    away,
+    check_request,
+    holder,
+    take_over,
+)
 
 __all__ = [
     "LEAVE_EPOCHS",
@@ -54,165 +73,11 @@ __all__ = [
     "reconcile",
 ]
 
-MEMBER_STABLE = "stable"
-UNREVOKED = "unrevoked_partitions"
-UNRELEASED = "unreleased_partitions"
-LEAVE_EPOCHS = (-1, -2)
-"""A heartbeat at epoch -1 leaves the group; -2 (a static member's temporary leave) is
-served as a leave too."""
+LEAVE_EPOCHS = (-1, LEAVE_STATIC)
+"""A heartbeat at epoch -1 leaves the group; -2 is a static member's temporary leave
+(:mod:`~kop_dedup.protocol.groups.consumer_static`: kept at -2 until its session ends)."""
 
 EMPTY, ASSIGNING, RECONCILING, STABLE = "Empty", "Assigning", "Reconciling", "Stable"
-
-
-def _tps(items: Iterable[Any]) -> Assignment:
-    return frozenset((str(t), int(p)) for t, p in items)
-
-
-def _doc_tps(a: Assignment) -> list[list[Any]]:
-    return [[t, p] for t, p in sorted(a)]
-
-
-@dataclass(frozen=True, slots=True)
-class Beat:
-    """A ConsumerGroupHeartbeat as the group sees it (None: unchanged since the last)."""
-
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    topics: tuple[str, ...] | None = None
-    regex: str | None = None
-    """SubscribedTopicRegex (v1+): None unchanged, "" none."""
-    assignor: str | None = None
-    owned: Assignment | None = None
-    client_id: str = ""
-    client_host: str = ""
-    session_timeout_ms: int = 45_000
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerMember:
-    member_id: str
-    epoch: int
-    previous_epoch: int = -1
-    state: str = MEMBER_STABLE
-    assigned: Assignment = frozenset()
-    revoking: Assignment = frozenset()
-    topics: tuple[str, ...] = ()
-    assignor: str | None = None
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    rebalance_timeout_ms: int = 300_000
-    session_timeout_ms: int = 45_000
-    last_seen_ms: int = 0
-    revoke_by_ms: int = 0
-    """While ``unrevoked_partitions``: the member is fenced if it has not revoked by then
-    (its rebalance timeout, Kafka's revocation timer)."""
-    regex: str | None = None
-    """Its SubscribedTopicRegex (None: none); the group resolves it
-    (:attr:`ConsumerGroup.resolved`)."""
-
-    def with_epoch(self, epoch: int) -> ConsumerMember:
-        if epoch == self.epoch:
-            return self
-        return replace(self, epoch=epoch, previous_epoch=self.epoch)
-
-    def expired(self, now_ms: int) -> bool:
-        """Past its session, or past its revocation deadline."""
-        late = self.state == UNREVOKED and self.revoke_by_ms and now_ms > self.revoke_by_ms
-        return now_ms - self.last_seen_ms > self.session_timeout_ms or bool(late)
-
-    def to_doc(self) -> dict[str, Any]:
-        return {
-            "id": self.member_id,
-            "epoch": self.epoch,
-            "prev": self.previous_epoch,
-            "state": self.state,
-            "assigned": _doc_tps(self.assigned),
-            "revoking": _doc_tps(self.revoking),
-            "topics": list(self.topics),
-            "assignor": self.assignor,
-            "inst": self.instance_id,
-            "rack": self.rack_id,
-            "client": self.client_id,
-            "host": self.client_host,
-            "rebalance": self.rebalance_timeout_ms,
-            "session": self.session_timeout_ms,
-            "seen": self.last_seen_ms,
-            "revoke_by": self.revoke_by_ms,
-            "regex": self.regex,
-        }
-
-    @classmethod
-    def from_doc(cls, d: Mapping[str, Any]) -> ConsumerMember:
-        return cls(
-            str(d["id"]),
-            int(d["epoch"]),
-            int(d["prev"]),
-            str(d["state"]),
-            _tps(d["assigned"]),
-            _tps(d["revoking"]),
-            tuple(d["topics"]),
-            d.get("assignor"),
-            d.get("inst"),
-            d.get("rack"),
-            str(d.get("client", "")),
-            str(d.get("host", "")),
-            int(d["rebalance"]),
-            int(d["session"]),
-            int(d["seen"]),
-            int(d.get("revoke_by", 0)),
-            d.get("regex"),
-        )
-
-
-def reconcile(
-    member: ConsumerMember,
-    target_epoch: int,
-    target: Assignment,
-    owned: Assignment | None,
-    held_elsewhere: Callable[[TopicPartition], bool],
-    now_ms: int,
-    topics: Iterable[str] | None = None,
-) -> ConsumerMember:
-    """The member's next state towards ``target`` (Kafka's ``CurrentAssignmentBuilder``).
-
-    ``owned``: the partitions the member's heartbeat lists (None: not listed, so it may
-    still hold any it held); ``held_elsewhere``: whether another member holds a partition
-    (assigned or being revoked); ``topics``: what it subscribes to (default: its topic
-    names)."""
-
-    def still_owns(revoking: Assignment) -> bool:
-        return owned is None or bool(owned & revoking)
-
-    if member.state == MEMBER_STABLE and member.epoch == target_epoch:
-        return member
-    if member.state == UNREVOKED and still_owns(member.revoking):
-        return member
-    subscribed = set(member.topics if topics is None else topics)
-    aim = frozenset(tp for tp in target if tp[0] in subscribed)
-    kept = member.assigned & aim
-    revoking = member.assigned - kept
-    pending = aim - kept
-    unreleased = frozenset(tp for tp in pending if held_elsewhere(tp))
-    if revoking and still_owns(revoking):
-        deadline = member.revoke_by_ms
-        if member.state != UNREVOKED or revoking != member.revoking:
-            deadline = now_ms + member.rebalance_timeout_ms
-        return replace(
-            member, state=UNREVOKED, assigned=kept, revoking=revoking, revoke_by_ms=deadline
-        )
-    state = UNRELEASED if unreleased else MEMBER_STABLE
-    return replace(
-        member.with_epoch(target_epoch),
-        state=state,
-        assigned=kept | (pending - unreleased),
-        revoking=frozenset(),
-        revoke_by_ms=0,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,20 +147,20 @@ class ConsumerGroup:
         """The group after ``beat`` and the member as answered (epoch -1: it left).
         ``counts``: the partition counts of every topic a member subscribes to after
         the beat (a topic that does not exist: absent); ``resolved``: the members'
-        regular expressions resolved again (None: not). Raises 25, 42, 81, 110, 112."""
+        regular expressions resolved again (None: not). Raises 25, 42, 81, 82, 110, 111,
+        112; a static member's rules: :mod:`~kop_dedup.protocol.groups.consumer_static`."""
+        check_request(beat)
         if beat.assignor is not None and beat.assignor not in ASSIGNORS:
             raise errors.UnsupportedAssignor(
                 f"assignor {beat.assignor!r} is not served: one of {sorted(ASSIGNORS)}"
             )
-        current = self.members.get(beat.member_id)
         if beat.member_epoch in LEAVE_EPOCHS:
-            if current is None:
-                raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
-            return self.without([beat.member_id], counts), replace(current, epoch=-1)
-        current = self._beating(beat, max_members)
-        joined = beat.member_id not in self.members
-        member = _updated(current, beat, now_ms)
-        group = replace(self, members={**self.members, member.member_id: member})
+            return self._leave(beat, counts)
+        current, replaced = self._beating(beat, max_members)
+        base = self._replaced(replaced, current.member_id) if replaced else self
+        joined = current.member_id not in self.members and replaced is None
+        member = updated(current, beat, now_ms)
+        group = replace(base, members={**base.members, member.member_id: member})
         if resolved is not None:
             group = replace(group, resolved={**group.resolved, **resolved}, resolved_ms=now_ms)
         changed = (member.topics, member.regex, member.assignor) != (
@@ -316,26 +181,50 @@ class ConsumerGroup:
         )
         return replace(group, members={**group.members, member.member_id: member}), member
 
-    def _beating(self, beat: Beat, max_members: int) -> ConsumerMember:
-        """The member a heartbeat (not a leave) is of: a new one joining (epoch 0), else
-        the one at a valid epoch. Raises 25, 42, 81, 110."""
+    def _leave(self, beat: Beat, counts: Mapping[str, int]) -> tuple[ConsumerGroup, ConsumerMember]:
+        """A leave: at -1 the member is removed (a new epoch); a static member's at -2
+        keeps it at -2 with its assignment (:func:`away`). Raises 25, 82."""
+        if beat.instance_id is not None:
+            current: ConsumerMember | None = holder(self.members, beat)
+        else:
+            current = self.members.get(beat.member_id)
+        if current is None:
+            raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
+        if beat.member_epoch == LEAVE_STATIC:
+            left = away(current)
+            return replace(self, members={**self.members, left.member_id: left}), left
+        return self.without([current.member_id], counts), replace(current, epoch=-1)
+
+    def _beating(self, beat: Beat, max_members: int) -> tuple[ConsumerMember, str | None]:
+        """The member a heartbeat (not a leave) is of: a new one joining (epoch 0), one
+        taking a static member's place (and the member id it replaces), else the one at
+        a valid epoch. Raises 25, 42, 81, 82, 110, 111."""
         current = self.members.get(beat.member_id)
         if beat.member_epoch == 0:
             if beat.topics is None and not beat.regex and current is None:
                 raise errors.InvalidRequest(
                     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
                 )
-            if current is None:
-                if len(self.members) >= max_members:
-                    raise errors.GroupMaxSizeReached(
-                        f"the group has {len(self.members)} members, the most it may have"
-                    )
-                current = ConsumerMember(beat.member_id, 0)
+            taking = take_over(self.members, beat) if beat.instance_id is not None else None
+            if current is None and len(self.members) >= max_members:
+                raise errors.GroupMaxSizeReached(
+                    f"the group has {len(self.members)} members, the most it may have"
+                )
+            return taking or (current or ConsumerMember(beat.member_id, 0), None)
+        if beat.instance_id is not None:
+            current = holder(self.members, beat)
         elif current is None:
             raise errors.UnknownMemberId(f"member {beat.member_id!r} is not in the group")
-        else:
-            _check_epoch(current, beat)
-        return current
+        check_epoch(current, beat)
+        return current, None
+
+    def _replaced(self, old_id: str, new_id: str) -> ConsumerGroup:
+        """The group with static member ``old_id`` gone and its target moved to ``new_id``
+        (Kafka's ``replaceMember``): no new epoch."""
+        target = {k: a for k, a in self.target.items() if k != old_id}
+        target[new_id] = self.target.get(old_id, frozenset())
+        members = {k: m for k, m in self.members.items() if k != old_id}
+        return replace(self, members=members, target=target)
 
     def stale_counts(self, counts: Mapping[str, int]) -> bool:
         topics = self.subscribed_topics()
@@ -400,7 +289,7 @@ class ConsumerGroup:
             "aepoch": self.assignment_epoch,
             "assignor": self.assignor,
             "members": [m.to_doc() for m in self.members.values()],
-            "target": {k: _doc_tps(a) for k, a in self.target.items()},
+            "target": {k: doc_tps(a) for k, a in self.target.items()},
             "counts": dict(self.counts),
             "resolved": {r: sorted(ts) for r, ts in self.resolved.items()},
             "resolved_ms": self.resolved_ms,
@@ -416,47 +305,8 @@ class ConsumerGroup:
             int(doc["aepoch"]),
             str(doc["assignor"]),
             {m.member_id: m for m in members},
-            {k: _tps(v) for k, v in doc["target"].items()},
+            {k: tps(v) for k, v in doc["target"].items()},
             {str(k): int(v) for k, v in doc["counts"].items()},
             {str(r): frozenset(ts) for r, ts in doc.get("resolved", {}).items()},
             int(doc.get("resolved_ms", 0)),
-        )
-
-
-def _updated(current: ConsumerMember, beat: Beat, now_ms: int) -> ConsumerMember:
-    """The member with what ``beat`` changed (None fields: unchanged)."""
-    return replace(
-        current,
-        topics=tuple(sorted(set(beat.topics))) if beat.topics is not None else current.topics,
-        regex=(beat.regex or None) if beat.regex is not None else current.regex,
-        assignor=beat.assignor if beat.assignor is not None else current.assignor,
-        instance_id=beat.instance_id or current.instance_id,
-        rack_id=beat.rack_id or current.rack_id,
-        client_id=beat.client_id or current.client_id,
-        client_host=beat.client_host or current.client_host,
-        rebalance_timeout_ms=(
-            beat.rebalance_timeout_ms
-            if beat.rebalance_timeout_ms > 0
-            else current.rebalance_timeout_ms
-        ),
-        session_timeout_ms=beat.session_timeout_ms,
-        last_seen_ms=now_ms,
-    )
-
-
-def _check_epoch(member: ConsumerMember, beat: Beat) -> None:
-    """Kafka's ``throwIfMemberEpochIsInvalid``: an epoch above the member's is fenced; one
-    below only when it is the previous epoch and the member owns no more than its
-    assignment (the answer that bumped it was lost)."""
-    if beat.member_epoch > member.epoch:
-        raise errors.FencedMemberEpoch(
-            f"member epoch {beat.member_epoch} is above the member's {member.epoch}: rejoin"
-        )
-    if beat.member_epoch < member.epoch and (
-        beat.member_epoch != member.previous_epoch
-        or beat.owned is None
-        or not beat.owned <= member.assigned
-    ):
-        raise errors.FencedMemberEpoch(
-            f"member epoch {beat.member_epoch} is stale (the member's is {member.epoch}): rejoin"
         )

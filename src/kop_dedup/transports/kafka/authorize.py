@@ -7,9 +7,11 @@ with the API's error answer at Kafka's code (nothing of it is done):
 
 - 29 TOPIC_AUTHORIZATION_FAILED: a topic without ``produce`` (Produce,
   AddPartitionsToTxn), without ``consume`` (Fetch, ListOffsets, offsets of a group,
-  OffsetForLeaderEpoch, DescribeProducers), or an administrative change without the
-  tenant's admin role (CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
-  AlterConfigs, IncrementalAlterConfigs);
+  OffsetForLeaderEpoch, DescribeProducers), without either (Kafka's DESCRIBE: a name of
+  ConsumerGroupHeartbeat's SubscribedTopicNames, answered without a message as Kafka
+  4.1 does), or an administrative change without the tenant's admin role
+  (CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, AlterConfigs,
+  IncrementalAlterConfigs);
 - 30 GROUP_AUTHORIZATION_FAILED: a group another role used first, or DeleteGroups of a
   group the caller's role does not own, without the admin role;
 - 42 INVALID_REQUEST (a transactional id), 24 INVALID_GROUP_ID (a group): a name over
@@ -117,6 +119,16 @@ def _offsets(claim: bool) -> Check:
     return check
 
 
+async def _consumer_heartbeat(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
+    """Kafka 4.1's ``handleConsumerGroupHeartbeat``: the group, then every name of a
+    non-empty SubscribedTopicNames the role may describe, else 29 for the whole heartbeat
+    (a regular expression's topics are filtered by the coordinator instead)."""
+    await auth.require_group(who, request.group_id)
+    names = {str(n) for n in request.subscribed_topic_names or ()}
+    if names and not all((await auth.may_each(who, DESCRIBE, sorted(names))).values()):
+        raise errors.TopicAuthorizationFailed(f"role {who.role!r} may not describe {sorted(names)}")
+
+
 async def _describe_groups(auth: Authorizer, who: Identity, request: Any, _version: int) -> None:
     for group in request.groups or ():
         await auth.require_group(who, str(group), claim=False)
@@ -197,7 +209,7 @@ _CHECKS: dict[int, Check] = {
     47: _offsets(claim=True),  # OffsetDelete: the group's and its topics'
     61: _topics(CONSUME),  # DescribeProducers
     65: _describe_txns,
-    68: _group,  # ConsumerGroupHeartbeat
+    68: _consumer_heartbeat,
     69: _consumer_groups,  # ConsumerGroupDescribe
 }
 

@@ -14,6 +14,11 @@ role may describe: the client's role, or the group's owner for a heartbeat anoth
 forwarded (a group is used by one role; :func:`~kop_dedup.transports.kafka.authorize.
 authorize` claimed it for the client's).
 
+A member with an InstanceId is a static member
+(:mod:`kop_dedup.protocol.groups.consumer_static`); a heartbeat naming topics its role
+may not describe is refused before it reaches here
+(:func:`~kop_dedup.transports.kafka.authorize.authorize`: 29, no message, as Kafka).
+
 ConsumerGroupDescribe answers GROUP_ID_NOT_FOUND (69) for a group that is not a consumer
 group (a classic one included): Kafka's admin client then describes it with
 DescribeGroups, so ``kafka-consumer-groups --describe`` shows groups of both protocols.
@@ -66,12 +71,14 @@ def _by_topic(assignment: Assignment) -> dict[str, list[int]]:
 
 def _heartbeat_error(_request: Any, version: int, error: errors.KafkaError) -> Any:
     """An error answer as Kafka's: the code and message, the other fields at their
-    schema defaults (member epoch 0)."""
+    schema defaults (member epoch 0). TOPIC_AUTHORIZATION_FAILED (29, a subscribed topic
+    the role may not describe) has no message, as Kafka 4.1's ``KafkaApis`` answers it."""
+    silent = error.errno == errors.TopicAuthorizationFailed.errno
     return _HB(
         version=version,
         throttle_time_ms=0,
         error_code=error.errno,
-        error_message=str(error) or error.name,
+        error_message=None if silent else str(error) or error.name,
         member_id=None,
         member_epoch=0,
         heartbeat_interval_ms=0,
@@ -142,18 +149,30 @@ async def consumer_group_heartbeat(session: Session, request: Any, version: int)
             client_host="/" + session.peer.rsplit(":", 1)[0],
             session_timeout_ms=s.kafka_consumer_session_timeout_ms,
         )
-        _, member = await consumer.heartbeat(
+        old, member = await consumer.heartbeat(
             request.group_id, beat, _visible(session, request.group_id)
         )
     except Exception as exc:
         error = translate(exc, f"heartbeat in consumer group {request.group_id!r}")
         return _heartbeat_error(request, version, _retried(error))
-    return _heartbeat_answer(version, member, s.kafka_consumer_heartbeat_interval_ms)
+    full = request.rebalance_timeout_ms != -1 and request.topic_partitions is not None
+    full = full and (topics is not None or beat.regex is not None)
+    given = request.member_epoch == 0 or full or old is None or old.assigned != member.assigned
+    return _heartbeat_answer(version, member, s.kafka_consumer_heartbeat_interval_ms, given)
 
 
-def _heartbeat_answer(version: int, member: ConsumerMember, interval_ms: int) -> Any:
+def _heartbeat_answer(
+    version: int, member: ConsumerMember, interval_ms: int, given: bool = True
+) -> Any:
+    """The answer to a heartbeat. The assignment only when ``given``: as Kafka, to a
+    join, to a full request (rebalance timeout, subscription and owned partitions all
+    set: a client resending everything after an error) and when it changed. A leave
+    (epoch -1, or -2 a static member's) answers no interval and no assignment, as
+    Kafka's ``consumerGroupLeave``."""
     assignment = None
-    if member.epoch >= 0:
+    if member.epoch < 0:
+        interval_ms = 0
+    elif given:
         assignment = _HB.Assignment(
             topic_partitions=[
                 _HB.Assignment.TopicPartitions(topic_id=topic_id(t), partitions=ps)
