@@ -22,6 +22,7 @@ from kop_dedup.settings_security import SecuritySettings
 
 __all__ = ["Settings", "split_address"]
 
+_PULSAR_NAME = r"^[-=:.\w]+$"  # a tenant or namespace name alone, as Pulsar allows it
 _MAX_QUEUE_RECORDS = 1_000_000  # the client preallocates nothing, but a bound keeps it sane
 
 
@@ -56,11 +57,11 @@ class Settings(SecuritySettings):
     """TLS to Pulsar: check the certificate's host name."""
 
     # -- where data goes
-    tenant: str = "public"
+    tenant: str = Field(default="public", pattern=_PULSAR_NAME)
     """The Pulsar tenant Kafka topics live in."""
-    namespace: str = "kafka"
+    namespace: str = Field(default="kafka", pattern=_PULSAR_NAME)
     """The Pulsar namespace Kafka topics live in (deduplication on)."""
-    system_namespace: str = "kop-dedup-system"
+    system_namespace: str = Field(default="kop-dedup-system", pattern=_PULSAR_NAME)
     """The sidecar's own topics: registries, transaction log and journals, consumer
     groups (deduplication on, compacted tables read compacted)."""
     producer_name_prefix: str = "kop"

@@ -44,3 +44,13 @@ def test_a_queue_past_the_bound_is_refused_with_the_product_named():
 def test_a_batch_byte_limit_over_the_brokers_message_limit_is_refused():
     with pytest.raises(ValidationError, match="pulsar_max_message_bytes"):
         Settings(max_batch_bytes=4 << 20, pulsar_max_message_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("field", ["tenant", "namespace", "system_namespace"])
+def test_a_tenant_or_namespace_given_as_a_path_is_refused_by_its_setting(field):
+    """The sidecar puts the tenant before a namespace itself: ``public/bench`` for the
+    system namespace started, and failed at start-up with the admin API's 405 for
+    ``public/public/bench``. Refused here, by the setting's name, before anything."""
+    with pytest.raises(ValidationError, match=field):
+        Settings(**{field: "public/bench"})
+    assert getattr(Settings(**{field: "bench-fc_1.x"}), field) == "bench-fc_1.x"
