@@ -11,15 +11,13 @@ Nothing of Pulsar is replaced: the real reader reads a real topic on the real br
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from typing import Any
 
 import pulsar.asyncio as pulsar_async
 import pytest
 
 from kop_dedup.pulsar import entries
 from tests.helpers import uniq
+from tests.slow_reads import SlowRead
 
 pytestmark = pytest.mark.integration
 
@@ -34,33 +32,7 @@ def test_a_range_read_cancelled_mid_read_closes_its_reader_once_the_read_returne
         last = producer.send(b"v%d" % i)
     producer.close()
     assert last is not None
-    taken, released = threading.Event(), threading.Event()
-    lock = threading.Lock()
-    inside = [0]
-    closes: list[int] = []
-    scan = entries._scan
-
-    def slow(*args: Any) -> Any:  # a read that takes its time inside the client's calls
-        with lock:
-            inside[0] += 1
-        try:
-            taken.set()
-            released.wait(30)
-            return scan(*args)
-        finally:
-            with lock:
-                inside[0] -= 1
-
-    monkeypatch.setattr(entries, "_scan", slow)
-    close = pulsar_async.Reader.close
-
-    async def closing(reader: Any) -> None:
-        if topic in reader.topic():
-            with lock:
-                closes.append(inside[0])
-        await close(reader)
-
-    monkeypatch.setattr(pulsar_async.Reader, "close", closing)
+    slow = SlowRead(monkeypatch, entries, "_scan", topic, hold_after_read=False)
 
     async def main() -> None:
         client = pulsar_async.Client(pulsar.service_url)
@@ -76,21 +48,17 @@ def test_a_range_read_cancelled_mid_read_closes_its_reader_once_the_read_returne
                     select=lambda _props: True,
                 )
             )
-            assert await asyncio.to_thread(taken.wait, 30), "no read came"
+            await slow.inside()
             reading.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await reading
-            deadline = time.monotonic() + 2  # a close that does not wait comes now
-            while not closes and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            released.set()
-            deadline = time.monotonic() + 30  # a close that waits comes once it returned
-            while not closes and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await slow.close_within(2)  # a close that does not wait comes now
+            slow.release()
+            await slow.close_within(30)  # a close that waits comes once the read returned
         finally:
-            released.set()
+            slow.release()
             await client.close()
 
     asyncio.run(asyncio.wait_for(main(), 90))
-    assert closes, "the reader was never closed"
-    assert closes == [0] * len(closes), f"closed with calls inside: {closes}"
+    assert slow.closes, "the reader was never closed"
+    assert slow.closes == [0] * len(slow.closes), f"closed with calls inside: {slow.closes}"
