@@ -190,3 +190,39 @@ def test_entries_answered_together_wait_for_the_one_lookup_before_them():
     assert asyncio.run(main()) == list(range(20))
     assert broker.asked == [(5, 0)]
     assert (offsets.looked_up, offsets.derived) == (1, 19)
+
+
+def test_an_entry_pushed_out_of_the_kept_indexes_while_looked_up_is_answered_to_its_retry(
+    monkeypatch,
+):
+    """The kept indexes are bounded (``_KEPT``). An entry whose lookup is under way when
+    later entries push it out: a retry of the same batch (a duplicate, answered with its
+    original offset) waited on a new placeholder that nothing resolved, since the lookup
+    in flight resolves the one it started with; it never got an answer."""
+    from kop_dedup.pulsar import produced
+
+    monkeypatch.setattr(produced, "_KEPT", 4)
+    sizes = {(7, e): 1 for e in range(10)} | {(5, 0): 3}
+    broker = Broker(sizes)
+    stalled = asyncio.Event()
+    entry_index = broker.entry_index
+
+    async def slow_for_5_0(topic: str, ledger: int, entry: int) -> tuple[int, int] | None:
+        if (ledger, entry) == (5, 0):
+            await stalled.wait()
+        return await entry_index(topic, ledger, entry)
+
+    broker.entry_index = slow_for_5_0  # type: ignore[method-assign]
+    offsets = ProducedOffsets(broker)  # type: ignore[arg-type]
+
+    async def main() -> tuple[int, int]:
+        first = asyncio.ensure_future(offsets.base_offset("t", "5:0:0:0", 3))
+        await asyncio.sleep(0)  # its lookup is under way
+        for e in range(10):  # later entries push (5, 0) out of the kept indexes
+            await offsets.base_offset("t", f"7:{e}:0:0", 1)
+        retry = asyncio.ensure_future(offsets.base_offset("t", "5:0:0:0", 3))
+        await asyncio.sleep(0)
+        stalled.set()
+        return await asyncio.wait_for(first, 5), await asyncio.wait_for(retry, 5)
+
+    assert asyncio.run(main()) == (0, 0)

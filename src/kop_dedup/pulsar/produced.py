@@ -73,7 +73,9 @@ class ProducedOffsets:
     ) -> None:
         self._admin, self.mode, self._wait_s = admin, mode, wait_s
         self._indexes: OrderedDict[tuple[str, int, int], asyncio.Future[int | None]] = OrderedDict()
-        self._resolving: set[tuple[str, int, int]] = set()
+        self._resolving: dict[tuple[str, int, int], asyncio.Future[int | None]] = {}
+        """Entries being resolved, with the placeholder their lookup resolves: a call
+        for one pushed out of :attr:`_indexes` meanwhile waits on that one too."""
         self.derived = 0
         self.looked_up = 0
         self.unknown = 0
@@ -94,11 +96,11 @@ class ProducedOffsets:
         key = (ptopic, ledger, entry)
         known = self._future(key)
         if not known.done() and key not in self._resolving:  # else: another call resolves it
-            self._resolving.add(key)
+            self._resolving[key] = known
             try:
                 index = await self._resolve(ptopic, ledger, entry, records)
             finally:
-                self._resolving.discard(key)
+                del self._resolving[key]
             if not known.done():
                 known.set_result(index)
         index = known.result() if known.done() else await asyncio.shield(known)
@@ -143,7 +145,7 @@ class ProducedOffsets:
 
     def _future(self, key: tuple[str, int, int]) -> asyncio.Future[int | None]:
         """The index of an entry, once known (a placeholder until its answer resolves it)."""
-        known = self._indexes.get(key)
+        known = self._indexes.get(key) or self._resolving.get(key)
         if known is None:
             known = self._indexes[key] = asyncio.get_running_loop().create_future()
             if len(self._indexes) > _KEPT:
