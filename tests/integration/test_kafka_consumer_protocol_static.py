@@ -114,6 +114,23 @@ def _ready(c: WireClient, group: str) -> None:
     raise AssertionError(f"no coordinator for {group}")
 
 
+def _topic_known(c: WireClient, group: str, topic: str, tid: Any) -> None:
+    """Kafka's group coordinator sees a new topic once its metadata image has it, a
+    moment after Metadata answers it: a member that joins before gets nothing, and its
+    group takes one more epoch when the topic comes (the settled members were then at
+    epoch 3 with the partitions the other way round, Kafka's timing alone). A member of
+    another group is assigned the whole topic first, then leaves."""
+    probe = Wire(c, f"{group}-probe", topic, tid, None)
+    _ready(c, probe.group)
+    probe.join()
+    deadline = time.monotonic() + 60
+    while len(probe.assigned) < PARTITIONS:
+        assert time.monotonic() < deadline, probe.assigned
+        time.sleep(0.2)
+        probe.step()
+    assert probe.beat(-1).error_code == 0
+
+
 def _settle(c: WireClient, group: str, members: list[Wire]) -> Any:
     """Heartbeats until the group is Stable with every partition held, two each."""
     deadline = time.monotonic() + 60
@@ -173,6 +190,7 @@ def wire_scenario(bootstrap: str) -> dict[str, Any]:
         newcomer = Wire(c, group, topic, tid, "ia")
         names = {a.member_id: "A", b.member_id: "B", newcomer.member_id: "C"}
         _ready(c, group)
+        _topic_known(c, group, topic, tid)
         a.join()
         b.join()
         before = _settle(c, group, [a, b])
