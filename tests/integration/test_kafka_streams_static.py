@@ -53,7 +53,10 @@ def restart_static(target: Target, workdir: Path) -> dict[str, Any]:
             app.wait_running(90)
         deadline = time.monotonic() + 60
         while min(app.processed() for app in apps) < 20:  # both at work
-            assert time.monotonic() < deadline, f"{target.name}: {apps[0].tail()}"
+            assert time.monotonic() < deadline, (  # each instance's own story
+                f"{target.name}: processed {[app.processed() for app in apps]}\n"
+                + "\n".join(f"{app.workdir.name}: {app.tail()}" for app in apps)
+            )
             time.sleep(0.05)
         survivor, restarted = apps
         seen = len(survivor.lines())
