@@ -16,7 +16,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import InitProducerIdRequest
 
 from kop_dedup import errors
-from kop_dedup.produce.service import BatchResult
+from kop_dedup.produce.service import BatchResult, ProduceService
 from kop_dedup.protocol.records import KafkaBatch, rec
 from kop_dedup.pulsar.naming import Naming
 from kop_dedup.security.authorizer import OPEN
@@ -51,7 +51,11 @@ class StubAdmin:
 class StubService:
     """Produce answers after the delay the first record's value names (seconds)."""
 
-    def __init__(self) -> None:
+    partition_count = ProduceService.partition_count  # the real one, over StubAdmin
+    _bounded = staticmethod(ProduceService._bounded)
+
+    def __init__(self, admin: StubAdmin) -> None:
+        self.admin = admin
         self.naming = Naming("public", "kafka", "kop")
         self.running = self.most = self.entries = 0
         self.fail_with: Exception | None = None
@@ -81,7 +85,8 @@ class StubAllocator:
 class StubRuntime:
     def __init__(self, **settings: Any) -> None:
         self.settings = Settings(kafka_listener="127.0.0.1:0", **settings)
-        self.admin, self.service = StubAdmin(), StubService()
+        self.admin = StubAdmin()
+        self.service = StubService(self.admin)
         self.registry = type("R", (), {"allocator": StubAllocator()})()
         self.publisher = type("P", (), {"client": None})()  # Fetch's readers: never opened here
         self.cluster = unjoined_cluster()

@@ -189,15 +189,11 @@ class ProduceService:
                 f"the batch's Pulsar entry could reach {size} bytes; the broker takes at most "
                 f"{s.pulsar_max_message_bytes} (KOP_DEDUP_PULSAR_MAX_MESSAGE_BYTES): split it"
             )
-        count = self.admin.known_partitions(batch.topic)
-        if count is None:  # asked of the admin API: no longer than the batch may take
-            count = await self._bounded(
-                self.admin.partitions(
-                    batch.topic, create_with=s.default_partitions if s.auto_create_topics else None
-                ),
-                deadline,
-                "reading the topic's partitions",
-            )
+        count = await self.partition_count(
+            batch.topic,
+            deadline,
+            create_with=s.default_partitions if s.auto_create_topics else None,
+        )
         if not 0 <= batch.partition < count:
             raise errors.UnknownTopicOrPartition(
                 f"topic {batch.topic!r} has partitions 0..{count - 1}; got {batch.partition}"
@@ -430,6 +426,19 @@ class ProduceService:
             extra={"topic": batch.topic, "partition": batch.partition, "reason": str(exc)},
         )
         return errors.KafkaError(f"{exc}: the batch may be stored in part; do not retry it as is")
+
+    async def partition_count(self, topic: str, deadline: float, *, create_with: int | None) -> int:
+        """The topic's partition count (created with ``create_with`` when missing), asked
+        of the admin API only when not known, and then no longer than until ``deadline``:
+        past it RequestTimedOut, an admin API failing a retriable code (nothing stored)."""
+        count = self.admin.known_partitions(topic)
+        if count is None:
+            count = await self._bounded(
+                self.admin.partitions(topic, create_with=create_with),
+                deadline,
+                "reading the topic's partitions",
+            )
+        return count
 
     @staticmethod
     async def _bounded(awaitable: Awaitable[_T], deadline: float, what: str) -> _T:

@@ -54,7 +54,6 @@ from kop_dedup.admission import ByteBudget
 from kop_dedup.cluster.peers import PeerUnavailable
 from kop_dedup.cluster.placement import Member
 from kop_dedup.protocol.records import KafkaBatch
-from kop_dedup.pulsar.failures import translate
 from kop_dedup.pulsar.naming import validate_topic
 from kop_dedup.transports.kafka import topology, txn_codes
 from kop_dedup.transports.kafka.batches import decode_batch, is_compressed, is_transactional
@@ -129,26 +128,15 @@ def _partitions(request: Any) -> list[tuple[str, Any]]:
 
 async def _count(session: Session, topic: str, deadline: float) -> int | errors.KafkaError:
     """The topic's partition count, or the error its batch is answered: the count not
-    read by ``deadline`` or the admin API failing give a retriable code."""
-    admin = session.runtime.admin
-    what = "reading the topic's partitions"
+    read by ``deadline`` or the admin API failing give a retriable code
+    (:meth:`~kop_dedup.produce.service.ProduceService.partition_count`)."""
     try:
         validate_topic(topic)
-        count = admin.known_partitions(topic)
-        if count is None:  # asked of the admin API: no longer than the request may take
-            count = await asyncio.wait_for(
-                asyncio.shield(admin.partitions(topic, create_with=None)),
-                max(deadline - time.monotonic(), 0.001),
-            )
+        return await session.runtime.service.partition_count(topic, deadline, create_with=None)
     except (errors.InvalidTopic, errors.UnknownTopicOrPartition):
         return errors.UnknownTopicOrPartition(f"topic {topic!r} does not exist")
     except errors.KafkaError as exc:
         return exc
-    except TimeoutError:
-        return errors.RequestTimedOut(f"{what} timed out; retry (nothing was stored)")
-    except Exception as exc:  # the admin API unreachable, or failing: retriable
-        return translate(exc, what)
-    return count
 
 
 async def _decoded(
